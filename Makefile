@@ -1,0 +1,42 @@
+# The Makefile only forwards: the CLI (python -m pipeline) resolves recipes and owns exit codes.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_VERSION ?= 2.13.0
+RECIPE ?= bert.yaml
+ARGS ?=
+
+.PHONY: setup deploy plan validate test test-gpu lint clean
+
+setup:
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip
+	@# CPU torch first, exactly pinned, so that no later requirement can pull a multi-GB CUDA build.
+	@$(PY) -m pip install -q "torch==$(TORCH_VERSION)" \
+	  || { echo "make setup: could not install the CPU wheel torch==$(TORCH_VERSION); install it by hand (pip install torch==$(TORCH_VERSION)) and re-run" >&2; exit 1; }
+	@$(PY) -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('$(TORCH_VERSION)') and not torch.version.cuda else 1)" \
+	  || { echo "make setup: installed torch is not the $(TORCH_VERSION) CPU build" >&2; exit 1; }
+	@$(PY) -m pip install -q -e ".[cpu,dev,tensorrt-rtx]"
+	@echo "setup done: $(VENV) ($$($(PY) -c 'import torch, onnxruntime; print("torch", torch.__version__, "onnxruntime", onnxruntime.__version__)'))"
+
+deploy:
+	$(PY) -m pipeline deploy $(RECIPE) $(ARGS)
+
+plan:
+	$(PY) -m pipeline plan $(RECIPE) $(ARGS)
+
+validate:
+	$(PY) -m pipeline validate $(RECIPE) $(ARGS)
+
+test:
+	$(PY) -m pytest -q -m "not gpu" tests
+
+test-gpu:
+	$(PY) -m pytest -q -m gpu tests
+
+lint:
+	$(VENV)/bin/ruff check pipeline tests scripts
+	$(VENV)/bin/ruff format --check pipeline tests scripts
+
+clean:
+	rm -rf artifacts .pytest_cache .ruff_cache

@@ -1,0 +1,180 @@
+"""Representative inputs: samples from the recipe, a deterministic disjoint calibration/validation split,
+and batches at any shape (validation corners, benchmark shapes) built from real samples."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.recipe import InputSpec, NpzData, RandomData, Recipe, TextData
+
+Feeds = dict[str, np.ndarray]
+NUMPY_DTYPES = {"float32": np.float32, "float16": np.float16, "int64": np.int64, "int32": np.int32, "bool": np.bool_}
+
+
+def read_texts(path: Path, field: str) -> list[str]:
+    """JSONL lines with `field`, or plain text lines; blank lines skipped."""
+    texts = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("{"):
+            texts.append(str(json.loads(line)[field]))
+        else:
+            texts.append(line)
+    return texts
+
+
+def data_file(recipe: Recipe, recipe_dir: Path) -> Path | None:
+    samples = recipe.data.samples
+    if isinstance(samples, TextData | NpzData):
+        path = Path(samples.path)
+        return path if path.is_absolute() else recipe_dir / path
+    return None
+
+
+def data_fingerprint(recipe: Recipe, recipe_dir: Path) -> str:
+    """Content of the sample file plus the split settings: what calibration and validation depend on."""
+    h = hashlib.sha256(json.dumps(recipe.data.model_dump(exclude={"samples": {"path"}}), sort_keys=True).encode())
+    path = data_file(recipe, recipe_dir)
+    if path is not None:
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+class Dataset:
+    """Samples are kept raw (texts or per-sample arrays) and turned into feeds at the shape asked for."""
+
+    def __init__(self, recipe: Recipe, recipe_dir: Path, tokenizer: Any = None):
+        self.recipe = recipe
+        self.tokenizer = tokenizer
+        self.rng_seed = recipe.data.seed
+        source = recipe.data.samples
+        if isinstance(source, TextData):
+            self.items: list[Any] = read_texts(data_file(recipe, recipe_dir), source.field)
+        elif isinstance(source, NpzData):
+            with np.load(data_file(recipe, recipe_dir)) as npz:
+                arrays = {spec.name: npz[spec.name] for spec in recipe.inputs}
+            count = min(len(a) for a in arrays.values())
+            self.items = [{k: a[i] for k, a in arrays.items()} for i in range(count)]
+        else:
+            assert isinstance(source, RandomData)
+            self.items = [self._random_sample(i) for i in range(source.samples)]
+        order = np.random.default_rng(recipe.data.seed).permutation(len(self.items))
+        n_cal = min(recipe.data.calibration, len(self.items) // 2)
+        n_val = min(recipe.data.validation, len(self.items) - n_cal)
+        self.calibration_index = [int(i) for i in order[:n_cal]]
+        self.validation_index = [int(i) for i in order[n_cal : n_cal + n_val]]
+
+    # ------------------------------------------------------------ splits
+
+    def calibration_hash(self) -> str:
+        return hashlib.sha256(json.dumps([self._item_key(i) for i in self.calibration_index]).encode()).hexdigest()
+
+    def calibration_feeds(self, batch: int = 1) -> list[Feeds]:
+        """Calibration split at natural lengths (text) or stored shapes; never overlaps validation."""
+        return self._natural_batches(self.calibration_index, batch)
+
+    def validation_feeds(self, batch: int = 1) -> list[Feeds]:
+        return self._natural_batches(self.validation_index, batch)
+
+    # ------------------------------------------------------------ fixed shapes
+
+    def feeds_at(self, dims: dict[str, int], start: int = 0, pool: str = "validation") -> Feeds:
+        """A batch with every dynamic dim pinned (from `dims`), filled with real samples from `pool`."""
+        index = self.validation_index if pool == "validation" else list(range(len(self.items)))
+        batch_dim = self.recipe.benchmark.batch_dim
+        batch = dims.get(batch_dim, 1)
+        picks = [index[(start + k) % len(index)] for k in range(batch)]
+        if isinstance(self.recipe.data.samples, TextData):
+            seq = dims.get(self.recipe.benchmark.sequence_dim or "", None)
+            return self._tokenize([self.items[i] for i in picks], length=seq)
+        shapes = {s.name: self._shape(s, dims) for s in self.recipe.inputs}
+        return {
+            s.name: np.stack([_fit(np.asarray(self.items[i][s.name]), shapes[s.name][1:]) for i in picks]).astype(
+                NUMPY_DTYPES[s.dtype]
+            )
+            for s in self.recipe.inputs
+        }
+
+    def corner_dims(self, corner: str) -> dict[str, int]:
+        return {name: getattr(rng, corner) for name, rng in self.recipe.dims.items()}
+
+    def token_lengths(self) -> list[int]:
+        """Natural tokenized lengths of all samples (text data), for representative benchmark shapes."""
+        if not isinstance(self.recipe.data.samples, TextData):
+            return []
+        enc = self.tokenizer(self.items, truncation=True, max_length=self._seq_range()[1])
+        return [len(ids) for ids in enc["input_ids"]]
+
+    # ------------------------------------------------------------ internals
+
+    def _seq_range(self) -> tuple[int, int]:
+        seq = self.recipe.dims.get(self.recipe.benchmark.sequence_dim or "")
+        return (seq.min, seq.max) if seq else (1, 512)
+
+    def _natural_batches(self, index: list[int], batch: int) -> list[Feeds]:
+        out = []
+        for start in range(0, len(index), batch):
+            picks = index[start : start + batch]
+            if isinstance(self.recipe.data.samples, TextData):
+                out.append(self._tokenize([self.items[i] for i in picks], length=None))
+            else:
+                out.append(
+                    {
+                        s.name: np.stack([np.asarray(self.items[i][s.name]) for i in picks]).astype(NUMPY_DTYPES[s.dtype])
+                        for s in self.recipe.inputs
+                    }
+                )
+        return out
+
+    def _tokenize(self, texts: list[str], length: int | None) -> Feeds:
+        lo, hi = self._seq_range()
+        if length is None:
+            enc = self.tokenizer(texts, padding="longest", truncation=True, max_length=hi, return_tensors="np")
+            if enc["input_ids"].shape[1] < lo:
+                enc = self.tokenizer(texts, padding="max_length", truncation=True, max_length=lo, return_tensors="np")
+        else:
+            enc = self.tokenizer(texts, padding="max_length", truncation=True, max_length=length, return_tensors="np")
+        feeds = {}
+        for spec in self.recipe.inputs:
+            if spec.name not in enc:
+                raise KeyError(f"the tokenizer does not produce input '{spec.name}' (it gives {sorted(enc)})")
+            feeds[spec.name] = enc[spec.name].astype(NUMPY_DTYPES[spec.dtype])
+        return feeds
+
+    def _shape(self, spec: InputSpec, dims: dict[str, int]) -> list[int]:
+        return self.recipe.corner_shape(spec, "opt", dims)
+
+    def _random_sample(self, i: int) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng([self.recipe.data.seed, i])
+        sample = {}
+        for spec in self.recipe.inputs:
+            shape = self.recipe.corner_shape(spec, "opt")[1:]
+            if NUMPY_DTYPES[spec.dtype] in (np.int64, np.int32):
+                arr = rng.integers(int(spec.low), int(spec.high) + 1, size=shape)
+            elif spec.dtype == "bool":
+                arr = rng.random(size=shape) < 0.5
+            else:
+                arr = rng.uniform(spec.low, spec.high, size=shape)
+            sample[spec.name] = arr.astype(NUMPY_DTYPES[spec.dtype])
+        return sample
+
+    def _item_key(self, i: int) -> str:
+        item = self.items[i]
+        if isinstance(item, str):
+            return item
+        return hashlib.sha256(b"".join(np.ascontiguousarray(v).tobytes() for v in item.values())).hexdigest()
+
+
+def _fit(arr: np.ndarray, shape: list[int]) -> np.ndarray:
+    """Crop or zero-pad a stored sample to a target shape (non-text data at a pinned corner)."""
+    out = np.zeros(shape, dtype=arr.dtype)
+    region = tuple(slice(0, min(a, b)) for a, b in zip(arr.shape, shape, strict=False))
+    out[region] = arr[region]
+    return out

@@ -1,0 +1,228 @@
+"""Turns a YAML file plus --set overrides into a validated Recipe, or into located one-line problems."""
+
+from __future__ import annotations
+
+import difflib
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from pipeline.errors import Problem, RecipeError
+from pipeline.recipe import Recipe, cross_field_problems, dotted, split_dotted
+
+Loc = tuple
+
+
+@dataclass(frozen=True)
+class LoadedRecipe:
+    recipe: Recipe
+    path: Path  # the recipe file as given
+    raw: dict  # the YAML data with overrides applied (what recipe.yaml in a version records)
+    overrides: tuple[str, ...]
+
+
+class _Positions:
+    """1-based (line, col) of every value and key in a YAML document, by key path."""
+
+    def __init__(self, text: str):
+        self.values: dict[Loc, tuple[int, int]] = {}
+        self.keys: dict[Loc, tuple[int, int]] = {}
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is not None:
+            self._walk(node, ())
+
+    def _walk(self, node: yaml.Node, loc: Loc) -> None:
+        self.values[loc] = (node.start_mark.line + 1, node.start_mark.column + 1)
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                child = (*loc, key_node.value)
+                self.keys[child] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+                self._walk(value_node, child)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                self._walk(item, (*loc, i))
+
+    def find(self, loc: Loc, key: bool = False) -> tuple[int, int]:
+        table = self.keys if key else self.values
+        if loc in table:
+            return table[loc]
+        while loc:
+            loc = loc[:-1]
+            if loc in self.values:
+                return self.values[loc]
+        return (1, 1)
+
+
+def _data_path(data: object, loc: Loc) -> Loc:
+    """Drop pydantic's union tags from an error location so it names keys that exist in the YAML."""
+    out: list = []
+    for i, part in enumerate(loc):
+        last = i == len(loc) - 1
+        if isinstance(data, dict) and part in data:
+            data = data[part]
+            out.append(part)
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+            out.append(part)
+        elif last and isinstance(data, dict):
+            out.append(part)  # a missing key: name it
+    return tuple(out)
+
+
+def _model_at(loc: Loc, data: object) -> type[BaseModel] | None:
+    """The pydantic model that validates the mapping at `loc` (to suggest keys it knows)."""
+    model: object = Recipe
+    for part in loc:
+        if isinstance(data, dict):
+            data = data.get(part)
+        elif isinstance(data, list) and isinstance(part, int):
+            data = data[part] if part < len(data) else None
+        model = _unwrap(model, part, data)
+        if model is None:
+            return None
+    model = _unwrap(model, None, data)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _unwrap(tp: object, part: object, data: object) -> object:
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        if part is None:
+            return tp
+        field = tp.model_fields.get(str(part))
+        return _unwrap(field.annotation, None, data) if field else None
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is typing.Annotated:
+        return _unwrap(args[0], part, data)
+    if origin in (list, dict):
+        return _unwrap(args[-1], None, data) if part is not None else tp
+    if args:  # a union: the member whose discriminator matches the data, else the first model
+        models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+        for m in models:
+            lit = m.model_fields.get("source")
+            if isinstance(data, dict) and lit is not None and data.get("source") in typing.get_args(lit.annotation):
+                return _unwrap(m, part, data)
+        for a in args:
+            if typing.get_origin(a) in (list, dict):
+                return _unwrap(a, part, data)
+        return _unwrap(models[0], part, data) if models else None
+    return None
+
+
+def _message(err: dict, raw: dict, loc: Loc) -> str:
+    kind, got, ctx = err["type"], err.get("input"), err.get("ctx") or {}
+    if kind == "extra_forbidden":
+        model = _model_at(loc[:-1], raw)
+        names = list(model.model_fields) if model else []
+        close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.5)
+        hint = f"; did you mean '{close[0]}'?" if close else (f"; valid keys: {', '.join(names)}" if names else "")
+        return f"unknown key '{loc[-1]}'{hint}"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "greater_than" and ctx.get("gt") == 0 and isinstance(got, int | float):
+        return f"must be a positive {'integer' if isinstance(got, int) else 'number'} (got {got})"
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        bound = next(iter(ctx.values()))
+        word = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}[kind]
+        return f"must be {word} {bound} (got {got})"
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return f"must be an integer (got {got!r})"
+    if kind in ("float_type", "float_parsing"):
+        return f"must be a number (got {got!r})"
+    if kind in ("bool_type", "bool_parsing"):
+        return f"must be true or false (got {got!r})"
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected')} (got {got!r})"
+    if kind == "union_tag_invalid":
+        return f"must be one of {ctx.get('expected_tags')} (got {ctx.get('tag')!r})"
+    msg = err["msg"][0].lower() + err["msg"][1:]
+    return f"{msg} (got {got!r})" if got is not None and not isinstance(got, dict | list) else msg
+
+
+def _apply_override(raw: dict, text: str) -> tuple[str, list[str | int]]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise RecipeError(problems=[Problem(f"--set {text}", "", "expected dotted.key=value")])
+    try:
+        parts = split_dotted(key)
+        parsed = yaml.safe_load(value) if value else None
+    except (ValueError, yaml.YAMLError) as exc:
+        raise RecipeError(problems=[Problem(f"--set {text}", key, f"cannot parse: {exc}".splitlines()[0])]) from None
+    node: object = raw
+    for i, part in enumerate(parts[:-1]):
+        nxt = parts[i + 1]
+        if isinstance(node, dict):
+            node = node.setdefault(part, [] if isinstance(nxt, int) else {})
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+        else:
+            raise RecipeError(problems=[Problem(f"--set {text}", key, "no such place in the recipe")])
+    last = parts[-1]
+    if isinstance(node, dict) and isinstance(last, str):
+        node[last] = parsed
+    elif isinstance(node, list) and isinstance(last, int) and last <= len(node):
+        node[last:last + 1] = [parsed]
+    else:
+        raise RecipeError(problems=[Problem(f"--set {text}", key, "no such place in the recipe")])
+    return text, parts
+
+
+def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LoadedRecipe:
+    """Parse, override, validate; raise RecipeError listing every problem with its place."""
+    path = Path(path)
+    shown = str(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise RecipeError(problems=[Problem(shown, "", f"cannot read recipe: {exc.strerror}")]) from None
+    try:
+        raw = yaml.safe_load(text)
+        positions = _Positions(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{shown}:{mark.line + 1}:{mark.column + 1}" if mark else shown
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise RecipeError(problems=[Problem(where, "(yaml)", f"invalid YAML: {problem}")]) from None
+    if not isinstance(raw, dict):
+        raise RecipeError(problems=[Problem(f"{shown}:1:1", "(root)", "a recipe must be a mapping of keys")])
+    applied = [_apply_override(raw, o) for o in overrides]
+
+    def locate(loc: Loc, key: bool = False) -> str:
+        for text_, parts in reversed(applied):
+            if tuple(loc[: len(parts)]) == tuple(parts) or tuple(parts[: len(loc)]) == tuple(loc) and key:
+                return f"--set {text_}"
+        line, col = positions.find(loc, key=key)
+        return f"{shown}:{line}:{col}"
+
+    try:
+        recipe = Recipe.model_validate(raw)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = _data_path(raw, err["loc"])
+            problems.append(Problem(locate(loc, key=err["type"] == "extra_forbidden"), dotted(loc) or "(root)", _message(err, raw, loc)))
+        raise RecipeError(problems=_unique(problems)) from None
+    cross = cross_field_problems(recipe)
+    if cross:
+        raise RecipeError(problems=[Problem(locate(tuple(split_dotted(k))), k, m) for k, m in cross])
+    return LoadedRecipe(recipe=recipe, path=path, raw=raw, overrides=tuple(overrides))
+
+
+def _unique(problems: list[Problem]) -> list[Problem]:
+    seen, out = set(), []
+    for p in problems:
+        if (p.where, p.key) not in seen:
+            seen.add((p.where, p.key))
+            out.append(p)
+    return out
+
+
+def resolve_recipe_path(name: str) -> Path:
+    """A path if it exists; else recipes/NAME, then recipes/NAME.yaml (as the CLI contract says)."""
+    for candidate in (Path(name), Path("recipes") / name, Path("recipes") / f"{name}.yaml"):
+        if candidate.is_file():
+            return candidate
+    raise RecipeError(problems=[Problem(name, "", "no such recipe (also looked in recipes/)")])

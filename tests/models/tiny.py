@@ -1,0 +1,73 @@
+"""Small real models for tests: a 2-layer transformer encoder (BERT-shaped I/O) and a small CNN."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class TinyEncoder(nn.Module):
+    """Token embedding + 2 transformer layers; outputs per-token states and a masked mean-pooled embedding."""
+
+    def __init__(self, vocab: int = 1000, hidden: int = 64, heads: int = 4, layers: int = 2, ffn: int = 128):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.position = nn.Embedding(512, hidden)
+        self.layers = nn.ModuleList(
+            [
+                nn.ModuleDict(
+                    {
+                        "query": nn.Linear(hidden, hidden),
+                        "key": nn.Linear(hidden, hidden),
+                        "value": nn.Linear(hidden, hidden),
+                        "attention_out": nn.Linear(hidden, hidden),
+                        "norm1": nn.LayerNorm(hidden),
+                        "intermediate": nn.Linear(hidden, ffn),
+                        "output": nn.Linear(ffn, hidden),
+                        "norm2": nn.LayerNorm(hidden),
+                    }
+                )
+                for _ in range(layers)
+            ]
+        )
+        self.heads = heads
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        batch, seq = input_ids.shape
+        positions = torch.arange(seq, device=input_ids.device).unsqueeze(0)
+        x = self.embed(input_ids) + self.position(positions)
+        bias = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * -10000.0
+        for layer in self.layers:
+            q, k, v = (self._split(layer[n](x)) for n in ("query", "key", "value"))
+            scores = q @ k.transpose(-1, -2) / (q.shape[-1] ** 0.5) + bias
+            ctx = (scores.softmax(-1) @ v).transpose(1, 2).reshape(batch, seq, -1)
+            x = layer["norm1"](x + layer["attention_out"](ctx))
+            x = layer["norm2"](x + layer["output"](nn.functional.gelu(layer["intermediate"](x))))
+        mask = attention_mask.unsqueeze(-1).to(x.dtype)
+        pooled = (x * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        return x, nn.functional.normalize(pooled, dim=1)
+
+    def _split(self, t: torch.Tensor) -> torch.Tensor:
+        b, s, h = t.shape
+        return t.view(b, s, self.heads, h // self.heads).transpose(1, 2)
+
+
+class TinyCNN(nn.Module):
+    def __init__(self, classes: int = 10):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        )
+        self.head = nn.Linear(16, classes)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(images).flatten(1))
+
+
+def encoder(**kwargs: int) -> nn.Module:
+    return TinyEncoder(**kwargs)
+
+
+def cnn(**kwargs: int) -> nn.Module:
+    return TinyCNN(**kwargs)
