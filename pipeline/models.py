@@ -4,6 +4,7 @@ takes the recipe's inputs positionally and returns the recipe's outputs as a tup
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -13,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import TypeAdapter
 from torch import nn
 
 from pipeline.errors import RecipeError
-from pipeline.recipe import EntrypointSource, HuggingFaceSource, Recipe, TorchScriptSource, TorchvisionSource
+from pipeline.recipe import EntrypointSource, HuggingFaceSource, ModelSource, Recipe, TorchScriptSource, TorchvisionSource
 
 
 @dataclass
@@ -64,7 +66,13 @@ def huggingface_dir(source: HuggingFaceSource, recipe_dir: Path) -> str:
 
 def model_fingerprint(recipe: Recipe, recipe_dir: Path) -> str:
     """Hash of what defines the weights: files of a local model, the source spec for entrypoints (seeded)."""
-    src = recipe.model
+    return _model_fingerprint(recipe.model.model_dump_json(), str(recipe_dir.resolve()))
+
+
+@functools.cache
+def _model_fingerprint(source_json: str, recipe_dir_text: str) -> str:
+    recipe_dir = Path(recipe_dir_text)
+    src = TypeAdapter(ModelSource).validate_json(source_json)
     h = hashlib.sha256(src.model_dump_json(exclude={"path", "package"}).encode())
     folder: Path | None = None
     if isinstance(src, HuggingFaceSource):

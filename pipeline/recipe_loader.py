@@ -20,8 +20,16 @@ Loc = tuple
 class LoadedRecipe:
     recipe: Recipe
     path: Path  # the recipe file as given
-    raw: dict  # the YAML data with overrides applied (what recipe.yaml in a version records)
+    raw: dict  # the YAML data with overrides applied
     overrides: tuple[str, ...]
+    locator: typing.Callable[[Loc, bool], str]
+
+    def where(self, key: str) -> str:
+        """`file:line:col` (or `--set k=v`) of a dotted key, for pre-flight problems found after loading."""
+        return self.locator(tuple(split_dotted(key)), False)
+
+    def problem(self, key: str, message: str) -> Problem:
+        return Problem(self.where(key), key, message)
 
 
 class _Positions:
@@ -208,7 +216,7 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Loade
     cross = cross_field_problems(recipe)
     if cross:
         raise RecipeError(problems=[Problem(locate(tuple(split_dotted(k))), k, m) for k, m in cross])
-    return LoadedRecipe(recipe=recipe, path=path, raw=raw, overrides=tuple(overrides))
+    return LoadedRecipe(recipe=recipe, path=path, raw=raw, overrides=tuple(overrides), locator=locate)
 
 
 def _unique(problems: list[Problem]) -> list[Problem]:

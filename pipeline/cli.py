@@ -1,0 +1,90 @@
+"""Command line: deploy · plan · validate · list. Exit codes: 0 signed off / up to date, 1 sign-off failed,
+2 user error (one line per problem on stderr), 3 internal error (traceback)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from pathlib import Path
+
+from rich.console import Console
+
+from pipeline.errors import PipelineError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in (
+        ("deploy", "export, validate, benchmark, select and sign off a new version"),
+        ("plan", "print each stage as fresh or stale, and why"),
+        ("validate", "check the recipe and this machine (schema and pre-flight), nothing else"),
+    ):
+        cmd = sub.add_parser(name, help=help_text)
+        cmd.add_argument("recipe", help="a recipe path, or a name under recipes/")
+        cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                         help="override one recipe key (value parsed as YAML); repeatable")
+        if name in ("deploy", "plan"):
+            cmd.add_argument("--rebench", action="store_true", help="measure again (makes a new version)")
+    listing = sub.add_parser("list", help="list the versions of a recipe")
+    listing.add_argument("recipe")
+    listing.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    return parser
+
+
+def _load(args: argparse.Namespace):
+    from pipeline.recipe_loader import load, resolve_recipe_path
+
+    return load(resolve_recipe_path(args.recipe), args.overrides)
+
+
+def _list(args: argparse.Namespace, console: Console) -> int:
+    from pipeline.store import Store
+
+    loaded = _load(args)
+    store = Store(Path(loaded.recipe.output.root), loaded.recipe.name)
+    latest = store.latest()
+    for version in store.versions():
+        manifest_path = store.base / version / "manifest.json"
+        manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+        winner_path = store.base / version / "winner.json"
+        winner = json.loads(winner_path.read_text())["artifact"] if winner_path.is_file() else "-"
+        mark = " (latest)" if latest and latest.name == version else ""
+        state = "signed off" if manifest.get("signed_off") else "not signed off"
+        console.print(f"{version}  {manifest.get('created', '?')}  {state:<14}  winner {winner}{mark}", highlight=False)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    console = Console()
+    try:
+        if args.command == "validate":
+            from pipeline import preflight
+
+            loaded = _load(args)
+            preflight.check(loaded)
+            console.print(f"{loaded.path}: ok", highlight=False)
+            return 0
+        if args.command == "list":
+            return _list(args, console)
+        from pipeline import deploy
+
+        loaded = _load(args)
+        if args.command == "plan":
+            deploy.plan(loaded, console, rebench=args.rebench)
+            return 0
+        return deploy.deploy(loaded, console, rebench=args.rebench)
+    except PipelineError as exc:
+        for line in exc.lines():
+            print(line, file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted: nothing was published (the work folder may be resumed by the next deploy)", file=sys.stderr)
+        return 130
+    except Exception:  # noqa: BLE001 - the top-level boundary: a bug, shown with its traceback
+        traceback.print_exc()
+        print("internal error: this is a bug in the pipeline (exit 3)", file=sys.stderr)
+        return 3

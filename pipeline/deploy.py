@@ -1,0 +1,110 @@
+"""One deploy: pre-flight, lock, plan, run in a work folder, sign off, publish atomically."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from pipeline import preflight
+from pipeline.executor import Executor, StageRecord, Verdict, read_records
+from pipeline.recipe_loader import LoadedRecipe
+from pipeline.stages import plan_stages
+from pipeline.stages.base import RunContext, Stage
+from pipeline.store import Store
+
+
+def _setup(loaded: LoadedRecipe) -> tuple[list[Stage], Store, Path]:
+    preflight.check(loaded)
+    recipe_dir = loaded.path.parent.resolve()
+    stages = plan_stages(loaded.recipe, recipe_dir)
+    return stages, Store(Path(loaded.recipe.output.root), loaded.recipe.name), recipe_dir
+
+
+def plan(loaded: LoadedRecipe, console: Console, rebench: bool = False) -> list[tuple[Stage, Verdict]]:
+    """Print each stage as fresh or stale and why; touches nothing."""
+    stages, store, _ = _setup(loaded)
+    latest = store.latest()
+    executor = Executor(stages, store, [(latest, read_records(latest))] if latest else [])
+    verdicts = executor.plan(rebench)
+    against = f"{loaded.recipe.name}/{latest.name}" if latest else "no signed-off version yet"
+    console.print(f"plan for {loaded.recipe.name} (against {against}):")
+    for stage, verdict in verdicts:
+        state = "[green]fresh[/green]" if verdict.fresh else "[yellow]stale[/yellow]"
+        console.print(f"  {state}  {stage.name:<24} {verdict.why}", highlight=False)
+    return verdicts
+
+
+def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False) -> int:
+    stages, store, recipe_dir = _setup(loaded)
+    name = loaded.recipe.name
+    with store.lock(loaded.recipe.output.lock_timeout_s):
+        latest = store.latest()
+        from_latest = [(latest, read_records(latest))] if latest else []
+        executor = Executor(stages, store, from_latest)
+        if latest and all(v.fresh for _, v in executor.plan(rebench)):
+            console.print(f"up to date: {name}/{latest.name}")
+            return 0
+        executor.previous = from_latest + [(d, read_records(d)) for d in store.leftover_work_dirs()]
+        work = store.new_work_dir()
+        records = _run_with_progress(executor, RunContext(loaded.recipe, recipe_dir, work), rebench, console)
+        version = store.next_version()
+        from pipeline.bench.environment import capture_environment
+        from pipeline.signoff import write_signoff
+
+        signed_off, reasons = write_signoff(work, loaded, version, records, capture_environment(), latest)
+        target = store.publish(work, version, signed_off)
+        store.discard_work()
+    _print_summary(console, target, records, signed_off, reasons, loaded)
+    return 0 if signed_off else 1
+
+
+def _run_with_progress(executor: Executor, ctx: RunContext, rebench: bool, console: Console) -> list[StageRecord]:
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True
+    ) as progress:
+        current: dict[str, int] = {}
+
+        def on_start(stage: Stage, why: str) -> None:
+            current["task"] = progress.add_task(f"{stage.name}: starting ({why})", total=None)
+
+        def report(message: str) -> None:
+            if "task" in current:
+                progress.update(current["task"], description=message)
+
+        def on_done(record: StageRecord) -> None:
+            if "task" in current:
+                progress.remove_task(current.pop("task"))
+            style = {"ran": "green", "reused": "cyan", "failed": "red", "skipped": "yellow"}[record.status]
+            extra = f" from {record.reused_from}" if record.reused_from else ""
+            error = f"  {record.error.splitlines()[0][:160]}" if record.error else ""
+            progress.console.print(
+                f"[{style}]{record.status:>7}[/{style}] {record.name:<24} {record.duration_s:7.1f} s{extra}{error}",
+                highlight=False,
+            )
+
+        ctx.report = report
+        return executor.run(ctx, rebench, on_start, on_done)
+
+
+def _print_summary(
+    console: Console, target: Path, records: list[StageRecord], signed_off: bool, reasons: list[str], loaded: LoadedRecipe
+) -> None:
+    from pipeline.report.summary import summary_table
+
+    def read(rel: str) -> dict | None:
+        path = target / rel
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    accuracy, speed, winner = read("reports/accuracy.json"), read("reports/speed.json"), read("winner.json")
+    if accuracy and speed:
+        console.print(summary_table(accuracy, speed, winner, loaded.recipe.selection.objective.batch))
+    verdict = "[green]signed off[/green]" if signed_off else "[red]NOT signed off[/red]"
+    console.print(f"{verdict}: {target}")
+    for reason in reasons:
+        console.print(f"  - {reason}", highlight=False)
+    if winner:
+        console.print(f"winner: {winner['artifact']} ({winner['runtime']}, {winner['value']:.3g} {winner['unit']}): {winner['reason']}", highlight=False)
+    console.print(f"report: {target / 'reports' / 'signoff.html'}")

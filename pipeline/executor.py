@@ -1,0 +1,243 @@
+"""Runs the plan: fingerprints, skips fresh stages (reusing their files through the cache), keeps going past a
+failed variant and skips what depends on it, and writes the run record after every stage."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeline.stages.base import ArtifactRecord, RunContext, Stage
+from pipeline.store import Store, sha256_file, write_json_atomic
+
+RUN_RECORD = "stages.json"
+
+
+@dataclass
+class StageRecord:
+    name: str
+    version: int
+    fingerprint: str | None
+    status: str  # ran | reused | failed | skipped
+    config: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    inputs: dict[str, str] = field(default_factory=dict)  # artifact name -> sha256
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    duration_s: float = 0.0
+    details: dict[str, Any] = field(default_factory=dict)
+    reused_from: str | None = None
+    finished: str | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StageRecord:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+def fingerprint(stage: Stage, inputs: dict[str, str], environment: dict[str, Any]) -> str:
+    """sha256 of canonical JSON of the stage name and version, its config slice, its inputs' sha256 and the
+    environment keys it declares (ARCHITECTURE.md)."""
+    payload = {"stage": stage.name, "version": stage.version, "config": stage.config, "inputs": inputs, "environment": environment}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def read_records(folder: Path) -> dict[str, StageRecord]:
+    path = folder / RUN_RECORD
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return {r["name"]: StageRecord.from_json(r) for r in data.get("stages", [])}
+
+
+@dataclass
+class Verdict:
+    """Whether one stage can be reused, and why not."""
+
+    fresh: bool
+    why: str
+    record: StageRecord | None = None
+    source: Path | None = None  # the folder its outputs can be fetched from besides the cache
+
+
+def _diff_reason(stage: Stage, prev: StageRecord, inputs: dict[str, str], env: dict[str, Any]) -> str:
+    if prev.version != stage.version:
+        return f"stage version {prev.version} -> {stage.version}"
+    changed = [k for k in sorted(set(prev.config) | set(stage.config)) if prev.config.get(k) != stage.config.get(k)]
+    if changed:
+        return "config changed: " + ", ".join(changed)
+    moved = [k for k in sorted(set(prev.inputs) | set(inputs)) if prev.inputs.get(k) != inputs.get(k)]
+    if moved:
+        return "input changed: " + ", ".join(moved)
+    env_changed = [k for k in sorted(set(prev.environment) | set(env)) if prev.environment.get(k) != env.get(k)]
+    if env_changed:
+        return "environment changed: " + ", ".join(f"{k} {prev.environment.get(k)} -> {env.get(k)}" for k in env_changed)
+    return "fingerprint changed"
+
+
+class Executor:
+    def __init__(self, stages: list[Stage], store: Store, previous: list[tuple[Path, dict[str, StageRecord]]]):
+        """previous: (folder, records) candidates for reuse, the latest version first, then killed runs."""
+        self.stages = stages
+        self.store = store
+        self.previous = previous
+        self._environments: dict[str, dict[str, Any]] = {}
+
+    def environment(self, stage: Stage) -> dict[str, Any]:
+        if stage.name not in self._environments:
+            self._environments[stage.name] = stage.environment()
+        return self._environments[stage.name]
+
+    def judge(self, stage: Stage, inputs: dict[str, str], force_stale: bool = False) -> Verdict:
+        env = self.environment(stage)
+        fp = fingerprint(stage, inputs, env)
+        if force_stale:
+            return Verdict(False, "re-measure requested (--rebench)")
+        if stage.always_run:
+            return Verdict(False, "always runs in a new version")
+        first_reason = "no previous run"
+        for folder, records in self.previous:
+            prev = records.get(stage.name)
+            if prev is None or prev.status not in ("ran", "reused", "failed"):
+                continue
+            if prev.fingerprint != fp:
+                if first_reason == "no previous run":
+                    first_reason = _diff_reason(stage, prev, inputs, env)
+                continue
+            missing = self._unverifiable(prev, folder)
+            if missing:
+                first_reason = missing
+                continue
+            return Verdict(True, f"same fingerprint as {folder.name}", prev, folder)
+        return Verdict(False, first_reason)
+
+    def _unverifiable(self, prev: StageRecord, folder: Path) -> str | None:
+        for out in prev.outputs:
+            cached = self.store.cache_path(out["sha256"])
+            candidates = [p for p in (cached, folder / out["path"]) if p.is_file()]
+            if not any(sha256_file(p) == out["sha256"] for p in candidates):
+                return f"output {out['path']} missing or modified"
+        return None
+
+    # ------------------------------------------------------------ planning (no side effects)
+
+    def plan(self, rebench: bool = False) -> list[tuple[Stage, Verdict]]:
+        """Predict each stage's freshness, assuming stale stages will produce new files."""
+        known: dict[str, str | None] = {}  # artifact -> sha256; None: will be rebuilt; absent: unavailable
+        result = []
+        for stage in self.stages:
+            names = [*stage.consumes, *stage.consumes_any]
+            pending = [n for n in names if n in known and known[n] is None]
+            absent = [n for n in stage.consumes if n not in known]
+            if pending:
+                verdict = Verdict(False, "input will be rebuilt: " + ", ".join(pending))
+            elif absent:
+                verdict = Verdict(True, "skipped again: input unavailable: " + ", ".join(absent))
+            else:
+                inputs = {n: known[n] for n in names if known.get(n)}
+                verdict = self.judge(stage, inputs, force_stale=rebench and stage.volatile)
+            if not verdict.fresh:
+                known.update(dict.fromkeys(stage.produces))
+            elif verdict.record:
+                for out in verdict.record.outputs:
+                    if out.get("artifact"):
+                        known[out["artifact"]] = out["sha256"]
+            result.append((stage, verdict))
+        return result
+
+    # ------------------------------------------------------------ running
+
+    def run(
+        self,
+        ctx: RunContext,
+        rebench: bool,
+        on_start: Callable[[Stage, str], None],
+        on_done: Callable[[StageRecord], None],
+    ) -> list[StageRecord]:
+        artifacts: dict[str, ArtifactRecord] = {}
+        unavailable: dict[str, str] = {}  # artifact -> why
+        records: list[StageRecord] = []
+        for stage in self.stages:
+            missing = [n for n in stage.consumes if n not in artifacts]
+            if missing:
+                why = "; ".join(f"{n}: {unavailable.get(n, 'not built')}" for n in missing)
+                record = StageRecord(stage.name, stage.version, None, "skipped", stage.config, error=f"input unavailable ({why})")
+                self._mark_unavailable(stage, unavailable, f"skipped: {why}")
+            else:
+                inputs = {n: artifacts[n] for n in (*stage.consumes, *stage.consumes_any) if n in artifacts}
+                shas = {n: a.sha256 for n, a in inputs.items()}
+                verdict = self.judge(stage, shas, force_stale=rebench and stage.volatile)
+                record = self._reuse(stage, verdict, ctx.workdir, shas) if verdict.fresh else None
+                if record is None:
+                    on_start(stage, verdict.why)
+                    record = self._execute(stage, ctx, inputs, shas)
+                if record.status == "failed" or (record.status == "reused" and record.error):
+                    self._mark_unavailable(stage, unavailable, f"failed: {record.error}")
+                for out in record.outputs:
+                    if out.get("artifact"):
+                        artifacts[out["artifact"]] = ArtifactRecord(
+                            out["artifact"], ctx.workdir / out["path"], out["kind"], out.get("precision"),
+                            out["sha256"], stage.name, out.get("details", {}),
+                        )
+            records.append(record)
+            write_json_atomic(ctx.workdir / RUN_RECORD, {"schema_version": 1, "stages": [asdict(r) for r in records]})
+            on_done(record)
+        return records
+
+    @staticmethod
+    def _mark_unavailable(stage: Stage, unavailable: dict[str, str], why: str) -> None:
+        for name in stage.produces:
+            unavailable.setdefault(name, f"{stage.name} {why}")
+
+    def _reuse(self, stage: Stage, verdict: Verdict, workdir: Path, shas: dict[str, str]) -> StageRecord | None:
+        prev = verdict.record
+        assert prev is not None and verdict.source is not None
+        for out in prev.outputs:
+            problem = self.store.fetch(out["sha256"], workdir / out["path"], [verdict.source / out["path"]])
+            if problem:
+                return None
+        reused_from = prev.reused_from or verdict.source.name
+        return StageRecord(
+            stage.name, stage.version, prev.fingerprint, "reused" if prev.status != "failed" else "failed",
+            stage.config, self.environment(stage), shas, prev.outputs, prev.error, 0.0, prev.details,
+            reused_from, prev.finished,
+        )
+
+    def _execute(self, stage: Stage, ctx: RunContext, inputs: dict[str, ArtifactRecord], shas: dict[str, str]) -> StageRecord:
+        env = self.environment(stage)
+        fp = fingerprint(stage, shas, env)
+        started = time.perf_counter()
+        record = StageRecord(stage.name, stage.version, fp, "ran", stage.config, env, shas)
+        try:
+            result = stage.run(ctx, inputs)
+        except Exception as exc:
+            if stage.critical:
+                raise
+            record.status = "failed"
+            record.error = f"{type(exc).__name__}: {exc}".strip()
+            log = ctx.path(f"logs/{stage.name}.error.txt")
+            log.write_text(traceback.format_exc())
+            record.outputs = [self._describe(ctx.workdir, f"logs/{stage.name}.error.txt", {"kind": "log"})]
+        else:
+            record.details = result.details
+            record.outputs = [self._describe(ctx.workdir, o.path, asdict(o)) for o in result.outputs]
+        record.duration_s = round(time.perf_counter() - started, 3)
+        record.finished = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        for out in record.outputs:
+            self.store.cache_put(ctx.workdir / out["path"], out["sha256"])
+        return record
+
+    @staticmethod
+    def _describe(workdir: Path, path: str, meta: dict[str, Any]) -> dict[str, Any]:
+        full = workdir / path
+        if not full.is_file():
+            raise RuntimeError(f"stage declared output {path} but did not write it")
+        return {**meta, "path": path, "sha256": sha256_file(full), "bytes": full.stat().st_size}

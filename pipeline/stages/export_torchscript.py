@@ -1,0 +1,76 @@
+"""TorchScript by tracing at the opt shape, checked against eager at every corner (tracing silently bakes
+data-dependent branches in, so a trace is only trusted where it was compared)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+
+from pipeline.models import model_fingerprint
+from pipeline.recipe import Recipe
+from pipeline.stages.base import ArtifactRecord, Output, RunContext, Stage, StageResult, package_version
+
+
+def corner_args(ctx: RunContext, corner: str, batch: int | None = None) -> tuple[torch.Tensor, ...]:
+    """Real data at a shape corner, as the positional tensors the wrapped module takes."""
+    dataset = ctx.dataset()
+    dims = dataset.corner_dims(corner)
+    if batch is not None and ctx.recipe.benchmark.batch_dim in dims:
+        dims[ctx.recipe.benchmark.batch_dim] = batch
+    feeds = dataset.feeds_at(dims)
+    return tuple(torch.from_numpy(feeds[spec.name]) for spec in ctx.recipe.inputs)
+
+
+def _max_diff(a: tuple[torch.Tensor, ...], b: tuple[torch.Tensor, ...]) -> float:
+    return max(float((x.float() - y.float()).abs().max()) for x, y in zip(a, b, strict=True))
+
+
+def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
+    cfg = ctx.recipe.export.torchscript
+    module = ctx.model().module
+    example = corner_args(ctx, "opt", batch=2)
+    ctx.report("torchscript: tracing at the opt shape")
+    with warnings.catch_warnings(record=True) as caught, torch.inference_mode(False), torch.no_grad():
+        warnings.simplefilter("always")
+        traced = torch.jit.trace(module, example, check_trace=False, strict=False)
+        if cfg.freeze:
+            traced = torch.jit.freeze(traced.eval())
+    tracer_warnings = sorted({f"{w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught})
+    checks = {}
+    with torch.no_grad():
+        for corner in cfg.check_corners:
+            ctx.report(f"torchscript: checking against eager at {corner}")
+            args = corner_args(ctx, corner, batch=2 if corner != "max" else 1)
+            checks[corner] = _max_diff(traced(*args), module(*args))
+    bad = {c: d for c, d in checks.items() if not d <= cfg.check_atol}
+    if bad:
+        raise RuntimeError(
+            "traced module disagrees with eager: "
+            + ", ".join(f"max abs diff {d:.3g} at {c}" for c, d in bad.items())
+            + f" (tolerance {cfg.check_atol}); tracer warnings: {len(tracer_warnings)}"
+        )
+    target = ctx.path("model.ts")
+    torch.jit.save(traced, str(target))
+    details = {"check_max_abs": checks, "tracer_warnings": tracer_warnings, "frozen": cfg.freeze}
+    return StageResult(
+        outputs=[Output("model.ts", "torchscript", "torchscript-fp32", "fp32", details)], details=details
+    )
+
+
+def stage(recipe: Recipe, recipe_dir: Path) -> Stage:
+    return Stage(
+        name="export_torchscript",
+        version=1,
+        run=_run,
+        config={
+            "torchscript": recipe.export.torchscript.model_dump(),
+            "model": model_fingerprint(recipe, recipe_dir),
+            "inputs": [s.model_dump() for s in recipe.inputs],
+            "dims": {k: v.model_dump() for k, v in recipe.dims.items()},
+            "outputs": recipe.outputs,
+        },
+        environment=lambda: {"torch": torch.__version__, "transformers": package_version("transformers")},
+        produces=("torchscript-fp32",),
+    )

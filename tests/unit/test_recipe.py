@@ -1,0 +1,88 @@
+"""Recipe errors: one located line per problem, in the contract's format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.errors import RecipeError
+from pipeline.recipe_loader import load
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = (ROOT / "tests/recipes/tiny.yaml").read_text()
+
+
+def _problems(tmp_path: Path, text: str, overrides: tuple[str, ...] = ()) -> list[str]:
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises(RecipeError) as info:
+        load(path, overrides)
+    return info.value.lines()
+
+
+def test_shipped_recipes_load() -> None:
+    for name in ("recipes/bert.yaml", "tests/recipes/tiny.yaml"):
+        assert load(ROOT / name).recipe.name
+
+
+def test_unknown_key_names_its_line_and_suggests(tmp_path: Path) -> None:
+    text = TINY.replace("benchmark:\n", "benchmark:\n  batch_size: [1]\n")
+    lines = _problems(tmp_path, text)
+    line_no = text.splitlines().index("  batch_size: [1]") + 1
+    assert lines == [f"{tmp_path / 'r.yaml'}:{line_no}:3: benchmark.batch_size: unknown key 'batch_size'; did you mean 'batch_sizes'?"]
+
+
+def test_wrong_type(tmp_path: Path) -> None:
+    text = TINY.replace("calibration: 8", "calibration: many")
+    [line] = _problems(tmp_path, text)
+    assert line.endswith("data.calibration: must be an integer (got 'many')")
+    assert f":{text.splitlines().index('  calibration: many') + 1}:16:" in line
+
+
+def test_negative_batch_size(tmp_path: Path) -> None:
+    text = TINY.replace("batch_sizes: [1, 2]", "batch_sizes: [1, -4]")
+    [line] = _problems(tmp_path, text)
+    assert line.endswith("benchmark.batch_sizes[1]: must be a positive integer (got -4)")
+
+
+def test_min_greater_than_max_is_a_cross_field_problem(tmp_path: Path) -> None:
+    text = TINY.replace("batch: {min: 1, opt: 2, max: 8}", "batch: {min: 9, opt: 2, max: 8}")
+    lines = _problems(tmp_path, text)
+    assert any("dims.batch.min: must not exceed max (9 > 8)" in line for line in lines)
+
+
+def test_batch_size_outside_dynamic_range(tmp_path: Path) -> None:
+    text = TINY.replace("batch_sizes: [1, 2]", "batch_sizes: [1, 16]")
+    lines = _problems(tmp_path, text)
+    assert any("benchmark.batch_sizes[1]: must lie within dims.batch 1..8 (got 16)" in line for line in lines)
+
+
+def test_broken_yaml(tmp_path: Path) -> None:
+    [line] = _problems(tmp_path, TINY.replace("outputs: [hidden, pooled]", "outputs: [hidden, pooled"))
+    assert "(yaml): invalid YAML" in line and line.startswith(str(tmp_path / "r.yaml") + ":")
+
+
+def test_override_error_names_the_override(tmp_path: Path) -> None:
+    lines = _problems(tmp_path, TINY, ("benchmark.batch_sizes=[1,-8]",))
+    assert lines == ["--set benchmark.batch_sizes=[1,-8]: benchmark.batch_sizes[1]: must be a positive integer (got -8)"]
+
+
+def test_override_applies(tmp_path: Path) -> None:
+    path = tmp_path / "r.yaml"
+    path.write_text(TINY)
+    loaded = load(path, ["output.root=/tmp/elsewhere", "benchmark.batch_sizes=[1]"])
+    assert loaded.recipe.output.root == "/tmp/elsewhere"
+    assert loaded.recipe.benchmark.batch_sizes == [1]
+
+
+def test_all_problems_reported_at_once(tmp_path: Path) -> None:
+    text = TINY.replace("calibration: 8", "calibration: -1").replace("validation: 8", "validation: x")
+    lines = _problems(tmp_path, text)
+    assert len(lines) == 2
+
+
+def test_recipe_is_frozen() -> None:
+    recipe = load(ROOT / "tests/recipes/tiny.yaml").recipe
+    with pytest.raises(Exception):  # noqa: B017 - pydantic raises ValidationError on frozen assignment
+        recipe.name = "other"

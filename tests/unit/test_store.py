@@ -1,0 +1,89 @@
+"""Store: atomic publication, immutable versions, latest only on sign-off, content-addressed cache, lock."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.errors import LockHeldError
+from pipeline.store import Store, sha256_file, write_json_atomic
+
+
+def _work(store: Store, content: bytes = b"x") -> Path:
+    work = store.new_work_dir()
+    (work / "model.onnx").write_bytes(content)
+    return work
+
+
+def test_publish_is_one_rename_and_freezes_files(tmp_path: Path) -> None:
+    store = Store(tmp_path, "m")
+    work = _work(store)
+    target = store.publish(work, store.next_version(), signed_off=True)
+    assert target.name == "v0001" and not work.exists()
+    assert not (target / "model.onnx").stat().st_mode & 0o222
+    assert (store.base / "latest").resolve() == target
+    assert os.readlink(store.base / "latest") == "v0001"  # relative link
+
+
+def test_latest_does_not_move_to_a_failed_version(tmp_path: Path) -> None:
+    store = Store(tmp_path, "m")
+    store.publish(_work(store), store.next_version(), signed_off=True)
+    failed = store.publish(_work(store, b"y"), store.next_version(), signed_off=False)
+    assert failed.name == "v0002" and store.versions() == ["v0001", "v0002"]
+    assert store.latest().name == "v0001"
+
+
+def test_killed_run_leaves_only_a_work_folder(tmp_path: Path) -> None:
+    store = Store(tmp_path, "m")
+    _work(store)
+    assert store.versions() == [] and store.latest() is None
+    assert len(store.leftover_work_dirs()) == 1
+
+
+def test_cache_detects_a_modified_file(tmp_path: Path) -> None:
+    store = Store(tmp_path, "m")
+    src = tmp_path / "a.bin"
+    src.write_bytes(b"payload")
+    sha = sha256_file(src)
+    store.cache_put(src, sha)
+    assert store.fetch(sha, tmp_path / "out" / "a.bin", []) is None
+    assert (tmp_path / "out" / "a.bin").read_bytes() == b"payload"
+    cached = store.cache_path(sha)
+    cached.chmod(0o644)
+    os.unlink(cached)
+    cached.write_bytes(b"tampered")
+    problem = store.fetch(sha, tmp_path / "again.bin", [])
+    assert problem and "expected" in problem and not cached.exists()
+
+
+def test_json_writes_are_atomic(tmp_path: Path) -> None:
+    write_json_atomic(tmp_path / "r.json", {"a": 1})
+    assert (tmp_path / "r.json").read_text().strip().startswith("{")
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_second_deploy_waits_then_names_the_lock(tmp_path: Path) -> None:
+    store = Store(tmp_path, "m")
+    store.base.mkdir(parents=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import filelock, sys, time; l = filelock.FileLock(sys.argv[1]); l.acquire(); print('held', flush=True); time.sleep(30)",
+         str(store.base / ".deploy.lock")],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        with pytest.raises(LockHeldError) as info, store.lock(0.3):
+            pass
+        assert time.monotonic() - started >= 0.3
+        assert ".deploy.lock" in str(info.value) and info.value.exit_code == 2
+    finally:
+        holder.kill()
+        holder.wait()
+    with store.lock(0):
+        pass
