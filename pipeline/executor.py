@@ -83,6 +83,13 @@ def _diff_reason(stage: Stage, prev: StageRecord, inputs: dict[str, str], env: d
     return "fingerprint changed"
 
 
+def _named(output: dict[str, Any]) -> dict[str, Any]:
+    """Reports flow between stages like artifacts: reports/speed.json is available as 'report:speed'."""
+    if output["kind"] == "report" and not output.get("artifact"):
+        output["artifact"] = "report:" + Path(output["path"]).stem
+    return output
+
+
 class Executor:
     def __init__(self, stages: list[Stage], store: Store, previous: list[tuple[Path, dict[str, StageRecord]]]):
         """previous: (folder, records) candidates for reuse, the latest version first, then killed runs."""
@@ -228,7 +235,7 @@ class Executor:
             record.outputs = [self._describe(ctx.workdir, f"logs/{stage.name}.error.txt", {"kind": "log"})]
         else:
             record.details = result.details
-            record.outputs = [self._describe(ctx.workdir, o.path, asdict(o)) for o in result.outputs]
+            record.outputs = [self._describe(ctx.workdir, o.path, _named(asdict(o))) for o in result.outputs]
         record.duration_s = round(time.perf_counter() - started, 3)
         record.finished = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         for out in record.outputs:

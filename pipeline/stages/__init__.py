@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 from pathlib import Path
 
 from pipeline.recipe import Recipe
@@ -83,7 +84,7 @@ def plan_stages(recipe: Recipe, recipe_dir: Path) -> list[Stage]:
     artifacts = [artifact_name(v, recipe) for v in variants]
     from pipeline.stages import benchmark, select, validate
 
-    stages.append(validate.stage(recipe, recipe_dir, artifacts))
-    stages.append(benchmark.stage(recipe, recipe_dir, artifacts))
+    stages.append(replace(validate.stage(recipe, recipe_dir, artifacts), produces=("report:accuracy",)))
+    stages.append(replace(benchmark.stage(recipe, recipe_dir, artifacts), produces=("report:speed",)))
     stages.append(select.stage(recipe, recipe_dir, artifacts))
     return stages

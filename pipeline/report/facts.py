@@ -1,0 +1,292 @@
+"""Small readings of the report dicts shared by every renderer, so the page, the plots and the console agree.
+
+Everything here is pure: plain contract dicts in, plain values out. The renderers decide the look.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+METRIC_ORDER = ("cosine", "max_abs", "mean_abs", "max_rel")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+Row = Mapping[str, Any]
+
+
+# ------------------------------------------------------------------ numbers
+
+
+def fmt_ms(value: float | None) -> str:
+    """Latency with about three significant figures: 0.412, 3.07, 34.7, 195."""
+    if value is None or not isinstance(value, int | float) or math.isnan(value):
+        return "—"
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    if abs(value) >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3f}"
+
+
+def fmt_metric(metric: str, value: float | None) -> str:
+    """Cosines need their nines; error magnitudes need three significant figures."""
+    if value is None or not isinstance(value, int | float):
+        return "—"
+    if math.isnan(value):
+        return "nan"
+    if metric == "cosine":
+        text = f"{value:.6f}"
+        if text != "1.000000" or value == 1:
+            return text
+        short = f"{value:.10g}"
+        return short if short != "1" else f"1 − {1 - value:.1e}"
+    return f"{value:.3g}"
+
+
+def fmt_ci(ci: Any) -> str:
+    if isinstance(ci, list | tuple) and len(ci) == 2:
+        return f"{fmt_ms(ci[0])}–{fmt_ms(ci[1])}"
+    return "—"
+
+
+def fmt_seconds(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.1f} s" if value < 100 else f"{value:.0f} s"
+
+
+def fmt_change(old: float, new: float) -> str:
+    """'-10%' style relative change; old == 0 gives no percentage rather than a division error."""
+    if not old:
+        return "n/a"
+    return f"{(new - old) / old * 100:+.0f}%"
+
+
+# ------------------------------------------------------------------ accuracy
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) else math.nan
+
+
+def margin(check: Row) -> float:
+    """How close a check is to its threshold: 1.0 is on it, above 1 fails. NaN values are the worst."""
+    value, threshold = _number(check.get("value")), check.get("threshold")
+    if math.isnan(value):
+        return math.inf
+    if not isinstance(threshold, int | float):
+        return 0.0
+    if check.get("metric") == "cosine":
+        return (1.0 - value) / max(1.0 - threshold, 1e-30)
+    return value / threshold if threshold > 0 else (math.inf if value > 0 else 0.0)
+
+
+def is_informational(check: Row) -> bool:
+    return bool(check.get("informational"))
+
+
+def key_checks(entry: Row) -> dict[str, Row]:
+    """Per metric, the check that decides the artifact: the worst required one, else the worst informational.
+
+    Ties keep the first check in file order, so the pick is deterministic.
+    """
+    picked: dict[str, Row] = {}
+    for check in entry.get("checks") or []:
+        metric = check.get("metric")
+        current = picked.get(metric)
+        if current is None:
+            picked[metric] = check
+            continue
+        rank_new = (not is_informational(check), margin(check))
+        rank_old = (not is_informational(current), margin(current))
+        if rank_new > rank_old:
+            picked[metric] = check
+    return {m: picked[m] for m in sorted(picked, key=metric_sort_key)}
+
+
+def metric_sort_key(metric: str) -> tuple[int, str]:
+    return (METRIC_ORDER.index(metric) if metric in METRIC_ORDER else len(METRIC_ORDER), metric)
+
+
+def metrics_present(accuracy: Row | None) -> list[str]:
+    found = {c.get("metric") for e in artifacts_of(accuracy).values() for c in e.get("checks") or []}
+    return sorted((m for m in found if m), key=metric_sort_key)
+
+
+def relation(check: Row) -> str:
+    return "≥" if check.get("metric") == "cosine" else "≤"
+
+
+def check_text(check: Row, with_metric: bool = False) -> str:
+    """'0.999871 ≥ 0.9999 ✗ (info)': the value against its threshold, and whether it held."""
+    metric = str(check.get("metric"))
+    threshold = check.get("threshold")
+    text = fmt_metric(metric, check.get("value"))
+    if isinstance(threshold, int | float):
+        text += f" {relation(check)} {threshold:g}"
+    text += " ✓" if check.get("passed") else " ✗"
+    if is_informational(check):
+        text += " (info)"
+    return f"{metric} {text}" if with_metric else text
+
+
+def failing_checks(entry: Row) -> list[Row]:
+    """Required checks that failed, worst first."""
+    failed = [c for c in entry.get("checks") or [] if not c.get("passed") and not is_informational(c)]
+    return sorted(failed, key=margin, reverse=True)
+
+
+def where(check: Row) -> str:
+    return f"{check.get('output')} @ {check.get('inputs')}"
+
+
+def artifacts_of(accuracy: Row | None) -> dict[str, Row]:
+    return dict((accuracy or {}).get("artifacts") or {})
+
+
+def precision_of(name: str, accuracy: Row | None = None) -> str:
+    """The precision recorded by validation, else the one named in the contract's artifact name."""
+    entry = artifacts_of(accuracy).get(name) or {}
+    if entry.get("precision"):
+        return str(entry["precision"])
+    for token in reversed(name.split("-")):
+        if token in PRECISIONS:
+            return token
+    return "—"
+
+
+# ------------------------------------------------------------------ speed
+
+
+def results_of(speed: Row | None) -> list[Row]:
+    return list((speed or {}).get("results") or [])
+
+
+def shape_text(shapes: Mapping[str, Any] | None) -> str:
+    """'1×128' when every input has that shape, else 'input_ids 1×128, pixels 1×3×224×224'."""
+    if not shapes:
+        return "—"
+    dims = {name: "×".join(str(d) for d in shape) for name, shape in shapes.items()}
+    if len(set(dims.values())) == 1:
+        return next(iter(dims.values()))
+    return ", ".join(f"{name} {text}" for name, text in dims.items())
+
+
+def row_key(row: Row) -> tuple:
+    shapes = tuple((k, tuple(v)) for k, v in (row.get("shapes") or {}).items())
+    return (row.get("artifact"), row.get("runtime"), row.get("io"), row.get("batch"), shapes)
+
+
+def group_key(row: Row) -> tuple[int, str]:
+    """Rows that are comparable with each other: same batch, same shapes."""
+    batch = row.get("batch")
+    return (batch if isinstance(batch, int) else 0, shape_text(row.get("shapes")))
+
+
+def sorted_results(speed: Row | None) -> list[Row]:
+    """By batch, shape, then fastest first: the order a reader compares in."""
+    return sorted(
+        results_of(speed), key=lambda r: (group_key(r), _number(r.get("p50_ms")), str(r.get("artifact")))
+    )
+
+
+def runner_label(row: Row) -> str:
+    """'onnx-fp32 (onnxruntime-cpu)' with ', device I/O' only where it is not host I/O."""
+    io = "" if row.get("io") in (None, "host") else f", {row.get('io')} I/O"
+    return f"{row.get('artifact')} ({row.get('runtime')}{io})"
+
+
+def is_winner_row(row: Row, winner: Row | None) -> bool:
+    """The row the objective was judged on: the winner's artifact, runtime and io at the objective's shape."""
+    if not winner:
+        return False
+    if (row.get("artifact"), row.get("runtime"), row.get("io")) != (
+        winner.get("artifact"),
+        winner.get("runtime"),
+        winner.get("io"),
+    ):
+        return False
+    objective = winner.get("objective") or {}
+    if objective.get("batch") is not None and row.get("batch") != objective.get("batch"):
+        return False
+    sequence = objective.get("sequence_length")
+    if sequence is not None and row.get("sequence_length") is not None:
+        return row.get("sequence_length") == sequence
+    if sequence is not None:
+        shapes = (row.get("shapes") or {}).values()
+        return any(sequence in list(shape)[1:] for shape in shapes)
+    return True
+
+
+def flag_text(flag: Any) -> str:
+    """A speed.json flag as one line; flags are strings or dicts {kind, artifact, runtime, io, batch, shapes, message}."""
+    if not isinstance(flag, Mapping):
+        return str(flag)
+    kind = str(flag.get("kind") or "flag").replace("_", " ")
+    where = runner_label(flag) if flag.get("artifact") else ""
+    if flag.get("batch") is not None:
+        where += f" batch {flag.get('batch')}"
+    if flag.get("shapes"):
+        where += f", shape {shape_text(flag.get('shapes'))}"
+    message = flag.get("message") or ", ".join(
+        f"{k} {scalar_text(v)}" for k, v in flag.items() if k != "kind"
+    )
+    return f"{kind}: {where.strip()}: {message}" if where.strip() else f"{kind}: {message}"
+
+
+def cis_overlap(a: Row, b: Row) -> bool:
+    """Whether two rows' p50 confidence intervals overlap (the benchmark's 'within noise')."""
+    ca, cb = a.get("p50_ci95_ms"), b.get("p50_ci95_ms")
+    if not (isinstance(ca, list | tuple) and isinstance(cb, list | tuple) and len(ca) == len(cb) == 2):
+        return False
+    return ca[0] <= cb[1] and cb[0] <= ca[1]
+
+
+# ------------------------------------------------------------------ not run, environment
+
+
+def not_run(accuracy: Row | None, speed: Row | None) -> list[tuple[str, str, str]]:
+    """(artifact, reason, where) with a reason given by both validation and benchmark listed once."""
+    merged: dict[tuple[str, str], list[str]] = {}
+    for source, label in ((accuracy, "validation"), (speed, "benchmark")):
+        for item in (source or {}).get("not_run") or []:
+            key = (str(item.get("artifact")), str(item.get("reason")))
+            merged.setdefault(key, [])
+            if label not in merged[key]:
+                merged[key].append(label)
+    return [(artifact, reason, ", ".join(stages)) for (artifact, reason), stages in merged.items()]
+
+
+def flatten(data: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """Nested dicts to ('onnxruntime.providers', 'CPUExecutionProvider, …') pairs, in the dict's own order."""
+    if isinstance(data, Mapping):
+        pairs: list[tuple[str, str]] = []
+        for key, value in data.items():
+            pairs.extend(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        return pairs
+    if isinstance(data, list | tuple):
+        if all(not isinstance(v, Mapping | list | tuple) for v in data):
+            return [(prefix, ", ".join(scalar_text(v) for v in data))]
+        return [pair for i, v in enumerate(data) for pair in flatten(v, f"{prefix}[{i}]")]
+    return [(prefix, scalar_text(data))]
+
+
+def scalar_text(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def first_line(text: Any, limit: int = 160) -> str:
+    line = str(text or "").strip().splitlines()[0] if str(text or "").strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def unique(items: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(items))

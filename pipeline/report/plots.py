@@ -1,0 +1,250 @@
+"""The two sign-off plots: latency per artifact and accuracy against thresholds (PNG, deterministic bytes).
+
+Figures are built on matplotlib's object API with the Agg canvas, never pyplot, so nothing global (the
+backend, the current figure) changes in the process that calls this. PNG metadata carries no software
+version or date, so the same inputs give the same file.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pipeline.report.facts import (
+    artifacts_of,
+    fmt_metric,
+    group_key,
+    is_informational,
+    is_winner_row,
+    key_checks,
+    metrics_present,
+    runner_label,
+    sorted_results,
+)
+
+Dict = Mapping[str, Any]
+DPI = 100
+BLUE, GREEN, RED, GREY, AMBER = "#5b8def", "#2e7d32", "#c62828", "#9e9e9e", "#f9a825"
+
+
+def write_plots(
+    out_dir: Path, accuracy: Dict | None, speed: Dict | None, winner: Dict | None = None
+) -> list[str]:
+    """Write reports/latency.png and reports/accuracy.png under out_dir; skip a plot that has no data.
+
+    Returns the written paths relative to out_dir (e.g. "reports/latency.png").
+    """
+    written = []
+    reports = Path(out_dir) / "reports"
+    latency = latency_figure(speed, winner, accuracy)
+    if latency is not None:
+        _save(latency, reports / "latency.png")
+        written.append("reports/latency.png")
+    acc = accuracy_figure(accuracy)
+    if acc is not None:
+        _save(acc, reports / "accuracy.png")
+        written.append("reports/accuracy.png")
+    return written
+
+
+def _figure(width: float, height: float, **kwargs: Any):
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as exc:  # a core dependency, but say how to get it back
+        raise RuntimeError("plots need matplotlib: pip install matplotlib") from exc
+    fig = Figure(figsize=(width, height), dpi=DPI, **kwargs)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Any, target: Path) -> None:
+    """Write through a temporary name so a reader never sees half a PNG."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    fig.savefig(tmp, format="png", dpi=DPI, metadata={"Software": None})
+    os.replace(tmp, target)
+
+
+# ------------------------------------------------------------------ latency
+
+
+def latency_figure(speed: Dict | None, winner: Dict | None = None, accuracy: Dict | None = None):
+    """One panel per (batch, shape): p50 bars, p50..p99 whiskers, the p50 CI in black, unstable rows hatched.
+
+    Artifacts that failed validation are drawn faded and say so: fast but not deployable.
+    """
+    rows = sorted_results(speed)
+    rows = [r for r in rows if isinstance(r.get("p50_ms"), int | float)]
+    if not rows:
+        return None
+    groups: dict[tuple, list[Dict]] = {}
+    for row in rows:
+        groups.setdefault(group_key(row), []).append(row)
+    heights = [len(g) for g in groups.values()]
+    fig = _figure(9.0, 1.3 + sum(0.38 * h + 0.65 for h in heights), layout="constrained")
+    axes = fig.subplots(
+        len(groups), 1, squeeze=False, gridspec_kw={"height_ratios": [h + 1.2 for h in heights]}
+    )
+    for ax, ((batch, shape), group) in zip(axes[:, 0], groups.items(), strict=True):
+        _latency_panel(ax, group, winner, _failed(accuracy))
+        ax.set_title(f"batch {batch}, shape {shape}", loc="left", fontsize=10)
+    axes[-1, 0].set_xlabel("latency (ms)")
+    fig.legend(handles=_latency_legend(), loc="outside upper center", ncols=6, fontsize=8, frameon=False)
+    return fig
+
+
+def _failed(accuracy: Dict | None) -> set[str]:
+    return {name for name, entry in artifacts_of(accuracy).items() if not entry.get("passed")}
+
+
+def _latency_panel(ax: Any, rows: list[Dict], winner: Dict | None, failed: set[str]) -> None:
+    y = list(range(len(rows)))[::-1]  # fastest on top
+    p50 = [float(r["p50_ms"]) for r in rows]
+    p99 = [max(float(r.get("p99_ms") or r["p50_ms"]), float(r["p50_ms"])) for r in rows]
+    colours = [_bar_colour(r, winner) for r in rows]
+    bars = ax.barh(y, p50, color=colours, edgecolor="#333", linewidth=0.6, height=0.62)
+    for bar, row in zip(bars, rows, strict=True):
+        if row.get("stable") is False:
+            bar.set_hatch("///")
+        if row.get("artifact") in failed:
+            bar.set_alpha(0.4)
+    ax.errorbar(
+        p50,
+        y,
+        xerr=[[0.0] * len(rows), [b - a for a, b in zip(p50, p99, strict=True)]],
+        fmt="none",
+        ecolor="#444",
+        elinewidth=1,
+        capsize=3,
+    )
+    for yi, row in zip(y, rows, strict=True):
+        ci = row.get("p50_ci95_ms")
+        if isinstance(ci, list | tuple) and len(ci) == 2:
+            ax.hlines(yi, ci[0], ci[1], color="black", linewidth=4)
+    log = max(p99) / max(min(p50), 1e-9) > 20
+    if log:
+        ax.set_xscale("log")
+        ax.minorticks_off()
+    for yi, a, b, row in zip(y, p50, p99, rows, strict=True):
+        note = f"p50 {a:.3g} · p99 {b:.3g} ms" + ("  unstable" if row.get("stable") is False else "")
+        note += "  failed validation" if row.get("artifact") in failed else ""
+        # a column right of the axes: never over a bar, and the layout makes room for it
+        ax.text(1.01, yi, note, va="center", fontsize=8, transform=ax.get_yaxis_transform())
+    ax.set_xlim(left=min(p50) / 2 if log else 0, right=max(p99) * (1.5 if log else 1.08))
+    ax.set_yticks(y, [runner_label(r) for r in rows], fontsize=8)
+    ax.grid(axis="x", color="#eee")
+    ax.set_axisbelow(True)
+
+
+def _bar_colour(row: Dict, winner: Dict | None) -> str:
+    if is_winner_row(row, winner):
+        return GREEN
+    return GREY if str(row.get("artifact", "")).startswith("torch-") else BLUE
+
+
+def _latency_legend() -> list:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    return [
+        Patch(facecolor=BLUE, edgecolor="#333", label="p50"),
+        Patch(facecolor=GREEN, edgecolor="#333", label="winner"),
+        Patch(facecolor=GREY, edgecolor="#333", label="torch reference"),
+        Patch(facecolor="white", edgecolor="#333", hatch="///", label="unstable"),
+        Line2D([], [], color="#444", linewidth=1, label="p50..p99"),
+        Line2D([], [], color="black", linewidth=4, label="p50 95% CI"),
+    ]
+
+
+# ------------------------------------------------------------------ accuracy
+
+
+def accuracy_figure(accuracy: Dict | None):
+    """Per metric, each artifact's deciding check (dot) against its threshold (bar), on a log scale of error."""
+    entries = artifacts_of(accuracy)
+    metrics = metrics_present(accuracy)[:4]
+    if not entries or not metrics:
+        return None
+    names = list(entries)
+    fig = _figure(min(4.2 * len(metrics), 13.0), 1.6 + 0.36 * len(names), layout="constrained")
+    axes = fig.subplots(1, len(metrics), squeeze=False, sharey=True)
+    y = list(range(len(names)))[::-1]
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        _accuracy_panel(ax, metric, [key_checks(entries[n]).get(metric) for n in names], y)
+    first = axes[0, 0]
+    first.set_yticks(y, names, fontsize=8)
+    for label, name in zip(first.get_yticklabels(), names, strict=True):
+        if not entries[name].get("passed"):
+            label.set_color(RED)
+    fig.legend(handles=_accuracy_legend(), loc="outside upper center", ncols=4, fontsize=8, frameon=False)
+    return fig
+
+
+def _error(metric: str, value: Any) -> float:
+    """The plotted error: 1 - cosine for cosine (so lower is better everywhere), the value otherwise."""
+    if not isinstance(value, int | float) or math.isnan(value):
+        return math.nan
+    return 1.0 - value if metric == "cosine" else float(value)
+
+
+def _accuracy_panel(ax: Any, metric: str, checks: Sequence[Dict | None], y: list[int]) -> None:
+    points = [
+        (yi, c, _error(metric, c.get("value")), _error(metric, c.get("threshold")))
+        for yi, c in zip(y, checks, strict=True)
+        if c is not None
+    ]
+    positive = [v for _, _, e, t in points for v in (e, t) if not math.isnan(v) and v > 0]
+    floor = min(positive) / 10 if positive else 1e-12
+    top = max(positive) * 4 if positive else 1.0
+    for yi, check, err, thr in points:
+        colour = _check_colour(check)
+        if math.isnan(err):
+            ax.plot([thr if not math.isnan(thr) else top / 2], [yi], marker="X", markersize=9, color=RED)
+            continue
+        shown = max(err, floor)
+        if not math.isnan(thr):
+            ax.hlines(yi, min(shown, thr), max(shown, thr), color=colour, linewidth=1.5, alpha=0.6)
+            ax.plot([thr], [yi], marker="|", markersize=14, markeredgewidth=2, color="black")
+        ax.plot([shown], [yi], marker="o", markersize=7, color=colour, markeredgecolor="#222")
+    for yi, check, _, _ in points:  # the values in a column right of the panel, clear of the markers
+        text = fmt_metric(metric, check.get("value"))
+        ax.text(1.02, yi, text, va="center", fontsize=7, color="#333", transform=ax.get_yaxis_transform())
+    ax.set_xscale("log")
+    ax.minorticks_off()  # a decade grid reads as well, and unlabelled minor ticks cost seconds of layout
+    ax.set_xlim(floor / 2, top)
+    ax.set_ylim(-0.7, len(y) - 0.3)
+    title = "1 − cosine (worst)" if metric == "cosine" else f"{metric} (worst)"
+    ax.set_title(title + ", lower is better", fontsize=9)
+    ax.grid(axis="x", color="#eee")
+    ax.set_axisbelow(True)
+
+
+def _check_colour(check: Dict) -> str:
+    if check.get("passed"):
+        return GREEN
+    return AMBER if is_informational(check) else RED
+
+
+def _accuracy_legend() -> list:
+    from matplotlib.lines import Line2D
+
+    dot = {"marker": "o", "linestyle": "none", "markeredgecolor": "#222"}
+    return [
+        Line2D([], [], color=GREEN, label="within threshold", **dot),
+        Line2D([], [], color=RED, label="fails threshold", **dot),
+        Line2D([], [], color=AMBER, label="over threshold, informational", **dot),
+        Line2D(
+            [],
+            [],
+            color="black",
+            marker="|",
+            linestyle="none",
+            markersize=12,
+            markeredgewidth=2,
+            label="threshold",
+        ),
+    ]

@@ -1,0 +1,157 @@
+"""The closing console table of a deploy: one line per artifact and runner, verdict and latency at a glance."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from pipeline.report.facts import (
+    artifacts_of,
+    failing_checks,
+    fmt_metric,
+    fmt_ms,
+    group_key,
+    is_winner_row,
+    key_checks,
+    not_run,
+    precision_of,
+    results_of,
+    unique,
+)
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+Dict = Mapping[str, Any]
+
+
+def summary_table(
+    accuracy: Dict | None, speed: Dict | None, winner: Dict | None, objective_batch: int | None
+) -> Table:
+    """Artifact, precision, accuracy verdict with its deciding figure, p50 / p99 per benchmarked shape.
+
+    Lines are ordered by p50 in the first latency column (fastest first), unmeasured ones last.
+    With objective_batch, only that batch's shapes get columns (the ones selection judged); the winner's
+    line is starred, and artifacts this host cannot run say so with the reason.
+    """
+    from rich.table import Table
+
+    rows = results_of(speed)
+    columns = unique(f"{b}|{s}" for b, s in sorted({group_key(r) for r in rows}))
+    if objective_batch is not None:
+        columns = [c for c in columns if c.split("|", 1)[0] == str(objective_batch)]
+    table = Table(title="Deploy summary", caption=_caption(winner, rows), caption_justify="left")
+    for name in ("artifact", "runtime", "precision", "accuracy"):
+        table.add_column(name, no_wrap=name == "artifact", overflow="fold")  # fold: never drop digits
+    for column in columns:
+        batch, shape = column.split("|", 1)
+        table.add_column(f"p50 / p99 ms\nbatch {batch}, {shape}", justify="right", no_wrap=True)
+    table.add_column("note", ratio=1, overflow="fold")
+    for line in sorted(_lines(accuracy, speed, winner, columns), key=lambda line: line["order"]):
+        table.add_row(*line["cells"], style=line["style"])
+    return table
+
+
+def _caption(winner: Dict | None, rows: list[Dict]) -> str:
+    parts = []
+    if winner:
+        parts.append(f"★ winner: {winner.get('artifact')} ({winner.get('runtime')}, {winner.get('io')} I/O)")
+    else:
+        parts.append("no winner: nothing passed sign-off")
+    if any(r.get("stable") is False for r in rows):
+        parts.append("~ unstable row: read its spread, not a clean number")
+    return "; ".join(parts)
+
+
+def _runners(accuracy: Dict | None, speed: Dict | None) -> list[tuple[str, str | None, str | None]]:
+    """(artifact, runtime, io) lines: validated artifacts first, then benchmark-only ones, then the not-run."""
+    names = unique(
+        [
+            *artifacts_of(accuracy),
+            *(str(r.get("artifact")) for r in results_of(speed)),
+            *(a for a, _, _ in not_run(accuracy, speed)),
+        ]
+    )
+    lines = []
+    for name in names:
+        runners = unique(
+            f"{r.get('runtime')}|{r.get('io')}" for r in results_of(speed) if r.get("artifact") == name
+        )
+        if not runners:
+            lines.append((name, None, None))
+        for runner in runners:
+            runtime, io = runner.split("|", 1)
+            lines.append((name, runtime, io))
+    return lines
+
+
+def _lines(accuracy: Dict | None, speed: Dict | None, winner: Dict | None, columns: list[str]) -> list[dict]:
+    entries = artifacts_of(accuracy)
+    reasons = {a: r for a, r, _ in reversed(not_run(accuracy, speed))}
+    lines = []
+    for name, runtime, io in _runners(accuracy, speed):
+        mine = [
+            r
+            for r in results_of(speed)
+            if (r.get("artifact"), r.get("runtime"), r.get("io")) == (name, runtime, io)
+        ]
+        won = any(is_winner_row(r, winner) for r in mine)
+        cells_by_column = {"|".join(map(str, group_key(r))): _latency(r) for r in mine}
+        runtime_text = runtime if io in (None, "host") else f"{runtime} ({io} I/O)"
+        entry = entries.get(name)
+        note = _note(entry, reasons.get(name), bool(mine))
+        first = [r for r in mine if columns and "|".join(map(str, group_key(r))) == columns[0]]
+        order = (
+            float(first[0]["p50_ms"])
+            if first and isinstance(first[0].get("p50_ms"), int | float)
+            else math.inf
+        )
+        lines.append(
+            {
+                "order": (order, len(lines)),
+                "cells": [
+                    f"★ {name}" if won else name,
+                    runtime_text or "—",
+                    precision_of(name, accuracy),
+                    _accuracy_cell(name, entry),
+                    *[cells_by_column.get(c, "—") for c in columns],
+                    note,
+                ],
+                "style": "bold green"
+                if won
+                else ("red" if entry is not None and not entry.get("passed") else None),
+            }
+        )
+    return lines
+
+
+def _latency(row: Dict) -> str:
+    text = f"{fmt_ms(row.get('p50_ms'))} / {fmt_ms(row.get('p99_ms'))}"
+    return text + " ~" if row.get("stable") is False else text
+
+
+def _accuracy_cell(name: str, entry: Dict | None) -> str:
+    """'pass cosine 0.999930' or 'FAIL cosine 0.971200 < 0.98': the same metric for every passing line."""
+    if entry is None:
+        return "reference" if name.startswith("torch-") else "not validated"
+    failing = failing_checks(entry)
+    if failing:
+        check = failing[0]
+        broken = "<" if check.get("metric") == "cosine" else ">"
+        return f"FAIL {check.get('metric')} {fmt_metric(str(check.get('metric')), check.get('value'))} {broken} {check.get('threshold')}"
+    if not entry.get("passed"):
+        return "FAIL"
+    required = [c for c in key_checks(entry).values() if not c.get("informational")]
+    if not required:
+        return "pass"
+    check = required[0]
+    return f"pass {check.get('metric')} {fmt_metric(str(check.get('metric')), check.get('value'))}"
+
+
+def _note(entry: Dict | None, not_run_reason: str | None, benchmarked: bool) -> str:
+    if not benchmarked and not_run_reason:
+        return f"not runnable on this host: {not_run_reason}"
+    if entry is not None and not entry.get("passed") and entry.get("reason"):
+        return str(entry["reason"])
+    return not_run_reason or ""

@@ -1,0 +1,203 @@
+"""ONNX Runtime runners: CPUExecutionProvider (io host) and, where present, CUDAExecutionProvider with host
+I/O and with device I/O (IOBinding: inputs and outputs preallocated on the GPU once per shape).
+
+Sessions are pinned the same way for every ONNX artifact: intra-op threads from the recipe (default all
+CPUs), one inter-op thread, sequential execution, every graph optimization.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pipeline.runners.base import Feeds
+from pipeline.runners.torch_runner import intra_op_threads
+
+if TYPE_CHECKING:
+    from pipeline.stages.base import ArtifactRecord, RunContext
+
+CUDA_PROVIDER = "CUDAExecutionProvider"
+CPU_PROVIDER = "CPUExecutionProvider"
+ORT_TYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(int8)": np.int8,
+    "tensor(uint8)": np.uint8,
+    "tensor(bool)": np.bool_,
+}
+
+
+def _onnxruntime() -> Any:
+    try:
+        import onnxruntime
+    except ImportError:
+        raise ImportError(
+            "onnxruntime is not installed: pip install 'deploy-pipeline[cpu]' (or [gpu] for onnxruntime-gpu)"
+        ) from None
+    return onnxruntime
+
+
+def session_options(threads: int) -> Any:
+    ort = _onnxruntime()
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3
+    return options
+
+
+def output_names(session_outputs: list[str], recipe_outputs: list[str]) -> dict[str, str]:
+    """Session output name -> recipe output name: identity where the names match, else by position
+    (an exporter may rename outputs); outputs beyond the recipe's keep their own names."""
+    if set(recipe_outputs) <= set(session_outputs):
+        return {name: name for name in session_outputs}
+    return {
+        name: recipe_outputs[i] if i < len(recipe_outputs) else name for i, name in enumerate(session_outputs)
+    }
+
+
+class OnnxRuntimeRunner:
+    """One InferenceSession. infer() feeds only the inputs the session declares, cast to its dtypes."""
+
+    def __init__(
+        self,
+        artifact: str,
+        path: Path,
+        recipe_outputs: list[str],
+        threads: int,
+        provider: str = CPU_PROVIDER,
+        io: str = "host",
+    ):
+        if io == "device" and provider != CUDA_PROVIDER:
+            raise ValueError("device I/O needs the CUDA execution provider")
+        self.artifact, self.path, self.io = artifact, Path(path), io
+        self.runtime = "onnxruntime-cuda" if provider == CUDA_PROVIDER else "onnxruntime-cpu"
+        self._provider, self._threads, self._recipe_outputs = provider, threads, recipe_outputs
+        self._session: Any = None
+        self._inputs: dict[str, Any] = {}
+        self._names: dict[str, str] = {}
+        self._prepared: Any = None
+        self._binding: Any = None
+        self._device_values: list[Any] = []
+        self.cuda_stream: Any = None
+
+    # ------------------------------------------------------------ life cycle
+
+    def activate(self) -> None:
+        ort = _onnxruntime()
+        providers: list[Any] = [CPU_PROVIDER]
+        if self._provider == CUDA_PROVIDER:
+            providers = [(CUDA_PROVIDER, self._cuda_options()), CPU_PROVIDER]
+        self._session = ort.InferenceSession(
+            str(self.path), session_options(self._threads), providers=providers
+        )
+        if self._provider not in self._session.get_providers():
+            raise RuntimeError(
+                f"{self.artifact}: ONNX Runtime did not enable {self._provider} (got {self._session.get_providers()})"
+            )
+        self._inputs = {i.name: ORT_TYPES.get(i.type) for i in self._session.get_inputs()}
+        self._names = output_names([o.name for o in self._session.get_outputs()], self._recipe_outputs)
+
+    def deactivate(self) -> None:
+        self._session = self._prepared = self._binding = self.cuda_stream = None
+        self._device_values = []
+
+    # ------------------------------------------------------------ inference
+
+    def infer(self, feeds: Feeds) -> Feeds:
+        results = self._session.run(None, self._feeds(feeds))
+        return {
+            self._names[o.name]: value for o, value in zip(self._session.get_outputs(), results, strict=True)
+        }
+
+    def prepare(self, feeds: Feeds) -> None:
+        """Cast once (host I/O) or bind inputs and preallocated outputs on the GPU once (device I/O)."""
+        host = self._feeds(feeds)
+        if self.io != "device":
+            self._prepared = host
+            return
+        ort = _onnxruntime()
+        shapes = self.infer(feeds)  # one untimed run tells the output shapes and dtypes at this shape
+        binding = self._session.io_binding()
+        self._device_values = []
+        for name, array in host.items():
+            value = ort.OrtValue.ortvalue_from_numpy(array, "cuda", 0)
+            binding.bind_ortvalue_input(name, value)
+            self._device_values.append(value)
+        for output in self._session.get_outputs():
+            out = shapes[self._names[output.name]]
+            value = ort.OrtValue.ortvalue_from_shape_and_type(list(out.shape), out.dtype, "cuda", 0)
+            binding.bind_ortvalue_output(output.name, value)
+            self._device_values.append(value)
+        binding.synchronize_inputs()
+        self._binding = binding
+
+    def infer_prepared(self) -> None:
+        if self.io == "device":
+            self._session.run_with_iobinding(self._binding)
+        else:
+            self._session.run(None, self._prepared)
+
+    def synchronize(self) -> None:
+        if self._binding is not None:
+            self._binding.synchronize_outputs()
+        if self.cuda_stream is not None:
+            self.cuda_stream.synchronize()
+
+    # ------------------------------------------------------------ helpers
+
+    def _feeds(self, feeds: Feeds) -> Feeds:
+        missing = [name for name in self._inputs if name not in feeds]
+        if missing:
+            raise KeyError(
+                f"{self.artifact}: the session needs input(s) {missing}, feeds have {sorted(feeds)}"
+            )
+        return {
+            name: np.ascontiguousarray(feeds[name], dtype=dtype) if dtype is not None else feeds[name]
+            for name, dtype in self._inputs.items()
+        }
+
+    def _cuda_options(self) -> dict[str, str]:
+        """Run on a stream we own (when torch has CUDA) so that CUDA events can be recorded on it."""
+        try:
+            import torch
+        except ImportError:
+            return {}
+        if not torch.cuda.is_available():
+            return {}
+        self.cuda_stream = torch.cuda.Stream()
+        return {"user_compute_stream": str(self.cuda_stream.cuda_stream)}
+
+
+def cuda_provider_available() -> bool:
+    """The CUDA provider is built in and a GPU is present (onnxruntime-gpu lists it on GPU-less hosts too)."""
+    if CUDA_PROVIDER not in _onnxruntime().get_available_providers():
+        return False
+    return Path("/dev/nvidia0").exists() or _torch_cuda()
+
+
+def _torch_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def onnx_runners(artifact: ArtifactRecord, ctx: RunContext) -> list[OnnxRuntimeRunner]:
+    """CPU always; CUDA with host and device I/O where onnxruntime-gpu sees a GPU."""
+    threads, outputs = intra_op_threads(ctx.recipe), list(ctx.recipe.outputs)
+    runners = [OnnxRuntimeRunner(artifact.name, artifact.path, outputs, threads)]
+    if cuda_provider_available():
+        runners += [
+            OnnxRuntimeRunner(artifact.name, artifact.path, outputs, threads, CUDA_PROVIDER, "host"),
+            OnnxRuntimeRunner(artifact.name, artifact.path, outputs, threads, CUDA_PROVIDER, "device"),
+        ]
+    return runners

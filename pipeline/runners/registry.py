@@ -1,0 +1,72 @@
+"""Which runners can load an artifact on this machine, by artifact kind (an explicit dict literal).
+
+Validation and benchmark both ask here, so that they run every artifact the same way. An artifact this
+machine cannot run comes back as NotRunnable with the reason, for the reports' not_run lists.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pipeline.runners.base import NotRunnable, Runner
+from pipeline.runners.torch_runner import reference_runners as _torch_reference_runners
+
+if TYPE_CHECKING:
+    from pipeline.stages.base import ArtifactRecord, RunContext
+
+RunnerFactory = Callable[["ArtifactRecord", "RunContext"], "list[Runner] | NotRunnable"]
+
+
+def _torchscript(artifact: ArtifactRecord, ctx: RunContext) -> list[Runner] | NotRunnable:
+    from pipeline.runners.torch_runner import torchscript_runners
+
+    return list(torchscript_runners(artifact, ctx))
+
+
+def _onnx(artifact: ArtifactRecord, ctx: RunContext) -> list[Runner] | NotRunnable:
+    try:
+        from pipeline.runners.onnxruntime_runner import onnx_runners
+
+        return list(onnx_runners(artifact, ctx))
+    except ImportError as exc:
+        return NotRunnable(artifact.name, str(exc))
+
+
+def _engine(artifact: ArtifactRecord, ctx: RunContext) -> list[Runner] | NotRunnable:
+    """TensorRT engines live in pipeline.runners.tensorrt, imported only when an engine is asked for."""
+    try:
+        module = importlib.import_module("pipeline.runners.tensorrt")
+    except ModuleNotFoundError as exc:
+        if exc.name != "pipeline.runners.tensorrt":
+            raise
+        return NotRunnable(
+            artifact.name, "no TensorRT runner in this installation (pipeline.runners.tensorrt is missing)"
+        )
+    return module.runners_for_engine(artifact, ctx)
+
+
+RUNNERS: dict[str, RunnerFactory] = {
+    "torchscript": _torchscript,
+    "onnx": _onnx,
+    "engine": _engine,
+}
+
+
+def runners_for(artifact: ArtifactRecord, ctx: RunContext) -> list[Runner] | NotRunnable:
+    """Every way this machine can run the artifact (host-I/O CPU runner first), or why it cannot."""
+    factory = RUNNERS.get(artifact.kind)
+    if factory is None:
+        return NotRunnable(
+            artifact.name, f"no runner for artifact kind '{artifact.kind}' (known: {', '.join(RUNNERS)})"
+        )
+    runners = factory(artifact, ctx)
+    if isinstance(runners, list) and not runners:
+        return NotRunnable(artifact.name, f"no runtime for a {artifact.kind} artifact on this machine")
+    return runners
+
+
+def reference_runners(ctx: RunContext) -> list[Runner]:
+    """The eager FP32 PyTorch model (artifact name torch-fp32): CPU, and CUDA where available."""
+    return list(_torch_reference_runners(ctx))

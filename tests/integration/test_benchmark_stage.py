@@ -1,0 +1,170 @@
+"""The benchmark stage end to end on real tiny artifacts (ONNX + TorchScript) with tiny windows: the
+structure of speed.json, never the speed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from pipeline.stages.benchmark import BenchShape, benchmark_shapes, data_sequence_lengths, flags, stage
+from tests.unit.runners.tiny_artifacts import export_onnx, export_torchscript, record, tiny_context
+
+TINY_WINDOWS = dict(
+    warmup_iters=2,
+    warmup_s=0.01,
+    window_s=0.01,
+    stable_windows=2,
+    min_iters=3,
+    min_s=0.02,
+    max_windows=3,
+    max_s=0.2,
+    intra_op_threads=1,
+)
+ROW_KEYS = {
+    "artifact",
+    "runtime",
+    "io",
+    "batch",
+    "shapes",
+    "n",
+    "mean_ms",
+    "p50_ms",
+    "p90_ms",
+    "p95_ms",
+    "p99_ms",
+    "min_ms",
+    "max_ms",
+    "cv",
+    "p50_ci95_ms",
+    "stable",
+}
+ENGINE = "tensorrt-rtx-fp16"
+GPU = torch.cuda.is_available()
+GPU_MODES = [("cuda", "host"), ("cuda", "device")]
+
+
+@pytest.fixture(scope="module")
+def speed(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    workdir = tmp_path_factory.mktemp("bench")
+    ctx = tiny_context(workdir, **TINY_WINDOWS)
+    messages: list[str] = []
+    ctx.report = messages.append
+    art = tmp_path_factory.mktemp("artifacts")
+    inputs = {
+        "onnx-fp32": export_onnx(ctx, art / "model.onnx"),
+        "torchscript-fp32": export_torchscript(ctx, art / "model.ts"),
+        ENGINE: record(ENGINE, art / "model.tensorrt-rtx.fp16.engine", "engine", "fp16"),
+    }
+    bench = stage(ctx.recipe, ctx.recipe_dir, list(inputs))
+    assert bench.name == "benchmark" and bench.critical and bench.volatile
+    assert bench.consumes_any == tuple(inputs)
+    json.dumps(bench.config)
+    result = bench.run(ctx, inputs)
+    assert [o.path for o in result.outputs] == ["reports/speed.json"] and result.outputs[0].kind == "report"
+    report = json.loads((workdir / "reports" / "speed.json").read_text())
+    report["_messages"] = messages
+    return report
+
+
+def test_speed_json_has_the_contract_keys(speed: dict) -> None:
+    assert speed["schema_version"] == 1
+    conditions = speed["conditions"]
+    for key in ("intra_op_threads", "device", "versions", "policy", "measured_at", "host"):
+        assert key in conditions
+    assert conditions["intra_op_threads"] == 1
+    assert conditions["measured_at"].endswith("Z")
+    assert conditions["policy"]["max_windows"] == 3
+    for row in speed["results"]:
+        assert set(row) >= ROW_KEYS, ROW_KEYS - set(row)
+        assert row["n"] >= 1 and len(row["p50_ci95_ms"]) == 2
+        assert row["min_ms"] <= row["p50_ms"] <= row["max_ms"]
+        assert isinstance(row["stable"], bool)
+        assert row["io"] == "host" or GPU  # on the CPU every row is host I/O
+
+
+def test_one_row_per_artifact_runner_and_shape(speed: dict) -> None:
+    rows = [(r["artifact"], r["runtime"], r["io"], r["batch"]) for r in speed["results"]]
+    expected = {
+        (artifact, f"{kind}-{device}", io, batch)
+        for artifact, kind in [
+            ("torch-fp32", "torch"),
+            ("torchscript-fp32", "torchscript"),
+            ("onnx-fp32", "onnxruntime"),
+        ]
+        for device, io in [("cpu", "host")] + (GPU_MODES if GPU else [])
+        for batch in (1, 2)
+    }
+    # a TorchScript traced on the CPU may bake the CPU device in: on CUDA it then fails, and says so
+    failed = {(e["artifact"], e["runtime"], e["io"], e["batch"]) for e in speed["not_run"] if "runtime" in e}
+    assert all(f[1] == "torchscript-cuda" for f in failed)
+    assert set(rows) | failed == expected and len(rows) + len(failed) == len(expected)
+    for row in speed["results"]:
+        assert row["shapes"] == {"input_ids": [row["batch"], 16], "attention_mask": [row["batch"], 16]}
+
+
+def test_engine_without_gpu_is_not_run_with_a_reason(speed: dict) -> None:
+    entries = [e for e in speed["not_run"] if e["artifact"] == ENGINE]
+    assert len(entries) == 1 and entries[0]["reason"]
+    assert all(r["artifact"] != ENGINE for r in speed["results"])
+
+
+def test_flags_list_and_progress(speed: dict) -> None:
+    assert isinstance(speed["flags"], list)
+    unstable = {(f["artifact"], f["batch"]) for f in speed["flags"] if f["kind"] == "unstable"}
+    assert unstable == {(r["artifact"], r["batch"]) for r in speed["results"] if not r["stable"]}
+    assert any(m.startswith("benchmark onnx-fp32") and "batch 2" in m for m in speed["_messages"])
+
+
+def _row(artifact: str, precision: str, p50: float, ci: tuple[float, float]) -> dict:
+    return {
+        "artifact": artifact,
+        "precision": precision,
+        "runtime": "onnxruntime-cpu",
+        "io": "host",
+        "batch": 1,
+        "sequence_length": 16,
+        "shapes": {"x": [1, 16]},
+        "p50_ms": p50,
+        "p50_ci95_ms": list(ci),
+        "stable": True,
+        "cv": 0.01,
+        "stop_reason": "stable",
+    }
+
+
+def test_int8_not_faster_than_fp16_is_flagged() -> None:
+    slower = flags(
+        [_row("onnx-fp16", "fp16", 10.0, (9.8, 10.2)), _row("onnx-int8", "int8", 11.0, (10.8, 11.2))]
+    )
+    assert [(f["kind"], f["artifact"], f["than"]) for f in slower] == [
+        ("int8_not_faster", "onnx-int8", "onnx-fp16")
+    ]
+    noise = flags([_row("onnx-fp16", "fp16", 10.0, (9.5, 10.5)), _row("onnx-int8", "int8", 9.9, (9.4, 10.4))])
+    assert [f["kind"] for f in noise] == ["int8_not_faster"]
+    faster = flags([_row("onnx-fp16", "fp16", 10.0, (9.8, 10.2)), _row("onnx-int8", "int8", 5.0, (4.9, 5.1))])
+    assert faster == []
+
+
+def test_shapes_follow_the_recipe(tmp_path: Path) -> None:
+    recipe = tiny_context(tmp_path).recipe
+    assert benchmark_shapes(recipe) == [BenchShape(1, 16), BenchShape(2, 16)]
+    from_data = recipe.model_copy(
+        update={"benchmark": recipe.benchmark.model_copy(update={"sequence_lengths": "data"})}
+    )
+    assert benchmark_shapes(from_data, [5, 9, 10, 40, 50]) == [
+        BenchShape(b, s) for b in (1, 2) for s in (10, 32)
+    ]
+    assert benchmark_shapes(from_data, []) == [BenchShape(1, 16), BenchShape(2, 16)]  # no token lengths: opt
+    no_sequence = recipe.model_copy(
+        update={"benchmark": recipe.benchmark.model_copy(update={"sequence_dim": None})}
+    )
+    assert benchmark_shapes(no_sequence) == [BenchShape(1, None), BenchShape(2, None)]
+
+
+def test_data_sequence_lengths_are_median_and_p90_clipped() -> None:
+    assert data_sequence_lengths(list(range(1, 101)), 8, 256) == [50, 90]
+    assert data_sequence_lengths([3, 3, 3], 8, 256) == [8]
+    assert data_sequence_lengths([], 8, 256) == []

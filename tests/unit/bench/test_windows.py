@@ -1,0 +1,160 @@
+"""The measurement policy, driven by deterministic fake workloads on a fake clock: these tests check what
+the policy decides (when it stops, what it discards, how it interleaves), never how fast anything is."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from pipeline.bench.timer import Sample
+from pipeline.bench.windows import Measurement, WindowPolicy, measure, measure_interleaved
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Workload:
+    """Each call 'takes' latency(i) milliseconds of the fake clock; all calls are logged."""
+
+    def __init__(
+        self, clock: FakeClock, latency: Callable[[int], float], name: str = "w", log: list | None = None
+    ):
+        self.clock, self.latency, self.name = clock, latency, name
+        self.calls = 0
+        self.log = log if log is not None else []
+
+    def __call__(self) -> Sample:
+        ms = self.latency(self.calls)
+        self.calls += 1
+        self.clock.now += ms / 1000.0
+        self.log.append(self.name)
+        return Sample(ms, ms)
+
+
+# Binary-exact numbers (1/64 s calls, 1/4 s windows) keep window boundaries exact.
+POLICY = WindowPolicy(
+    warmup_iters=10,
+    warmup_s=0.25,
+    window_s=0.25,
+    stable_windows=3,
+    stable_within=0.05,
+    min_iters=20,
+    min_s=1.0,
+    max_windows=10,
+    max_s=15.0,
+)
+CALL_MS = 15.625
+
+
+def test_policy_comes_from_the_recipe() -> None:
+    from pipeline.recipe import BenchmarkConfig
+
+    policy = WindowPolicy.from_config(BenchmarkConfig(window_s=0.5, max_windows=4))
+    assert policy.window_s == 0.5 and policy.max_windows == 4 and policy.warmup_iters == 10
+    assert policy.describe()["discard_first_call"] is True
+
+
+def test_warm_up_discards_the_first_call_then_meets_count_and_time() -> None:
+    clock = FakeClock()
+    work = Workload(clock, lambda i: 1000.0 if i == 0 else CALL_MS)
+    m = measure(work, POLICY, clock)
+    # first call (1 s, "compilation") + 16 calls to reach 0.25 s (>= 10 calls)
+    assert m.warmup_iters == 17
+    assert m.warmup_s == pytest.approx(0.25)
+    assert len(m.samples) == work.calls - m.warmup_iters
+    assert 1000.0 not in m.ms()
+
+
+def test_warm_up_needs_the_iteration_count_even_when_time_is_spent() -> None:
+    clock = FakeClock()
+    work = Workload(clock, lambda i: 500.0)
+    m = measure(work, WindowPolicy(warmup_iters=10, warmup_s=0.2, max_windows=1), clock)
+    assert m.warmup_iters == 11
+
+
+def test_stops_as_soon_as_windows_agree_and_minimums_are_met() -> None:
+    clock = FakeClock()
+    m = measure(Workload(clock, lambda i: CALL_MS), POLICY, clock)
+    assert m.stable and m.done and m.stop_reason == "stable"
+    assert len(m.window_medians) == 4  # 3 agreeing windows exist after 0.75 s; min_s = 1 s needs a 4th
+    assert len(m.samples) == 64 and m.elapsed_s == pytest.approx(1.0)
+
+
+def test_windows_hold_at_least_one_call_and_min_iters_is_honoured() -> None:
+    clock = FakeClock()
+    policy = WindowPolicy(
+        warmup_iters=1, warmup_s=0.01, window_s=0.2, min_iters=5, min_s=1.0, max_windows=50, max_s=100
+    )
+    m = measure(Workload(clock, lambda i: 500.0), policy, clock)
+    assert m.stable
+    assert len(m.window_medians) == 5 and len(m.samples) == 5  # one call per window, five calls needed
+
+
+def test_drifting_workload_caps_at_max_windows_and_is_flagged() -> None:
+    clock = FakeClock()
+    m = measure(Workload(clock, lambda i: CALL_MS * (1 + 0.02 * i)), POLICY, clock)
+    assert not m.stable and m.done
+    assert len(m.window_medians) == POLICY.max_windows
+    assert m.stop_reason.startswith("cap") and "windows" in m.stop_reason
+    assert m.window_spread(POLICY.stable_windows) > POLICY.stable_within
+
+
+def test_time_cap_stops_before_the_window_cap() -> None:
+    clock = FakeClock()
+    policy = WindowPolicy(warmup_iters=1, warmup_s=0.01, window_s=0.25, max_windows=100, max_s=2.0)
+    m = measure(Workload(clock, lambda i: CALL_MS * (1 + 0.05 * i)), policy, clock)
+    assert not m.stable
+    assert m.stop_reason == "cap: 2 s"
+    assert len(m.window_medians) < 100 and m.elapsed_s >= 2.0
+
+
+def test_candidates_are_interleaved_window_by_window() -> None:
+    clock, log, order = FakeClock(), [], []
+    steady = Workload(clock, lambda i: CALL_MS, "A", log)
+    drifting = Workload(clock, lambda i: CALL_MS * (1 + 0.02 * i), "B", log)
+    other = Workload(clock, lambda i: CALL_MS, "C", log)
+
+    def on_window(key: str, m: Measurement) -> None:
+        order.append(key)
+
+    results = measure_interleaved({"A": steady, "B": drifting, "C": other}, POLICY, clock, on_window)
+    assert order[:6] == ["A", "B", "C", "A", "B", "C"]
+    assert results["A"].stable and results["C"].stable and not results["B"].stable
+    # once A and C are done, B alone finishes its windows
+    assert order[12:] == ["B"] * (POLICY.max_windows - 4)
+    # every candidate is warmed up before any window runs
+    warm = [results[k].warmup_iters for k in "ABC"]
+    assert log[: sum(warm)] == ["A"] * warm[0] + ["B"] * warm[1] + ["C"] * warm[2]
+
+
+def test_a_failing_candidate_is_dropped_and_the_others_finish() -> None:
+    clock = FakeClock()
+
+    def broken(i: int) -> float:
+        if i > 30:
+            raise RuntimeError("out of memory at this shape")
+        return CALL_MS
+
+    results = measure_interleaved(
+        {"ok": Workload(clock, lambda i: CALL_MS), "bad": Workload(clock, broken)}, POLICY, clock
+    )
+    assert results["ok"].stable and results["ok"].error is None
+    assert results["bad"].error == "RuntimeError: out of memory at this shape"
+    assert not results["bad"].stable
+
+
+def test_plain_float_workloads_are_accepted() -> None:
+    clock = FakeClock()
+
+    def work() -> float:
+        clock.now += CALL_MS / 1000
+        return CALL_MS
+
+    m = measure(work, POLICY, clock)
+    assert m.stable and m.wall_ms() == m.ms()

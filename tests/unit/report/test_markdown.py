@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+from pipeline.report.markdown import escape, render_markdown
+from tests.unit.report import samples
+
+
+def _section(text: str, title: str) -> str:
+    start = text.index(f"## {title}")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else None]
+
+
+def test_verdict_comes_first_and_winner_is_named(inputs):
+    text = render_markdown(**inputs)
+    assert text.startswith("# Sign-off: bert v0003")
+    assert text.index("**SIGNED OFF**") < text.index("## Winner") < text.index("## Accuracy")
+    winner = _section(text, "Winner")
+    assert "onnx-int8-dynamic on onnxruntime-cpu (host I/O): 10.8 ms" in winner
+    assert "Runner-up: onnx-fp16 at 30.2 ms" in winner
+    assert "does not overlap the runner-up" in winner
+
+
+def test_failed_sign_off_gives_reasons_and_no_winner(inputs):
+    inputs["header"] = samples.header(signed_off=False)
+    inputs["winner"] = None
+    text = render_markdown(**inputs)
+    verdict = _section(text, "Verdict")
+    assert "**NOT SIGNED OFF**" in verdict
+    assert "- no artifact passed validation" in verdict
+    assert "No artifact was selected" in _section(text, "Winner")
+    assert "★" not in text
+
+
+def test_accuracy_table_shows_failing_artifact_and_its_reason(inputs):
+    acc = _section(render_markdown(**inputs), "Accuracy")
+    row = next(line for line in acc.splitlines() if line.startswith("| onnx-int8 |"))
+    assert "| FAIL |" in row
+    assert "0.971200 ≥ 0.98 ✗" in row
+    assert "cosine 0.971200 \\< 0.98 on sentence_embedding @ data" in row
+    assert "- onnx-int8: sentence_embedding @ data: cosine 0.971200 ≥ 0.98 ✗" in acc
+    fp16 = next(line for line in acc.splitlines() if line.startswith("| onnx-fp16 |"))
+    assert "| pass |" in fp16 and "0.061 ≤ 0.05 ✗ (info)" in fp16  # informational miss does not gate
+
+
+def test_speed_table_marks_winner_and_unstable_row(inputs):
+    speed = _section(render_markdown(**inputs), "Speed")
+    lines = speed.splitlines()
+    winner_rows = [line for line in lines if "★" in line and line.startswith("|")]
+    assert (
+        len(winner_rows) == 1
+        and "| onnx-int8-dynamic ★ | onnxruntime-cpu | host | 1 | 1×128 | 10.8 |" in winner_rows[0]
+    )
+    unstable = next(line for line in lines if line.startswith("| onnx-fp16 |") and "| 8 |" in line)
+    assert unstable.endswith("| NO |")
+    assert "182–186" in unstable
+    assert "hit the window cap" in speed
+
+
+def test_not_run_flags_stages_and_environment(inputs):
+    text = render_markdown(**inputs)
+    not_run = _section(text, "Not run")
+    assert "tensorrt-rtx-fp16" in not_run
+    assert "no TensorRT-RTX runtime for this machine: no GPU (cudaError 35 \\<driver>)" in not_run
+    assert "validation, benchmark" in not_run
+    flags = _section(text, "Flags")
+    assert (
+        "- int8 not faster: onnx-int8 (onnxruntime-cpu) batch 1, shape 1×128: onnx-int8 p50 36.100 ms"
+        in flags
+    )
+    assert "- unstable: onnx-fp16 (onnxruntime-cpu) batch 8, shape 8×128: stopped by max_windows" in flags
+    stages = _section(text, "Stages")
+    assert (
+        "| int8_entropy | failed | 3.1 s | calibration failed: Too many bins for data range \\<x> |" in stages
+    )
+    assert "Traceback (most recent call last)" in stages  # the full error, in a code block, unescaped
+    assert "TracerWarning" in stages
+    assert "| intra_op_threads | 2 |" in _section(text, "Benchmark conditions")
+    assert "| onnxruntime.providers | CPUExecutionProvider |" in _section(text, "Environment")
+
+
+def test_changes_section_from_previous_version(inputs):
+    text = render_markdown(**inputs, previous=samples.previous())
+    changes = _section(text, "Changes since v0002")
+    assert "onnx-fp32 batch 1 p50 34.7 -> 31.6 ms (-9%)" in changes
+    assert "winner onnx-fp32 (onnxruntime-cpu, host I/O) -> onnx-int8-dynamic" in changes
+    assert "onnx-int8 accuracy pass -> FAIL" in changes
+    assert "Changes since" not in render_markdown(**inputs)
+
+
+def test_plots_are_linked_relative_to_reports(inputs):
+    text = render_markdown(**inputs, plots=["reports/latency.png", "reports/accuracy.png"])
+    assert "](latency.png)" in text and "](accuracy.png)" in text
+    assert "](reports/" not in text
+
+
+def test_escape_keeps_markdown_inert():
+    assert escape("a<b>|c*d") == "a\\<b>\\|c\\*d"
+    assert escape("versions.tensorrt[0]") == "versions.tensorrt[0]"
+    assert escape("input_ids") == "input_ids"
+    assert escape("__init__") == "\\_\\_init\\_\\_"
+
+
+def test_empty_inputs_render(inputs):
+    text = render_markdown(inputs["header"], None, None, None, [])
+    assert "**SIGNED OFF**" in text and "## Speed" not in text
+
+
+def test_same_inputs_same_text(inputs):
+    assert render_markdown(**inputs, previous=samples.previous()) == render_markdown(
+        **inputs, previous=samples.previous()
+    )

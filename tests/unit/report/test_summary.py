@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+from rich.console import Console
+
+from pipeline.report.summary import summary_table
+
+
+def _text(table, width: int = 220) -> str:
+    console = Console(width=width, record=True, color_system=None)
+    console.print(table)
+    return console.export_text()
+
+
+def _line(text: str, artifact: str) -> str:
+    return next(line for line in text.splitlines() if f" {artifact} " in line)
+
+
+def test_every_artifact_with_verdict_and_latency(inputs):
+    text = _text(summary_table(inputs["accuracy"], inputs["speed"], inputs["winner"], None))
+    assert "batch 1, 1×128" in text and "batch 8, 8×128" in text
+    assert "10.8 / 12.5" in _line(text, "★ onnx-int8-dynamic")
+    assert "pass cosine 0.986200" in _line(text, "★ onnx-int8-dynamic")
+    failed = _line(text, "onnx-int8")
+    assert "FAIL cosine 0.971200 < 0.98" in failed and "36.1 / 41.9" in failed
+    assert "184 / 332 ~" in _line(text, "onnx-fp16")  # unstable
+    assert "reference" in _line(text, "torch-fp32")
+    assert "not runnable on this host: no TensorRT-RTX runtime" in _line(text, "tensorrt-rtx-fp16")
+    assert "★ winner: onnx-int8-dynamic (onnxruntime-cpu, host I/O)" in text
+    rows = [line for line in text.splitlines() if "onnxruntime-cpu" in line and "│" in line]
+    assert "onnx-int8-dynamic" in rows[0]  # fastest first
+
+
+def test_objective_batch_keeps_only_its_columns(inputs):
+    text = _text(summary_table(inputs["accuracy"], inputs["speed"], inputs["winner"], 1))
+    assert "batch 1, 1×128" in text and "batch 8" not in text
+    assert "65.9" not in text
+
+
+def test_no_winner_and_no_speed(inputs):
+    text = _text(summary_table(inputs["accuracy"], None, None, 1))
+    assert "no winner" in text and "★" not in text
+    assert "onnx-int8" in text and "not runnable on this host" in text
+
+
+def test_narrow_console_keeps_digits(inputs):
+    text = _text(summary_table(inputs["accuracy"], inputs["speed"], inputs["winner"], None), width=100)
+    assert "…" not in text

@@ -1,0 +1,65 @@
+"""Real artifacts of the tiny test encoder (tests/models/tiny.py), exported the plain way for runner tests:
+ONNX through the TorchScript-based exporter, TorchScript through torch.jit.trace."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pipeline.recipe_loader import load
+from pipeline.stages.base import ArtifactRecord, RunContext
+
+RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "tiny.yaml"
+
+
+def tiny_context(workdir: Path, **benchmark: object) -> RunContext:
+    """A RunContext for the tiny recipe, with benchmark settings replaced where given."""
+    recipe = load(RECIPE, []).recipe
+    if benchmark:
+        recipe = recipe.model_copy(update={"benchmark": recipe.benchmark.model_copy(update=benchmark)})
+    return RunContext(recipe=recipe, recipe_dir=RECIPE.parent, workdir=workdir)
+
+
+def _examples(ctx: RunContext) -> tuple[torch.Tensor, ...]:
+    feeds = ctx.dataset().feeds_at({"batch": 2, "sequence": 16})
+    return tuple(torch.from_numpy(feeds[s.name]) for s in ctx.recipe.inputs)
+
+
+def record(name: str, path: Path, kind: str, precision: str = "fp32") -> ArtifactRecord:
+    digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "0" * 64
+    return ArtifactRecord(name=name, path=path, kind=kind, precision=precision, sha256=digest, stage="test")
+
+
+def export_onnx(ctx: RunContext, path: Path, output_names: list[str] | None = None) -> ArtifactRecord:
+    inputs = [s.name for s in ctx.recipe.inputs]
+    outputs = output_names or list(ctx.recipe.outputs)
+    axes = {name: {0: "batch", 1: "sequence"} for name in inputs}
+    axes.update({outputs[0]: {0: "batch", 1: "sequence"}, outputs[1]: {0: "batch"}})
+    torch.onnx.export(
+        ctx.model().module,
+        _examples(ctx),
+        str(path),
+        input_names=inputs,
+        output_names=outputs,
+        dynamic_axes=axes,
+        opset_version=17,
+        dynamo=False,
+    )
+    return record("onnx-fp32", path, "onnx")
+
+
+def export_torchscript(ctx: RunContext, path: Path) -> ArtifactRecord:
+    with torch.inference_mode(False), torch.no_grad():
+        traced = torch.jit.trace(ctx.model().module, _examples(ctx))
+    traced.save(str(path))
+    return record("torchscript-fp32", path, "torchscript")
+
+
+def expected(ctx: RunContext, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The eager module's outputs, computed directly (not through a runner)."""
+    with torch.no_grad():
+        out = ctx.model().module(*(torch.from_numpy(feeds[s.name]) for s in ctx.recipe.inputs))
+    return {name: t.numpy() for name, t in zip(ctx.recipe.outputs, out, strict=True)}
