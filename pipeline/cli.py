@@ -59,7 +59,7 @@ def _list(args: argparse.Namespace, console: Console) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    console = Console()
+    console = Console() if sys.stdout.isatty() else Console(width=120)  # logs and CI: no 80-column wrapping
     try:
         if args.command == "validate":
             from pipeline import preflight

@@ -49,7 +49,7 @@ def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False) -> int
             return 0
         executor.previous = from_latest + [(d, read_records(d)) for d in store.leftover_work_dirs()]
         work = store.new_work_dir()
-        records = _run_with_progress(executor, RunContext(loaded.recipe, recipe_dir, work), rebench, console)
+        records = _run_with_progress(executor, RunContext(loaded.recipe, recipe_dir, work, cache_dir=store.cache_dir), rebench, console)
         version = store.next_version()
         from pipeline.bench.environment import capture_environment
         from pipeline.signoff import write_signoff

@@ -112,8 +112,11 @@ def load_model(recipe: Recipe, recipe_dir: Path) -> LoadedModel:
 
 
 def _load_huggingface(src: HuggingFaceSource, recipe: Recipe, recipe_dir: Path, names: list[str]) -> LoadedModel:
+    import transformers
     from transformers import AutoModel, AutoTokenizer
 
+    transformers.logging.set_verbosity_error()  # its load-time notes and progress bars are not ours to print
+    transformers.logging.disable_progress_bar()
     location = huggingface_dir(src, recipe_dir)
     local = Path(location).is_dir()
     if src.offline and not local:

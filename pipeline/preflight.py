@@ -53,7 +53,7 @@ def _package_problems(loaded: LoadedRecipe) -> list[Problem]:
     if "onnx-int8" in recipe.variants.build and recipe.export.int8.quantizer == "modelopt" and not _installed("modelopt"):
         out.append(loaded.problem("export.int8.quantizer", "NVIDIA ModelOpt is not installed (pip install nvidia-modelopt, without its [onnx] extra)"))
     if any(v.startswith(("tensorrt-", "engine-")) for v in recipe.variants.build):
-        from pipeline.trt.flavour import preflight_problems
+        from pipeline.stages.tensorrt import preflight_problems
 
         out += [loaded.problem(key, message) for key, message in preflight_problems(recipe)]
     return out

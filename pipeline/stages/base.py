@@ -52,6 +52,7 @@ class RunContext:
     recipe_dir: Path
     workdir: Path
     report: Callable[[str], None] = lambda message: None  # progress text for the live display
+    cache_dir: Path | None = None  # the store's cache (e.g. TensorRT timing caches), never a version folder
     _cache: dict[str, Any] = field(default_factory=dict)
 
     def model(self) -> LoadedModel:

@@ -7,8 +7,10 @@ dropped so that the bytes do not depend on where the code lives."""
 from __future__ import annotations
 
 import io
+import logging
 import warnings
-from contextlib import redirect_stdout
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 
 import onnx
@@ -86,12 +88,27 @@ def _strip_location_metadata(model: onnx.ModelProto) -> None:
         node.metadata_props.extend(kept)
 
 
+@contextmanager
+def _captured_logs(name: str, stream: io.StringIO) -> Iterator[None]:
+    """The exporter logs to the console through `logging`; keep its messages in the stage log instead."""
+    logger = logging.getLogger(name)
+    handler = logging.StreamHandler(stream)
+    saved = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = saved
+
+
 def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
     cfg = ctx.recipe.export.onnx
     target = ctx.path("model.onnx")
     details: dict = {"exporter": cfg.exporter, "opset": cfg.opset}
     log = io.StringIO()
-    with warnings.catch_warnings(record=True) as caught, redirect_stdout(log):
+    with warnings.catch_warnings(record=True) as caught, redirect_stdout(log), _captured_logs("torch.onnx", log):
         warnings.simplefilter("always")
         if cfg.exporter == "dynamo":
             ctx.report("onnx: exporting with the dynamo exporter")

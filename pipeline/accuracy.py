@@ -1,0 +1,309 @@
+"""Accuracy of one artifact against the FP32 reference: small named metrics, Check records, and an
+ArtifactAccuracy object that is truthy when every required check passed.
+
+Pure numpy, no runtimes: the validate stage runs the models and hands the outputs here, so every rule of
+what "passed" means lives in one small, unit-testable place.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pipeline.recipe import Tolerance
+
+METRIC_NAMES = ("max_abs", "mean_abs", "max_rel", "cosine")
+LOWER_BOUNDS = frozenset({"cosine"})  # value must be >= threshold; every other metric must be <= threshold
+FINITE = "finite"  # the check counting NaN/inf in the artifact's output; always required, threshold 0
+COMPARABLE = "comparable"  # the check standing in for all others when outputs cannot be compared at all
+REL_EPSILON = 1e-6
+
+# ---------------------------------------------------------------- metrics (one pair of arrays each)
+
+
+def _diff(reference: np.ndarray, actual: np.ndarray) -> np.ndarray:
+    return np.abs(np.asarray(actual, np.float64) - np.asarray(reference, np.float64))
+
+
+def max_abs(reference: np.ndarray, actual: np.ndarray) -> float:
+    """Largest absolute difference of any element."""
+    return float(_diff(reference, actual).max(initial=0.0))
+
+
+def mean_abs(reference: np.ndarray, actual: np.ndarray) -> float:
+    """Mean absolute difference over all elements."""
+    d = _diff(reference, actual)
+    return float(d.mean()) if d.size else 0.0
+
+
+def max_rel(reference: np.ndarray, actual: np.ndarray, epsilon: float = REL_EPSILON) -> float:
+    """Largest |actual - reference| / max(|reference|, epsilon): epsilon keeps near-zero references finite."""
+    scale = np.maximum(np.abs(np.asarray(reference, np.float64)), epsilon)
+    return float((_diff(reference, actual) / scale).max(initial=0.0))
+
+
+def _rows(a: np.ndarray) -> np.ndarray:
+    a = np.asarray(a, np.float64)
+    return a.reshape(1, -1) if a.ndim == 0 else a.reshape(a.shape[0], -1)
+
+
+def cosine(reference: np.ndarray, actual: np.ndarray) -> float:
+    """Lowest cosine similarity between matching samples (rows along the batch axis, flattened).
+
+    The lowest row, not the mean: one bad sample in a batch must not hide behind good ones. Two all-zero
+    rows count as identical (1.0); one zero row against a non-zero one as unrelated (0.0).
+    """
+    r, a = _rows(reference), _rows(actual)
+    if r.shape[0] == 0:
+        return 1.0
+    dot = (r * a).sum(axis=1)
+    nr, na = np.linalg.norm(r, axis=1), np.linalg.norm(a, axis=1)
+    norms, both_zero = nr * na, (nr == 0) & (na == 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sims = np.where(norms > 0, dot / np.where(norms > 0, norms, 1.0), np.where(both_zero, 1.0, 0.0))
+    return float(np.clip(sims, -1.0, 1.0).min())
+
+
+METRICS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
+    "max_abs": max_abs,
+    "mean_abs": mean_abs,
+    "max_rel": max_rel,
+    "cosine": cosine,
+}
+
+# ---------------------------------------------------------------- measurements over batches
+
+
+@dataclass(frozen=True)
+class Measure:
+    """Every metric of one output over one batch (or aggregated over several), plus what went wrong."""
+
+    values: dict[str, float]
+    elements: int
+    nonfinite: int = 0
+    problem: str | None = None  # not comparable: missing output, shape mismatch, non-finite reference
+
+
+def measure(reference: np.ndarray, actual: np.ndarray | None) -> Measure:
+    """All metrics of one output for one batch; a missing output, a shape mismatch or a non-finite reference
+    make the pair not comparable (a problem, not a crash)."""
+    reference = np.asarray(reference)
+    if actual is None:
+        return Measure({}, 0, problem="output missing from the artifact's results")
+    actual = np.asarray(actual)
+    if actual.shape != reference.shape:
+        return Measure(
+            {}, 0, problem=f"shape {list(actual.shape)} differs from the reference {list(reference.shape)}"
+        )
+    ref_nonfinite = _nonfinite(reference)
+    if ref_nonfinite:
+        return Measure({}, 0, problem=f"the reference itself has {ref_nonfinite} NaN/inf values")
+    values = {name: fn(reference, actual) for name, fn in METRICS.items()}
+    return Measure(values, int(actual.size), _nonfinite(actual))
+
+
+def _nonfinite(a: np.ndarray) -> int:
+    return int(a.size - np.count_nonzero(np.isfinite(a.astype(np.float64, copy=False))))
+
+
+def combine(measures: list[Measure]) -> Measure:
+    """Aggregate batches: max of max_abs and max_rel, min of cosine, element-weighted mean of mean_abs."""
+    if len(measures) == 1:
+        return measures[0]
+    problems = [m.problem for m in measures if m.problem]
+    if problems:
+        return Measure({}, 0, sum(m.nonfinite for m in measures), problems[0])
+    elements = sum(m.elements for m in measures)
+    values = {
+        "max_abs": max(m.values["max_abs"] for m in measures),
+        "max_rel": max(m.values["max_rel"] for m in measures),
+        "cosine": min(m.values["cosine"] for m in measures),
+        "mean_abs": sum(m.values["mean_abs"] * m.elements for m in measures) / elements if elements else 0.0,
+    }
+    return Measure(values, elements, sum(m.nonfinite for m in measures))
+
+
+# ---------------------------------------------------------------- tolerances and checks
+
+
+def thresholds_for(tolerance: Tolerance, output: str) -> dict[str, tuple[float | None, bool]]:
+    """metric -> (threshold, informational) for one output: the precision's tolerance, with the fields the
+    per-output override sets replacing it. A metric without a threshold is informational."""
+    override = tolerance.outputs.get(output)
+    resolved = {}
+    for metric in METRIC_NAMES:
+        threshold = getattr(tolerance, metric)
+        informational = metric in tolerance.informational
+        if override is not None:
+            if metric in override.model_fields_set:
+                threshold = getattr(override, metric)
+            if "informational" in override.model_fields_set:
+                informational = metric in override.informational
+        resolved[metric] = (threshold, informational or threshold is None)
+    return resolved
+
+
+@dataclass(frozen=True)
+class Check:
+    """One metric of one output on one input set (min | opt | max | data) against its threshold."""
+
+    output: str
+    inputs: str
+    metric: str
+    value: float | None
+    threshold: float | None
+    passed: bool
+    informational: bool
+    reason: str | None = None
+
+    @property
+    def blocking(self) -> bool:
+        """A required check that failed: this alone fails the artifact."""
+        return not self.passed and not self.informational
+
+    def severity(self) -> float:
+        """How far past its threshold (1.0 = at it); problems and non-finite values rank worst."""
+        if (
+            self.reason is not None
+            or self.metric in (FINITE, COMPARABLE)
+            or None in (self.value, self.threshold)
+        ):
+            return math.inf
+        if self.metric in LOWER_BOUNDS:
+            slack = 1.0 - self.threshold
+            return (1.0 - self.value) / slack if slack > 0 else math.inf
+        return self.value / self.threshold
+
+    def describe(self) -> str:
+        """One line naming output, metric and input set, e.g. 'pooled cosine 0.91 < 0.98 at opt'."""
+        if self.metric == FINITE and self.value:
+            return f"{self.output} has {self.value} NaN/inf values at {self.inputs}"
+        if self.reason is not None:
+            return f"{self.output} {self.metric} at {self.inputs}: {self.reason}"
+        if self.value is None or self.threshold is None:
+            return f"{self.output} {self.metric} at {self.inputs}: no value"
+        op = "<" if self.metric in LOWER_BOUNDS else ">"
+        if self.passed:
+            op = ">=" if self.metric in LOWER_BOUNDS else "<="
+        value, threshold = _distinct(self.value, self.threshold)
+        return f"{self.output} {self.metric} {value} {op} {threshold} at {self.inputs}"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "output": self.output,
+            "inputs": self.inputs,
+            "metric": self.metric,
+            "value": self.value,
+            "threshold": self.threshold,
+            "passed": self.passed,
+            "informational": self.informational,
+        }
+        if self.reason is not None:
+            out["reason"] = self.reason
+        return out
+
+
+def _distinct(a: float, b: float) -> tuple[str, str]:
+    """Format two numbers with just enough digits that they do not print the same (0.99995 vs 0.9999)."""
+    for digits in range(3, 10):
+        sa, sb = f"{a:.{digits}g}", f"{b:.{digits}g}"
+        if sa != sb:
+            return sa, sb
+    return repr(a), repr(b)
+
+
+def _passes(metric: str, value: float, threshold: float) -> bool:
+    return value >= threshold if metric in LOWER_BOUNDS else value <= threshold
+
+
+def checks_for(output: str, inputs: str, m: Measure, tolerance: Tolerance) -> list[Check]:
+    """The finite check plus one check per metric for one output on one input set."""
+    if m.problem is not None:
+        return [Check(output, inputs, COMPARABLE, None, None, False, False, m.problem)]
+    finite_reason = f"{m.nonfinite} NaN/inf values in the output" if m.nonfinite else None
+    checks = [Check(output, inputs, FINITE, m.nonfinite, 0, m.nonfinite == 0, False, finite_reason)]
+    for metric, (threshold, informational) in thresholds_for(tolerance, output).items():
+        value = m.values.get(metric)
+        if value is None or not math.isfinite(value) or m.nonfinite:
+            reason = finite_reason or "not a finite number"
+            checks.append(Check(output, inputs, metric, None, threshold, False, informational, reason))
+            continue
+        passed = True if threshold is None else _passes(metric, value, threshold)
+        checks.append(Check(output, inputs, metric, value, threshold, passed, informational))
+    return checks
+
+
+# ---------------------------------------------------------------- one artifact
+
+
+@dataclass
+class ArtifactAccuracy:
+    """All checks of one artifact; truthy when it ran and no required check failed."""
+
+    artifact: str
+    precision: str | None
+    runtime: str | None
+    checks: list[Check] = field(default_factory=list)
+    error: str | None = None  # the runtime raised: the artifact failed without (complete) checks
+    details: dict[str, Any] = field(default_factory=dict)  # extra report fields (e.g. Polygraphy's verdict)
+
+    def __bool__(self) -> bool:
+        return self.error is None and bool(self.checks) and not any(c.blocking for c in self.checks)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self)
+
+    def failures(self) -> list[Check]:
+        """Required failing checks, worst first."""
+        return sorted((c for c in self.checks if c.blocking), key=lambda c: -c.severity())
+
+    @property
+    def reason(self) -> str | None:
+        """None when passed; else the runtime error or the worst failing check in one line."""
+        if self.error is not None:
+            return self.error
+        if not self.checks:
+            return "no checks ran"
+        failures = self.failures()
+        if not failures:
+            return None
+        more = f" (and {len(failures) - 1} more failing checks)" if len(failures) > 1 else ""
+        return failures[0].describe() + more
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "reason": self.reason,
+            "precision": self.precision,
+            "runtime": self.runtime,
+            "checks": [c.to_json() for c in self.checks],
+            **self.details,
+        }
+
+
+Outputs = Mapping[str, np.ndarray]
+
+
+def evaluate(
+    accuracy: ArtifactAccuracy,
+    reference: Mapping[str, list[Outputs]],
+    actual: Mapping[str, list[Outputs]],
+    outputs: Iterable[str],
+    tolerance: Tolerance,
+) -> ArtifactAccuracy:
+    """Fill `accuracy` with checks: per input set (min/opt/max/data, each a list of batches) and output,
+    the batches are measured, combined, and checked against the tolerance."""
+    for inputs, ref_batches in reference.items():
+        got = actual.get(inputs, [])
+        for output in outputs:
+            per_batch = [
+                measure(ref[output], got[i].get(output) if i < len(got) else None)
+                for i, ref in enumerate(ref_batches)
+            ]
+            accuracy.checks += checks_for(output, inputs, combine(per_batch), tolerance)
+    return accuracy

@@ -1,0 +1,259 @@
+"""Shared ONNX helpers for the precision stages: loading and saving self-contained files, mapping graph nodes
+back to the PyTorch modules they came from, choosing which nodes to quantize, and counting what a graph holds.
+
+Module paths matter because the dynamo exporter renames nodes and initializers (`node_MatMul_51`, `val_52`):
+a recipe says `*.output.dense`, and only the exporter's `pkg.torch.onnx.name_scopes` metadata ties that name to
+a node. The legacy exporter encodes the same path in node names (`/encoder/layer.0/output/dense/MatMul`)."""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+
+from pipeline.errors import StageError
+from pipeline.stages.base import package_version
+
+NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
+PROTOBUF_LIMIT = 2**31 - 1
+FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
+# Nodes that move or reinterpret data rather than compute on it; excluded from the fp16 share.
+_NON_COMPUTE = {"Cast", "Constant", "Identity", "Shape", "Size", "QuantizeLinear", "DequantizeLinear"}
+
+
+# ------------------------------------------------------------------ files
+
+
+def load(path: Path | str) -> onnx.ModelProto:
+    """Load a model with its weights (external data, if the file has any, is pulled in)."""
+    return onnx.load(str(path), load_external_data=True)
+
+
+def save(model: onnx.ModelProto, path: Path | str) -> None:
+    """Write one self-contained file (the contract: no external data below 2 GB); protobuf's serializer is
+    deterministic for equal messages, so equal models give equal bytes."""
+    data = model.SerializeToString(deterministic=True)
+    if len(data) > PROTOBUF_LIMIT:
+        raise StageError(f"{Path(path).name}: {len(data)} bytes exceeds the 2 GB limit of a self-contained ONNX file")
+    Path(path).write_bytes(data)
+
+
+def onnx_environment(*extra: str) -> dict[str, str | None]:
+    """Library versions an ONNX stage depends on; onnxruntime may come from either wheel."""
+    env = {
+        "onnx": package_version("onnx"),
+        "onnxruntime": package_version("onnxruntime") or package_version("onnxruntime-gpu"),
+    }
+    env.update({name: package_version(name) for name in extra})
+    return env
+
+
+def graph_inputs(model: onnx.ModelProto) -> list[str]:
+    """Inputs a session must be fed (old-style graphs also list initializers as inputs)."""
+    inits = {i.name for i in model.graph.initializer}
+    return [i.name for i in model.graph.input if i.name not in inits]
+
+
+def op_counts(model: onnx.ModelProto) -> dict[str, int]:
+    """Node count per op type (domain-qualified when not the default domain), sorted by name."""
+    counts = Counter(f"{n.domain}.{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type for n in model.graph.node)
+    return dict(sorted(counts.items()))
+
+
+# ------------------------------------------------------------------ node -> module path
+
+
+def module_path(node: onnx.NodeProto) -> str | None:
+    """The PyTorch module a node was exported from ('encoder.layer.0.output.dense'), '' for the top level,
+    None when neither the dynamo metadata nor a legacy-style node name tells."""
+    for prop in node.metadata_props:
+        if prop.key == NAME_SCOPES_KEY:
+            scopes = _parse_scopes(prop.value)
+            if scopes is not None:
+                # The last scope is the FX node itself (e.g. 'linear_3'); the one before it is its module.
+                return scopes[-2] if len(scopes) >= 2 else ""
+    if node.name.startswith("/") and node.name.count("/") >= 2:
+        return ".".join(node.name.strip("/").split("/")[:-1])
+    return None
+
+
+def _parse_scopes(value: str) -> list[str] | None:
+    try:
+        scopes = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return None
+    if isinstance(scopes, list | tuple) and all(isinstance(s, str) for s in scopes):
+        return list(scopes)
+    return None
+
+
+def module_paths(model: onnx.ModelProto) -> dict[str, str | None]:
+    """Node name -> module path for every node of the main graph."""
+    return {n.name: module_path(n) for n in model.graph.node}
+
+
+def matches(path: str | None, patterns: Iterable[str]) -> bool:
+    """fnmatch on the module path ('*' also crosses dots); a node with no known path matches nothing."""
+    return path is not None and any(fnmatch.fnmatchcase(path, p) for p in patterns)
+
+
+@dataclass
+class Selection:
+    """Which nodes of the quantizable op types to quantize, and which the recipe's rules left out and why."""
+
+    quantize: list[str] = field(default_factory=list)
+    excluded: dict[str, str] = field(default_factory=dict)  # node name -> reason
+    paths: dict[str, str | None] = field(default_factory=dict)
+
+    def label(self, node_name: str) -> str:
+        return self.paths.get(node_name) or node_name
+
+
+def select_nodes(
+    model: onnx.ModelProto,
+    op_types: Iterable[str],
+    weights_only_matmul: bool,
+    include: Iterable[str] = (),
+    exclude: Iterable[str] = (),
+) -> Selection:
+    """Nodes to quantize: op type listed; for MatMul (when weights_only_matmul) a constant second input;
+    module path matching `include` (when given) and not matching `exclude`."""
+    op_types, include, exclude = set(op_types), list(include), list(exclude)
+    constants = {i.name for i in model.graph.initializer} | {
+        o for n in model.graph.node if n.op_type == "Constant" for o in n.output
+    }
+    selection = Selection(paths=module_paths(model))
+    for node in model.graph.node:
+        if node.op_type not in op_types:
+            continue
+        path = selection.paths[node.name]
+        if weights_only_matmul and node.op_type == "MatMul" and node.input[1] not in constants:
+            selection.excluded[node.name] = "activation MatMul (weights_only_matmul)"
+        elif include and not matches(path, include):
+            selection.excluded[node.name] = "not matched by include"
+        elif matches(path, exclude):
+            selection.excluded[node.name] = "matched by exclude"
+        else:
+            selection.quantize.append(node.name)
+    return selection
+
+
+def ensure_node_names(model: onnx.ModelProto) -> None:
+    """Give unnamed nodes a stable name (quantizers select nodes by name)."""
+    seen = {n.name for n in model.graph.node if n.name}
+    for i, node in enumerate(model.graph.node):
+        if not node.name:
+            name = f"{node.op_type}_{i}"
+            while name in seen:
+                name += "_"
+            node.name = name
+            seen.add(name)
+
+
+# ------------------------------------------------------------------ precision statistics
+
+
+def value_types(model: onnx.ModelProto) -> dict[str, int] | None:
+    """Element type of every value (inputs, outputs, initializers, inferred intermediates); None when ONNX
+    shape inference cannot type every value (contrib ops such as com.microsoft.SkipLayerNormalization)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    except onnx.shape_inference.InferenceError:
+        return None
+    types = {i.name: i.data_type for i in inferred.graph.initializer}
+    for value in [*inferred.graph.input, *inferred.graph.output, *inferred.graph.value_info]:
+        if value.type.HasField("tensor_type"):
+            types[value.name] = value.type.tensor_type.elem_type
+    for node in inferred.graph.node:
+        if node.op_type == "Constant":
+            for attr in node.attribute:
+                if attr.name == "value":
+                    types[node.output[0]] = attr.t.data_type
+    if any(o and o not in types for n in inferred.graph.node for o in n.output):
+        return None  # ops ONNX has no schema for (contrib domains) leave their outputs untyped
+    return types
+
+
+def fp16_node_share(model: onnx.ModelProto) -> float | None:
+    """Share of compute nodes (those with a floating-point output, casts and constants aside) whose float
+    outputs are all float16: how much of the graph really runs in half precision. None when the graph's
+    types cannot be inferred."""
+    types = value_types(model)
+    if types is None:
+        return None
+    compute = fp16 = 0
+    for node in model.graph.node:
+        if node.op_type in _NON_COMPUTE:
+            continue
+        outs = [types[o] for o in node.output if o and types.get(o) in FLOAT_TYPES]
+        if not outs:
+            continue
+        compute += 1
+        fp16 += all(t == onnx.TensorProto.FLOAT16 for t in outs)
+    return round(fp16 / compute, 4) if compute else 0.0
+
+
+def initializer_dtypes(model: onnx.ModelProto) -> dict[str, int]:
+    """Count of initializers per element type name ('FLOAT16': 120): a quick look at where weights live."""
+    counts = Counter(onnx.TensorProto.DataType.Name(i.data_type) for i in model.graph.initializer)
+    return dict(sorted(counts.items()))
+
+
+def ensure_opset_imports(model: onnx.ModelProto) -> None:
+    """Declare every node domain the graph uses (optimizers add com.microsoft ops without importing it)."""
+    declared = {o.domain for o in model.opset_import}
+    for domain in sorted({n.domain for n in model.graph.node} - declared - {"ai.onnx"}):
+        model.opset_import.append(onnx.helper.make_opsetid(domain, 1))
+
+
+def has_external_data(model: onnx.ModelProto) -> bool:
+    return any(i.data_location == onnx.TensorProto.EXTERNAL for i in model.graph.initializer)
+
+
+def topological_sort(graph: onnx.GraphProto) -> None:
+    """Reorder nodes so that every input is produced before use (converters append Cast nodes at the end);
+    stable: among ready nodes the original order wins, so equal graphs give equal bytes."""
+    produced = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
+    producer = {o: idx for idx, n in enumerate(graph.node) for o in n.output}
+    pending = list(graph.node)
+    waiting_on: dict[str, list[int]] = {}
+    missing = []
+    for idx, node in enumerate(pending):
+        needs = {i for i in _node_inputs(node) if i not in produced and i in producer}
+        missing.append(len(needs))
+        for name in needs:
+            waiting_on.setdefault(name, []).append(idx)
+    import heapq
+
+    ready = [idx for idx, m in enumerate(missing) if m == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        idx = heapq.heappop(ready)
+        order.append(idx)
+        for out in pending[idx].output:
+            for waiter in waiting_on.pop(out, []):
+                missing[waiter] -= 1
+                if missing[waiter] == 0:
+                    heapq.heappush(ready, waiter)
+    if len(order) != len(pending):
+        raise StageError("the graph has a cycle: cannot sort it topologically")
+    nodes = [pending[i] for i in order]
+    del graph.node[:]
+    graph.node.extend(nodes)
+
+
+def _node_inputs(node: onnx.NodeProto) -> set[str]:
+    """Inputs of a node including names its subgraphs (If/Loop bodies) capture from the outer scope."""
+    names = set(node.input)
+    for attr in node.attribute:
+        for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+            inner = {o for n in sub.node for o in n.output} | {i.name for i in sub.input} | {i.name for i in sub.initializer}
+            for n in sub.node:
+                names |= {i for i in _node_inputs(n) if i not in inner}
+    return names

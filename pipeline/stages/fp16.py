@@ -1,0 +1,88 @@
+"""FP16 ONNX: the FP32 graph converted to float16, inputs and outputs kept FP32, overflow-prone ops kept FP32.
+
+Precision has to live in the graph (TensorRT 11 is strongly typed: no FP16 builder flag), so this is the
+artifact both ONNX Runtime and the TensorRT builds use. The converter is ONNX Runtime's own
+(`onnxruntime.transformers.float16`, the maintained copy of onnxconverter-common's): onnxconverter-common 1.16
+leaves `Cast(to=FLOAT)` nodes FP32 while retyping their outputs FP16, which ONNX Runtime refuses to load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+
+from pipeline import onnx_tools
+from pipeline.errors import StageError
+from pipeline.recipe import Fp16Export, Recipe
+from pipeline.stages.base import ArtifactRecord, Output, RunContext, Stage, StageResult
+
+FILE = "model.fp16.onnx"
+
+
+def block_list(cfg: Fp16Export) -> list[str]:
+    """The converter's own list (ops with no FP16 kernels anywhere) plus the recipe's overflow-prone ops."""
+    from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST
+
+    return sorted(set(DEFAULT_OP_BLOCK_LIST) | set(cfg.block_ops))
+
+
+def convert(model: onnx.ModelProto, cfg: Fp16Export) -> onnx.ModelProto:
+    """FP16 copy of `model`: float initializers and constants to float16, Cast nodes around blocked ops and
+    (with keep_io_types) at the graph's float inputs and outputs; checked and topologically sorted."""
+    try:
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+    except ImportError as exc:
+        raise StageError(f"fp16: needs onnxruntime ({exc}); install it: pip install 'deploy-pipeline[cpu]'") from exc
+    converted = convert_float_to_float16(
+        model, keep_io_types=cfg.keep_io_types, op_block_list=block_list(cfg), disable_shape_infer=False
+    )
+    onnx_tools.topological_sort(converted.graph)
+    onnx.checker.check_model(converted)
+    onnx.shape_inference.infer_shapes(converted, check_type=True, strict_mode=True)
+    return converted
+
+
+def onnxruntime_check(path: Path) -> str:
+    """'ok' when ONNX Runtime (CPU) can load the graph, else its message: recorded, not fatal, since an FP16
+    graph can be meant for TensorRT alone (the runners say what can run it)."""
+    import onnxruntime as ort
+
+    try:
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - any load failure is reported as such
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    return "ok"
+
+
+def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
+    cfg = ctx.recipe.export.fp16
+    ctx.report("fp16: converting the FP32 graph to float16")
+    model = onnx_tools.load(inputs["onnx-fp32"].path)
+    converted = convert(model, cfg)
+    target = ctx.path(FILE)
+    onnx_tools.save(converted, target)
+    blocked = set(cfg.block_ops)
+    details = {
+        "fp16_node_share": onnx_tools.fp16_node_share(converted),
+        "blocked_ops": sorted(blocked),
+        "blocked_nodes": sum(n.op_type in blocked for n in converted.graph.node),
+        "keep_io_types": cfg.keep_io_types,
+        "cast_nodes": sum(n.op_type == "Cast" for n in converted.graph.node)
+        - sum(n.op_type == "Cast" for n in model.graph.node),
+        "initializers": onnx_tools.initializer_dtypes(converted),
+        "converter": "onnxruntime.transformers.float16",
+        "onnxruntime_cpu": onnxruntime_check(target),
+    }
+    return StageResult(outputs=[Output(FILE, "onnx", "onnx-fp16", "fp16", details)], details=details)
+
+
+def stage(recipe: Recipe, recipe_dir: Path) -> Stage:
+    return Stage(
+        name="fp16",
+        version=1,
+        run=_run,
+        config={"fp16": recipe.export.fp16.model_dump()},
+        environment=onnx_tools.onnx_environment,
+        consumes=("onnx-fp32",),
+        produces=("onnx-fp16",),
+    )

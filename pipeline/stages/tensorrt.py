@@ -1,0 +1,280 @@
+"""TensorRT engine stages: one per engine variant, each building `model.<flavour>.<precision>.engine` from the
+ONNX of that precision in a child process (pipeline.trt.build).
+
+Variant names: `engine-<p>` uses export.tensorrt.flavour (auto: tensorrt if installed, else tensorrt-rtx);
+`tensorrt-<p>` and `tensorrt-rtx-<p>` name their flavour. Precision lives in the ONNX graph (strongly typed
+builds), so the engine of precision p is built from the ONNX artifact of precision p.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pipeline
+from pipeline.errors import StageError
+from pipeline.recipe import Recipe
+from pipeline.stages.base import ArtifactRecord, Output, RunContext, Stage, StageResult
+from pipeline.trt.flavour import (
+    DISPLAY,
+    INSTALL,
+    RTX_COMPUTE_CAPABILITIES,
+    local_compute_capability,
+    module_name,
+    resolve_flavour,
+    trt_version,
+)
+
+VERSION = 1
+ONNX_SOURCE = {"fp32": "onnx-fp32", "fp16": "onnx-fp16", "int8": "onnx-int8"}
+NO_BUILDER = "no TensorRT builder installed (pip install 'deploy-pipeline[tensorrt-rtx]' or '[tensorrt]')"
+CORNERS = ("min", "opt", "max")
+
+
+class EngineBuildError(StageError):
+    """An engine build failed; carries the ONNX parser's messages (node name, operator, reason) when it parsed."""
+
+    def __init__(self, message: str, parser_errors: list[dict[str, Any]] | None = None):
+        super().__init__(message)
+        self.parser_errors = list(parser_errors or [])
+
+
+def engine_variants(recipe: Recipe) -> list[tuple[int, str, str | None, str]]:
+    """(index in variants.build, variant name, flavour or None when auto finds none, precision) per engine variant."""
+    found = []
+    for i, variant in enumerate(recipe.variants.build):
+        if variant.startswith("engine-"):
+            flavour = resolve_flavour(recipe.export.tensorrt.flavour)
+        elif variant.startswith("tensorrt-rtx-"):
+            flavour = "tensorrt-rtx"
+        elif variant.startswith("tensorrt-"):
+            flavour = "tensorrt"
+        else:
+            continue
+        found.append((i, variant, flavour, variant.rsplit("-", 1)[1]))
+    return found
+
+
+def engine_profiles(recipe: Recipe) -> list[dict[str, list[list[int]]]]:
+    """Optimization profiles as {input: [min shape, opt shape, max shape]}; a profile's dims override the recipe's."""
+    profiles = []
+    for profile in recipe.export.tensorrt.profiles or [None]:
+        dims = {**recipe.dims, **(profile.dims if profile else {})}
+        profiles.append(
+            {
+                spec.name: [[d if isinstance(d, int) else getattr(dims[d], c) for d in spec.shape] for c in CORNERS]
+                for spec in recipe.inputs
+            }
+        )
+    return profiles
+
+
+def stages(recipe: Recipe, recipe_dir: Path) -> list[Stage]:
+    """One stage per distinct (flavour, precision) engine the recipe asks for."""
+    made: dict[str, Stage] = {}
+    for _, _, flavour, precision in engine_variants(recipe):
+        stage = _missing_builder_stage(precision) if flavour is None else _engine_stage(recipe, flavour, precision)
+        made.setdefault(stage.name, stage)
+    return list(made.values())
+
+
+def _missing_builder_stage(precision: str) -> Stage:
+    def run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
+        raise StageError(NO_BUILDER)
+
+    return Stage(name=f"engine-{precision}", version=VERSION, run=run, config={"flavour": None, "precision": precision})
+
+
+def _engine_stage(recipe: Recipe, flavour: str, precision: str) -> Stage:
+    name = f"{flavour}-{precision}"
+    settings = recipe.export.tensorrt
+    config = {
+        "flavour": flavour,
+        "trt_version": trt_version(flavour),
+        "precision": precision,
+        "source": ONNX_SOURCE[precision],
+        "compute_capabilities": list(settings.compute_capabilities) if flavour == "tensorrt-rtx" else ["current"],
+        "profiles": engine_profiles(recipe),
+        "optimization_level": settings.optimization_level,
+        "workspace_mb": settings.workspace_mb,
+    }
+
+    def run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
+        return build_engine(ctx, inputs[config["source"]], name, config, settings.build_timeout_s)
+
+    return Stage(
+        name=name,
+        version=VERSION,
+        run=run,
+        config=config,
+        environment=lambda: builder_environment(flavour),
+        consumes=(config["source"],),
+        produces=(name,),
+    )
+
+
+def builder_environment(flavour: str) -> dict[str, Any]:
+    """The library version a build depends on; the datacenter builder also depends on the GPU it runs on."""
+    env: dict[str, Any] = {"tensorrt_flavour": flavour, "tensorrt_version": trt_version(flavour)}
+    if flavour == "tensorrt":
+        env["gpu_compute_capability"] = local_compute_capability()
+    return env
+
+
+def timing_cache_dir(ctx: RunContext) -> Path:
+    """`<output root>/<recipe name>/.cache/timing`: ctx.cache_dir when the context has one, else derived from the
+    work folder (`<root>/<name>/.work/<run-id>`)."""
+    cache = getattr(ctx, "cache_dir", None) or ctx.workdir.parent.parent / ".cache"
+    return Path(cache) / "timing"
+
+
+def build_engine(
+    ctx: RunContext, onnx: ArtifactRecord, name: str, config: dict[str, Any], timeout_s: float
+) -> StageResult:
+    """Run the builder child for one engine, record its configuration and layers, raise on failure."""
+    flavour, precision = config["flavour"], config["precision"]
+    if module_name(flavour) is None:
+        raise StageError(f"{DISPLAY[flavour]} is not installed ({INSTALL[flavour]})")
+    rel = {
+        "engine": f"model.{flavour}.{precision}.engine",
+        "log": f"logs/{name}.build.log",
+        "build": f"logs/{name}.build.json",
+        "layers": f"logs/{name}.layers.json",
+    }
+    cache = timing_cache_dir(ctx) / f"{flavour}-{config['trt_version']}.cache" if flavour == "tensorrt" else None
+    with tempfile.TemporaryDirectory(prefix=f"{name}-") as tmp:
+        job = {
+            "onnx": str(onnx.path), "engine": str(ctx.path(rel["engine"])), "flavour": flavour,
+            "profiles": config["profiles"], "compute_capabilities": config["compute_capabilities"],
+            "optimization_level": config["optimization_level"], "workspace_mb": config["workspace_mb"],
+            "timing_cache": str(cache) if cache else None, "log": str(ctx.path(rel["log"])),
+            "layers": str(ctx.path(rel["layers"])), "result": str(Path(tmp) / "result.json"),
+        }
+        ctx.report(f"{name}: building from {onnx.name}")
+        result = run_builder(job, Path(tmp), timeout_s, ctx.report)
+    record = {**result, "stage": name, "source": {"artifact": onnx.name, "sha256": onnx.sha256}, "timing_cache": job["timing_cache"]}
+    ctx.path(rel["build"]).write_text(json.dumps(record, indent=1))
+    if not result.get("ok"):
+        raise EngineBuildError(failure_message(name, result), result.get("parser_errors"))
+    details = {k: result.get(k) for k in ("flavour", "trt_version", "compute_capabilities", "profiles",
+                                          "optimization_level", "build_s", "layer_count", "layers_source")}
+    return StageResult(
+        outputs=[
+            Output(rel["engine"], "engine", artifact=name, precision=precision, details=details),
+            Output(rel["log"], "log"),
+            Output(rel["build"], "log"),
+            Output(rel["layers"], "log", details={"source": result["layers_source"], "count": result["layer_count"]}),
+        ],
+        details={"build_s": result["build_s"], "engine_bytes": result["engine_bytes"], "notes": result["notes"]},
+    )
+
+
+def run_builder(job: dict[str, Any], tmp: Path, timeout_s: float, report: Any = print) -> dict[str, Any]:
+    """Launch `python -m pipeline.trt.build` on the job; stream its output lines to `report`, keep them in the
+    build log, and return its JSON result (a synthesized failure when it died without writing one)."""
+    job_path = tmp / "job.json"
+    job_path.write_text(json.dumps(job))
+    root = str(Path(pipeline.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    command = [sys.executable, "-m", "pipeline.trt.build", str(job_path)]
+    start = time.perf_counter()
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines: list[str] = []
+    pump = threading.Thread(target=_pump, args=(proc, lines, report), daemon=True)
+    pump.start()
+    try:
+        returncode = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        returncode = None
+    pump.join(timeout=10)
+    _append_output(Path(job["log"]), lines)
+    result_path = Path(job["result"])
+    if returncode is not None and result_path.is_file():
+        result = json.loads(result_path.read_text())
+    else:
+        result = {"ok": False, "parser_errors": [], "error": _death(returncode, timeout_s, lines)}
+    result["child"] = {"command": command[1:], "returncode": returncode, "wall_s": round(time.perf_counter() - start, 3)}
+    return result
+
+
+def _pump(proc: subprocess.Popen, lines: list[str], report: Any) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        report(line.strip())
+
+
+def _append_output(log: Path, lines: list[str]) -> None:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a", encoding="utf-8") as f:
+        f.write("\n--- builder process output ---\n" + "\n".join(lines) + "\n")
+
+
+def _death(returncode: int | None, timeout_s: float, lines: list[str]) -> str:
+    if returncode is None:
+        return f"the engine build exceeded export.tensorrt.build_timeout_s ({timeout_s:g} s) and was stopped"
+    how = f"was killed by signal {-returncode}" if returncode < 0 else f"exited with {returncode}"
+    tail = " | ".join(lines[-5:]) or "no output"
+    return f"the builder process {how} without a result (native crash?); last output: {tail}"
+
+
+def failure_message(name: str, result: dict[str, Any]) -> str:
+    """One readable message: the error, then every parser error as node (operator): reason."""
+    errors = result.get("parser_errors") or []
+    if not errors:
+        return f"{name}: {result.get('error')}"
+    described = [
+        f"node {e['node_name'] or e['node']} ({e['node_operator'] or '?'}): {e['description']}" if e.get("node_name")
+        else e["message"]
+        for e in errors
+    ]
+    return f"{name}: the ONNX parser rejected the graph: " + "; ".join(described)
+
+
+def preflight_problems(recipe: Recipe) -> list[tuple[str, str]]:
+    """Checks that touch the installation: an engine flavour the recipe names is installed, the compute
+    capabilities suit TensorRT-RTX, and engine profile dims are real dims within min..max."""
+    variants = engine_variants(recipe)
+    if not variants:
+        return []
+    problems = []
+    settings = recipe.export.tensorrt
+    for i, variant, flavour, _ in variants:
+        if flavour is None or module_name(flavour) is not None:
+            continue
+        key = "export.tensorrt.flavour" if variant.startswith("engine-") else f"variants.build[{i}]"
+        problems.append((key, f"'{variant}' needs {DISPLAY[flavour]}, which is not installed ({INSTALL[flavour]})"))
+    if any(flavour == "tensorrt-rtx" for *_, flavour, _ in variants):
+        for j, cc in enumerate(settings.compute_capabilities):
+            if cc not in RTX_COMPUTE_CAPABILITIES:
+                problems.append((f"export.tensorrt.compute_capabilities[{j}]",
+                                 f"TensorRT-RTX cannot target {cc}: it supports {', '.join(RTX_COMPUTE_CAPABILITIES)}"))
+    return _unique(problems) + profile_problems(recipe)
+
+
+def profile_problems(recipe: Recipe) -> list[tuple[str, str]]:
+    """Profile dims must be dims of the inputs, each within min <= opt <= max."""
+    problems = []
+    used = recipe.dim_names()
+    for k, profile in enumerate(recipe.export.tensorrt.profiles):
+        for dim, rng in profile.dims.items():
+            key = f"export.tensorrt.profiles[{k}].dims.{dim}"
+            if dim not in used:
+                problems.append((key, f"'{dim}' is not a dynamic dim of any input"))
+            elif not rng.min <= rng.opt <= rng.max:
+                problems.append((key, f"needs min <= opt <= max (got {rng.min}, {rng.opt}, {rng.max})"))
+    return problems
+
+
+def _unique(problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return list(dict.fromkeys(problems))
+

@@ -1,0 +1,277 @@
+"""Validation: every artifact against the eager PyTorch FP32 reference, on the recipe's shape corners and the
+held-out validation split, all driven through Polygraphy's Comparator so that every runtime sees the same feeds.
+
+The reference runs once; its outputs are kept and every artifact is compared against them output by output
+with the metrics and tolerances of pipeline.accuracy. An artifact with no runtime here goes to not_run; one
+whose runtime raises fails with the error as its reason (the stage itself goes on)."""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.accuracy import ArtifactAccuracy, evaluate
+from pipeline.data import data_fingerprint
+from pipeline.models import model_fingerprint
+from pipeline.recipe import Recipe, Tolerance, ValidationConfig
+from pipeline.runners.base import Feeds, NotRunnable, Runner
+from pipeline.runners.polygraphy_adapter import PolygraphyRunner
+from pipeline.stages.base import ArtifactRecord, Output, RunContext, Stage, StageResult, package_version
+
+REPORT = "reports/accuracy.json"
+REFERENCE = "torch-fp32"
+ERROR_CHARS = 400
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One inference of the validation run: which input set it belongs to, and its feeds."""
+
+    inputs: str  # min | opt | max | data
+    feeds: Feeds
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def validation_batches(ctx: RunContext) -> list[Batch]:
+    """The corners at the recipe's corner batch sizes (never larger), then the held-out split as 'data'."""
+    recipe, dataset = ctx.recipe, ctx.dataset()
+    cfg = recipe.validation
+    batches = []
+    for corner in cfg.corners:
+        dims = dataset.corner_dims(corner)
+        if recipe.benchmark.batch_dim in dims:
+            dims[recipe.benchmark.batch_dim] = cfg.corner_batches.get(corner, 1)
+        batches.append(Batch(corner, dataset.feeds_at(dims)))
+    batches += [Batch("data", feeds) for feeds in dataset.validation_feeds(batch=cfg.data_batch)]
+    return batches
+
+
+def _shape_text(batch: Batch) -> str:
+    return " ".join(f"{name}{list(a.shape)}" for name, a in batch.feeds.items())
+
+
+# ---------------------------------------------------------------- running through Polygraphy
+
+
+class BatchFailure(Exception):
+    """A runner raised on one batch (or while loading, before any batch): says where, keeps the cause."""
+
+    def __init__(self, where: str, cause: BaseException):
+        super().__init__(f"{where}: {_one_line(cause)}")
+        self.where = where
+
+
+def run_batches(ctx: RunContext, runner: Runner, batches: list[Batch], label: str) -> Any:
+    """Comparator.run over all batches with one runner (activated and deactivated by the Comparator);
+    returns Polygraphy's RunResults. Progress is reported per batch; a failure says at which batch."""
+    from polygraphy.comparator import Comparator
+    from polygraphy.logger import G_LOGGER
+
+    started: list[int] = []
+
+    def on_infer(i: int) -> None:
+        started.append(i)
+        _progress(ctx, label, batches, i)
+
+    adapter = PolygraphyRunner(runner, ctx.recipe, on_infer)
+    try:
+        with G_LOGGER.verbosity(G_LOGGER.WARNING):
+            return Comparator.run([adapter], data_loader=[b.feeds for b in batches])
+    except Exception as err:
+        where = (
+            f"at {batches[started[-1]].inputs} ({_shape_text(batches[started[-1]])})"
+            if started
+            else "loading"
+        )
+        raise BatchFailure(where, err) from err
+    finally:
+        if adapter.is_active:
+            adapter.deactivate()
+        del adapter
+        gc.collect()
+
+
+def _progress(ctx: RunContext, label: str, batches: list[Batch], i: int) -> None:
+    batch = batches[i]
+    same = [k for k, b in enumerate(batches) if b.inputs == batch.inputs]
+    part = f" ({same.index(i) + 1}/{len(same)})" if len(same) > 1 else ""
+    ctx.report(f"validate {label} at {batch.inputs}{part}: {_shape_text(batch)}")
+
+
+def _by_inputs(run_results: Any, batches: list[Batch]) -> dict[str, list[dict[str, np.ndarray]]]:
+    """The single runner's iterations regrouped by input set, in batch order."""
+    ((_, iterations),) = run_results.items()
+    grouped: dict[str, list[dict[str, np.ndarray]]] = {}
+    for batch, iteration in zip(batches, iterations, strict=True):
+        grouped.setdefault(batch.inputs, []).append(dict(iteration))
+    return grouped
+
+
+def polygraphy_verdict(reference: Any, actual: Any, recipe: Recipe, tolerance: Tolerance) -> dict[str, Any]:
+    """Polygraphy's own elementwise verdict per output (CompareFunc.simple with the recipe's max_abs as atol and
+    max_rel as rtol): recorded beside our checks for cross-reference; it never gates."""
+    from polygraphy.comparator import Comparator, CompareFunc, RunResults
+    from polygraphy.logger import G_LOGGER
+
+    from pipeline.accuracy import thresholds_for
+
+    atol = {o: thresholds_for(tolerance, o)["max_abs"][0] or 1e-5 for o in recipe.outputs}
+    rtol = {o: thresholds_for(tolerance, o)["max_rel"][0] or 1e-5 for o in recipe.outputs}
+    ((ref_name, ref_iters),) = reference.items()
+    ((act_name, act_iters),) = actual.items()
+    combined = RunResults([(ref_name, ref_iters), (act_name, act_iters)])
+    with G_LOGGER.verbosity(G_LOGGER.CRITICAL):
+        results = Comparator.compare_accuracy(combined, compare_func=CompareFunc.simple(atol=atol, rtol=rtol))
+    per_output: dict[str, Any] = {}
+    for iteration in next(iter(results[0].values())):
+        for output, result in iteration.items():
+            entry = per_output.setdefault(
+                output, {"passed": True, "atol": atol[output], "rtol": rtol[output]}
+            )
+            entry["passed"] = entry["passed"] and bool(result)
+            for stat in ("max_absdiff", "max_reldiff"):
+                value = _finite_or_none(getattr(result, stat, None))
+                if value is None or entry.get(stat, -1.0) is None:
+                    entry[stat] = None
+                else:
+                    entry[stat] = max(entry.get(stat, value), value)
+    return per_output
+
+
+def _finite_or_none(value: Any) -> float | None:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+# ---------------------------------------------------------------- one artifact
+
+
+def tolerance_for(recipe: Recipe, precision: str | None) -> Tolerance:
+    """The recipe's tolerance for this precision; the schema's default when the recipe leaves it out."""
+    key = precision or "fp32"
+    return recipe.validation.tolerances.get(key) or ValidationConfig().tolerances[key]
+
+
+def _host_runner(runners: list[Runner]) -> Runner:
+    return next((r for r in runners if r.io == "host"), runners[0])
+
+
+def validate_artifact(
+    ctx: RunContext, record: ArtifactRecord, batches: list[Batch], reference: Any
+) -> ArtifactAccuracy | NotRunnable:
+    """Run one artifact over the batches and check it; a runtime error is a failed artifact, not a crash."""
+    from pipeline.runners.registry import runners_for
+
+    found = runners_for(record, ctx)
+    if isinstance(found, NotRunnable):
+        return found
+    if not found:
+        return NotRunnable(record.name, "no runner for this artifact kind")
+    runner = _host_runner(found)
+    del found
+    tolerance = tolerance_for(ctx.recipe, record.precision)
+    accuracy = ArtifactAccuracy(record.name, record.precision, runner.runtime)
+    try:
+        actual = run_batches(ctx, runner, batches, record.name)
+    except BatchFailure as err:  # the artifact's runtime failed: its failure, recorded with the reason
+        accuracy.error = f"{runner.runtime} failed {err}"
+        return accuracy
+    finally:
+        del runner  # run_batches already deactivated it and collected
+    evaluate(
+        accuracy, _by_inputs(reference, batches), _by_inputs(actual, batches), ctx.recipe.outputs, tolerance
+    )
+    try:
+        accuracy.details["polygraphy"] = polygraphy_verdict(reference, actual, ctx.recipe, tolerance)
+    except Exception as err:  # Polygraphy's cross-check is informational; never let it fail the artifact
+        accuracy.details["polygraphy"] = {"error": _one_line(err)}
+    return accuracy
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    text = f"{type(err).__name__}: {text}"
+    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 1] + "…"
+
+
+# ---------------------------------------------------------------- the stage
+
+
+def accuracy_report(
+    results: list[ArtifactAccuracy], not_run: list[NotRunnable], reference_runtime: str | None = None
+) -> dict[str, Any]:
+    """accuracy.json exactly per the contract (plus the reference's runtime, each artifact's precision and
+    runtime, and Polygraphy's verdict)."""
+    return {
+        "schema_version": 1,
+        "reference": REFERENCE,
+        "reference_runtime": reference_runtime,
+        "artifacts": {r.artifact: r.to_json() for r in results},
+        "not_run": [{"artifact": n.artifact, "reason": n.reason} for n in not_run],
+    }
+
+
+def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord], order: tuple[str, ...]) -> StageResult:
+    from pipeline.runners.registry import reference_runners
+
+    records = [inputs[name] for name in order if name in inputs]
+    results: list[ArtifactAccuracy] = []
+    not_run: list[NotRunnable] = []
+    reference_runtime = None
+    if records:
+        batches = validation_batches(ctx)
+        reference_runner = reference_runners(ctx)[0]
+        reference_runtime = reference_runner.runtime
+        reference = run_batches(ctx, reference_runner, batches, REFERENCE)
+        del reference_runner
+        for record in records:
+            outcome = validate_artifact(ctx, record, batches, reference)
+            (not_run if isinstance(outcome, NotRunnable) else results).append(outcome)
+        del reference
+        gc.collect()
+    report = accuracy_report(results, not_run, reference_runtime)
+    target = ctx.path(REPORT)
+    target.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    summary = {
+        "passed": [r.artifact for r in results if r],
+        "failed": {r.artifact: r.reason for r in results if not r},
+        "not_run": {n.artifact: n.reason for n in not_run},
+        "absent": [name for name in order if name not in inputs],
+    }
+    return StageResult(outputs=[Output(REPORT, "report", details=summary)], details=summary)
+
+
+def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
+    """The validate stage over whichever of `artifacts` were built (consumes_any)."""
+    order = tuple(artifacts)
+    return Stage(
+        name="validate",
+        version=1,
+        run=lambda ctx, inputs: _run(ctx, inputs, order),
+        config={
+            "validation": recipe.validation.model_dump(),
+            "data": data_fingerprint(recipe, recipe_dir),
+            "model": model_fingerprint(recipe, recipe_dir),
+            "inputs": [s.model_dump() for s in recipe.inputs],
+            "dims": {k: v.model_dump() for k, v in recipe.dims.items()},
+            "outputs": list(recipe.outputs),
+            "batch_dim": recipe.benchmark.batch_dim,
+            "sequence_dim": recipe.benchmark.sequence_dim,
+        },
+        environment=lambda: {
+            name: package_version(name) for name in ("torch", "onnxruntime", "polygraphy", "numpy")
+        },
+        consumes_any=order,
+        critical=True,
+    )

@@ -1,0 +1,181 @@
+"""The product as a user runs it: `python -m pipeline` on a small real model, through every stage."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "tests/recipes/tiny.yaml"
+CONTRACT_FILES = [
+    "stages.json", "recipe.yaml", "reports/accuracy.json", "reports/speed.json", "reports/signoff.md",
+    "reports/signoff.html", "winner.json", "reproduce.sh", "manifest.json",
+]
+
+
+def cli(*args: str, root: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    extra = ["--set", f"output.root={root}"] if root is not None else []
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args, *extra], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def first(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    root = tmp_path_factory.mktemp("out")
+    return root, cli("deploy", str(TINY), root=root)
+
+
+def test_first_deploy_signs_off_and_writes_the_contract(first) -> None:
+    root, result = first
+    assert result.returncode == 0, result.stderr[-3000:]
+    version = root / "tiny" / "v0001"
+    for rel in CONTRACT_FILES:
+        assert (version / rel).is_file(), rel
+    assert os.readlink(root / "tiny" / "latest") == "v0001"
+    assert list((root / "tiny" / ".work").iterdir()) == []
+    assert "signed off" in result.stdout and "onnx-fp32" in result.stdout
+
+
+def test_manifest_hashes_match_every_file(first) -> None:
+    root, _ = first
+    version = root / "tiny" / "v0001"
+    manifest = json.loads((version / "manifest.json").read_text())
+    assert manifest["signed_off"] is True and manifest["version"] == "v0001" and manifest["schema_version"] == 1
+    listed = {e["path"] for e in manifest["artifacts"] + manifest["files"]}
+    on_disk = {p.relative_to(version).as_posix() for p in version.rglob("*") if p.is_file()} - {"manifest.json"}
+    assert listed == on_disk
+    for entry in manifest["artifacts"] + manifest["files"]:
+        assert sha(version / entry["path"]) == entry["sha256"], entry["path"]
+    kinds = {a["name"]: a["kind"] for a in manifest["artifacts"]}
+    assert kinds == {"torchscript-fp32": "torchscript", "onnx-fp32": "onnx"}
+    assert {"python", "torch", "onnx", "onnxruntime"} <= set(manifest["environment"])
+
+
+def test_reports_follow_the_contract(first) -> None:
+    root, _ = first
+    version = root / "tiny" / "v0001"
+    accuracy = json.loads((version / "reports/accuracy.json").read_text())
+    assert accuracy["reference"] == "torch-fp32"
+    for name in ("onnx-fp32", "torchscript-fp32"):
+        entry = accuracy["artifacts"][name]
+        assert entry["passed"] is True
+        assert {c["inputs"] for c in entry["checks"]} == {"min", "opt", "max", "data"}
+    speed = json.loads((version / "reports/speed.json").read_text())
+    row_keys = {"artifact", "runtime", "io", "batch", "shapes", "n", "mean_ms", "p50_ms", "p90_ms", "p95_ms",
+                "p99_ms", "min_ms", "max_ms", "cv", "p50_ci95_ms", "stable"}
+    assert speed["results"] and all(row_keys <= set(r) for r in speed["results"])
+    assert {(r["artifact"], r["batch"]) for r in speed["results"]} >= {("onnx-fp32", 1), ("onnx-fp32", 2), ("torchscript-fp32", 1)}
+    winner = json.loads((version / "winner.json").read_text())
+    assert winner["artifact"] in ("onnx-fp32", "torchscript-fp32") and winner["unit"] == "ms"
+    stages = {s["name"]: s for s in json.loads((version / "stages.json").read_text())["stages"]}
+    assert [stages[n]["status"] for n in ("export_torchscript", "export_onnx", "validate", "benchmark", "select", "signoff")] == ["ran"] * 6
+    assert stages["export_onnx"]["fingerprint"] and stages["export_onnx"]["duration_s"] > 0
+
+
+def test_second_deploy_is_up_to_date_and_plan_says_fresh(first) -> None:
+    root, _ = first
+    again = cli("deploy", str(TINY), root=root)
+    assert again.returncode == 0 and again.stdout.strip().endswith("up to date: tiny/v0001")
+    assert sorted(p.name for p in (root / "tiny").glob("v*")) == ["v0001"]
+    plan = cli("plan", str(TINY), root=root)
+    assert plan.returncode == 0
+    lines = [line for line in plan.stdout.splitlines() if line.startswith("  ")]
+    assert len(lines) == 5 and all(line.split()[0] == "fresh" for line in lines)
+
+
+def test_changed_tolerance_reuses_exports_and_failed_signoff_keeps_latest(first) -> None:
+    root, _ = first
+    strict = ["--set", "validation.tolerances.fp32.max_abs=1e-12"]
+    plan = cli("plan", str(TINY), *strict, root=root)
+    assert "stale  validate                 config changed: validation" in plan.stdout
+    result = cli("deploy", str(TINY), *strict, root=root)
+    assert result.returncode == 1, result.stdout[-2000:]
+    version = root / "tiny" / "v0002"
+    stages = {s["name"]: s["status"] for s in json.loads((version / "stages.json").read_text())["stages"]}
+    assert stages["export_onnx"] == "reused" and stages["validate"] == "ran"
+    manifest = json.loads((version / "manifest.json").read_text())
+    assert manifest["signed_off"] is False and not (version / "winner.json").exists()
+    assert any("onnx-fp32" in r for r in manifest["signoff_reasons"])
+    assert os.readlink(root / "tiny" / "latest") == "v0001"
+
+
+def test_rebench_makes_a_new_version_reusing_artifacts(first) -> None:
+    root, _ = first
+    result = cli("deploy", str(TINY), "--rebench", root=root)
+    assert result.returncode == 0, result.stderr[-2000:]
+    newest = sorted((root / "tiny").glob("v*"))[-1]
+    stages = {s["name"]: s["status"] for s in json.loads((newest / "stages.json").read_text())["stages"]}
+    assert stages["export_onnx"] == "reused" and stages["benchmark"] == "ran"
+    assert sha(newest / "model.onnx") == sha(root / "tiny" / "v0001" / "model.onnx")
+    assert os.readlink(root / "tiny" / "latest") == newest.name
+
+
+BAD = {
+    "unknown key": ("benchmark:\n", "benchmark:\n  batch_size: [1]\n", "benchmark.batch_size: unknown key"),
+    "wrong type": ("calibration: 8", "calibration: lots", "data.calibration: must be an integer"),
+    "negative batch": ("batch_sizes: [1, 2]", "batch_sizes: [1, -2]", "benchmark.batch_sizes[1]: must be a positive integer (got -2)"),
+    "min above max": ("sequence: {min: 4,", "sequence: {min: 40,", "dims.sequence.min: must not exceed max"),
+    "missing data file": ("samples: {source: random, samples: 24}", "samples: {source: npz, path: nowhere.npz}", "data.samples.path: no such data file"),
+    "broken yaml": ("outputs: [hidden, pooled]", "outputs: [hidden, pooled", "(yaml): invalid YAML"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+@pytest.mark.parametrize("command", ["validate", "deploy"])
+def test_user_errors_exit_2_with_one_located_line(tmp_path: Path, case: str, command: str) -> None:
+    old, new, expected = BAD[case]
+    text = TINY.read_text()
+    assert old in text
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text(text.replace(old, new))
+    root = tmp_path / "out"
+    result = cli(command, str(recipe), root=root, timeout=120)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], result.stderr
+    assert lines[0].startswith(f"{recipe}:") and lines[0].split(":")[1].isdigit()
+    assert "Traceback" not in result.stderr and not root.exists()
+
+
+def test_validate_accepts_the_shipped_recipes() -> None:
+    for name in ("bert.yaml", "bert", str(TINY)):
+        result = cli("validate", name, timeout=120)
+        assert result.returncode == 0, result.stderr
+
+
+def test_killed_deploy_leaves_no_version_and_the_next_one_resumes(tmp_path: Path) -> None:
+    root = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "deploy", str(TINY), "--set", f"output.root={root}"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline:
+            records = list(root.glob("tiny/.work/*/stages.json"))
+            if records and '"export_onnx"' in records[0].read_text():
+                break
+            assert proc.poll() is None, "deploy finished before it could be interrupted"
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert not list(root.glob("tiny/v*")) and not (root / "tiny" / "latest").exists()
+    result = cli("deploy", str(TINY), root=root)
+    assert result.returncode == 0, result.stderr[-2000:]
+    stages = {s["name"]: s for s in json.loads((root / "tiny/v0001/stages.json").read_text())["stages"]}
+    assert stages["export_onnx"]["status"] == "reused" and stages["export_onnx"]["reused_from"].startswith("2")
+    assert list((root / "tiny" / ".work").iterdir()) == []

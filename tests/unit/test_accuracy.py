@@ -1,0 +1,191 @@
+"""Metrics with hand-computed values, tolerance resolution, NaN handling, and ArtifactAccuracy truthiness."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from pipeline.accuracy import (
+    COMPARABLE,
+    FINITE,
+    ArtifactAccuracy,
+    Check,
+    checks_for,
+    combine,
+    cosine,
+    evaluate,
+    max_abs,
+    max_rel,
+    mean_abs,
+    measure,
+    thresholds_for,
+)
+from pipeline.recipe import Tolerance
+
+REF = np.array([[1.0, 2.0], [3.0, -4.0]], dtype=np.float32)
+OUT = np.array([[1.5, 2.0], [3.0, -3.0]], dtype=np.float32)
+
+
+def test_max_and_mean_abs_hand_computed() -> None:
+    assert max_abs(REF, OUT) == pytest.approx(1.0)
+    assert mean_abs(REF, OUT) == pytest.approx((0.5 + 0 + 0 + 1.0) / 4)
+
+
+def test_max_rel_hand_computed_and_epsilon_guards_zero() -> None:
+    assert max_rel(REF, OUT) == pytest.approx(max(0.5 / 1.0, 1.0 / 4.0))
+    zero_ref = np.zeros(3)
+    assert max_rel(zero_ref, np.array([0.0, 1e-6, 0.0]), epsilon=1e-3) == pytest.approx(1e-3)
+    assert math.isfinite(max_rel(zero_ref, np.ones(3)))
+
+
+def test_cosine_is_lowest_row() -> None:
+    ref = np.array([[1.0, 0.0], [1.0, 1.0]])
+    out = np.array([[1.0, 0.0], [1.0, 0.0]])  # row 1: cos 45 degrees
+    assert cosine(ref, out) == pytest.approx(1 / math.sqrt(2))
+    assert cosine(ref, ref * 3.0) == pytest.approx(1.0)
+
+
+def test_cosine_flattens_everything_but_the_batch_axis() -> None:
+    ref = np.ones((2, 3, 4))
+    out = ref.copy()
+    out[1, :, :2] = -1.0  # half the elements of sample 1 flipped: cosine 0
+    assert cosine(ref, out) == pytest.approx(0.0)
+
+
+def test_cosine_zero_rows() -> None:
+    assert cosine(np.zeros((1, 3)), np.zeros((1, 3))) == 1.0
+    assert cosine(np.zeros((1, 3)), np.ones((1, 3))) == 0.0
+
+
+def test_measure_flags_shape_mismatch_missing_output_and_broken_reference() -> None:
+    assert "shape" in measure(REF, OUT[:1]).problem
+    assert "missing" in measure(REF, None).problem
+    assert "reference" in measure(np.array([np.nan, 1.0]), np.ones(2)).problem
+
+
+def test_incomparable_output_is_one_failed_required_check() -> None:
+    acc = evaluate(
+        ArtifactAccuracy("a", "fp32", "x"),
+        {"opt": [{"y": REF}]},
+        {"opt": [{"y": OUT[:1]}]},
+        ["y"],
+        Tolerance(),
+    )
+    (check,) = acc.checks
+    assert check.metric == COMPARABLE and check.blocking
+    assert acc.reason.startswith("y comparable at opt: shape [1, 2] differs from the reference [2, 2]")
+
+
+def test_combine_aggregates_batches() -> None:
+    a = measure(np.ones((1, 4)), np.ones((1, 4)) * 1.1)  # 4 elements, mean_abs 0.1
+    b = measure(np.ones((1, 2)), np.array([[1.0, -1.0]]))  # 2 elements, mean_abs 1.0, cosine 0
+    m = combine([a, b])
+    assert m.values["max_abs"] == pytest.approx(2.0)
+    assert m.values["cosine"] == pytest.approx(0.0)
+    assert m.values["mean_abs"] == pytest.approx((0.1 * 4 + 1.0 * 2) / 6)
+    assert m.elements == 6
+
+
+def test_threshold_none_is_informational() -> None:
+    resolved = thresholds_for(Tolerance(max_abs=1e-3), "hidden")
+    assert resolved["max_abs"] == (1e-3, False)
+    assert resolved["cosine"] == (None, True)
+
+
+def test_per_output_override_replaces_only_fields_it_sets() -> None:
+    tol = Tolerance(max_abs=1e-3, cosine=0.99, outputs={"pooled": Tolerance(max_abs=0.5)})
+    assert thresholds_for(tol, "pooled")["max_abs"] == (0.5, False)
+    assert thresholds_for(tol, "pooled")["cosine"] == (0.99, False)
+    assert thresholds_for(tol, "hidden")["max_abs"] == (1e-3, False)
+    informational = Tolerance(max_abs=1e-3, outputs={"pooled": Tolerance(informational=["max_abs"])})
+    assert thresholds_for(informational, "pooled")["max_abs"] == (1e-3, True)
+    assert thresholds_for(informational, "hidden")["max_abs"] == (1e-3, False)
+
+
+def test_override_changes_the_verdict() -> None:
+    ref = {"opt": [{"pooled": REF}]}
+    got = {"opt": [{"pooled": OUT}]}
+    strict = Tolerance(max_abs=0.1)
+    assert not evaluate(ArtifactAccuracy("a", "fp32", "x"), ref, got, ["pooled"], strict)
+    loose = Tolerance(max_abs=0.1, outputs={"pooled": Tolerance(max_abs=2.0)})
+    assert evaluate(ArtifactAccuracy("a", "fp32", "x"), ref, got, ["pooled"], loose)
+
+
+def test_informational_metric_does_not_gate() -> None:
+    tol = Tolerance(max_abs=0.1, cosine=0.9, informational=["max_abs"])
+    acc = evaluate(
+        ArtifactAccuracy("a", "fp16", "x"), {"opt": [{"y": REF}]}, {"opt": [{"y": OUT}]}, ["y"], tol
+    )
+    failing = [c for c in acc.checks if not c.passed]
+    assert [c.metric for c in failing] == ["max_abs"] and failing[0].informational
+    assert acc and acc.reason is None
+
+
+def test_nan_is_a_failed_check_with_a_reason_even_when_all_metrics_are_informational() -> None:
+    bad = OUT.copy()
+    bad[0, 0] = np.nan
+    bad[1, 1] = np.inf
+    tol = Tolerance(informational=["max_abs", "mean_abs", "max_rel", "cosine"])
+    acc = evaluate(
+        ArtifactAccuracy("a", "fp16", "x"), {"max": [{"y": REF}]}, {"max": [{"y": bad}]}, ["y"], tol
+    )
+    assert not acc
+    finite = next(c for c in acc.checks if c.metric == FINITE)
+    assert finite.value == 2 and not finite.passed and not finite.informational
+    assert "y" in acc.reason and "NaN" in acc.reason and "max" in acc.reason
+    json.dumps(acc.to_json(), allow_nan=False)  # no NaN leaks into the report
+
+
+def test_reason_names_worst_failing_check() -> None:
+    checks = [
+        Check("hidden", "opt", "max_abs", 0.002, 0.001, False, False),  # 2x over
+        Check("sentence_embedding", "opt", "cosine", 0.91, 0.98, False, False),  # 4.5x the allowed gap
+        Check("hidden", "data", "max_rel", 5.0, None, True, True),
+    ]
+    acc = ArtifactAccuracy("onnx-fp16", "fp16", "onnxruntime-cpu", checks)
+    assert not acc
+    assert acc.reason.startswith("sentence_embedding cosine 0.91 < 0.98 at opt")
+    assert "1 more" in acc.reason
+
+
+def test_describe_shows_enough_digits() -> None:
+    check = Check("y", "opt", "cosine", 0.99985, 0.9999, False, False)
+    assert check.describe() == "y cosine 0.99985 < 0.9999 at opt"
+
+
+def test_truthiness() -> None:
+    ok = Check("y", "opt", "max_abs", 0.0, 0.1, True, False)
+    assert ArtifactAccuracy("a", "fp32", "x", [ok])
+    assert not ArtifactAccuracy("a", "fp32", "x", [])
+    assert not ArtifactAccuracy("a", "fp32", "x", [ok], error="boom")
+    assert ArtifactAccuracy("a", "fp32", "x", [ok]).to_json()["passed"] is True
+
+
+def test_checks_for_reports_every_metric() -> None:
+    checks = checks_for("y", "data", measure(REF, REF), Tolerance(max_abs=1e-3, cosine=0.999))
+    assert [c.metric for c in checks] == [FINITE, "max_abs", "mean_abs", "max_rel", "cosine"]
+    mean = next(c for c in checks if c.metric == "mean_abs")
+    assert mean.threshold is None and mean.informational and mean.passed
+    assert set(checks[1].to_json()) == {
+        "output",
+        "inputs",
+        "metric",
+        "value",
+        "threshold",
+        "passed",
+        "informational",
+    }
+
+
+def test_nan_in_one_data_batch_fails_the_aggregate() -> None:
+    bad = OUT.copy()
+    bad[1, 0] = np.nan
+    tol = Tolerance(max_abs=10.0, cosine=0.1)
+    ref = {"data": [{"y": REF}, {"y": REF}]}
+    acc = evaluate(ArtifactAccuracy("a", "fp32", "x"), ref, {"data": [{"y": OUT}, {"y": bad}]}, ["y"], tol)
+    assert not acc
+    assert acc.reason.startswith("y has 1 NaN/inf values at data")
+    assert all(c.value is None for c in acc.checks if c.metric in ("max_abs", "cosine"))
