@@ -8,9 +8,14 @@ a node. The legacy exporter encodes the same path in node names (`/encoder/layer
 from __future__ import annotations
 
 import ast
+import contextlib
 import fnmatch
+import heapq
+import io
+import logging
+import warnings
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +25,7 @@ from pipeline.errors import StageError
 from pipeline.stages.base import package_version
 
 NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
+_NO_MODULE_STACK = "_empty_nn_module_stack"
 PROTOBUF_LIMIT = 2**31 - 1
 FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
 # Nodes that move or reinterpret data rather than compute on it; excluded from the fp16 share.
@@ -65,6 +71,24 @@ def op_counts(model: onnx.ModelProto) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+@contextlib.contextmanager
+def captured(log_path: Path) -> Iterator[None]:
+    """Send what converters and quantizers print, log and warn (ONNX Runtime's tools do all three) to the
+    stage's log file instead of the live display."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(stream):
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            root.removeHandler(handler)
+            log_path.write_text(stream.getvalue() + "".join(f"{w.category.__name__}: {w.message}\n" for w in caught))
+
+
 # ------------------------------------------------------------------ node -> module path
 
 
@@ -76,7 +100,9 @@ def module_path(node: onnx.NodeProto) -> str | None:
             scopes = _parse_scopes(prop.value)
             if scopes is not None:
                 # The last scope is the FX node itself (e.g. 'linear_3'); the one before it is its module.
-                return scopes[-2] if len(scopes) >= 2 else ""
+                # Nodes with no module stack (symbolic sizes) carry a placeholder scope: top level.
+                module = scopes[-2] if len(scopes) >= 2 else ""
+                return "" if module.startswith(_NO_MODULE_STACK) else module
     if node.name.startswith("/") and node.name.count("/") >= 2:
         return ".".join(node.name.strip("/").split("/")[:-1])
     return None
@@ -228,8 +254,6 @@ def topological_sort(graph: onnx.GraphProto) -> None:
         missing.append(len(needs))
         for name in needs:
             waiting_on.setdefault(name, []).append(idx)
-    import heapq
-
     ready = [idx for idx, m in enumerate(missing) if m == 0]
     heapq.heapify(ready)
     order = []

@@ -314,9 +314,10 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[str, str]]:
 
 def _benchmark_problems(recipe: Recipe) -> list[tuple[str, str]]:
     bench, problems = recipe.benchmark, []
-    batch = recipe.dims.get(bench.batch_dim)
+    consistent = {n: r for n, r in recipe.dims.items() if r.min <= r.max}  # a broken range is reported once, above
+    batch = consistent.get(bench.batch_dim)
     if batch is None:
-        if bench.batch_sizes != [1]:
+        if bench.batch_sizes != [1] and bench.batch_dim not in recipe.dims:
             problems.append(("benchmark.batch_dim", f"'{bench.batch_dim}' is not a dynamic dim under dims"))
     else:
         for i, b in enumerate(bench.batch_sizes):
@@ -324,8 +325,8 @@ def _benchmark_problems(recipe: Recipe) -> list[tuple[str, str]]:
                 problems.append(
                     (f"benchmark.batch_sizes[{i}]", f"must lie within dims.{bench.batch_dim} {batch.min}..{batch.max} (got {b})")
                 )
-    seq = recipe.dims.get(bench.sequence_dim) if bench.sequence_dim else None
-    if bench.sequence_dim and seq is None and recipe.dims:
+    seq = consistent.get(bench.sequence_dim) if bench.sequence_dim else None
+    if bench.sequence_dim and bench.sequence_dim not in recipe.dims and recipe.dims:
         if bench.sequence_dim != "sequence":
             problems.append(("benchmark.sequence_dim", f"'{bench.sequence_dim}' is not a dynamic dim under dims"))
     elif seq is not None and isinstance(bench.sequence_lengths, list):
