@@ -92,7 +92,7 @@ class Dataset:
         batch = dims.get(batch_dim, 1)
         picks = [index[(start + k) % len(index)] for k in range(batch)]
         if isinstance(self.recipe.data.samples, TextData):
-            seq = dims.get(self.recipe.benchmark.sequence_dim or "", None)
+            seq = dims.get(self.recipe.benchmark.sequence_dim or "")
             return self._tokenize([self.items[i] for i in picks], length=seq)
         shapes = {s.name: self._shape(s, dims) for s in self.recipe.inputs}
         return {

@@ -78,7 +78,7 @@ def _run_with_progress(executor: Executor, ctx: RunContext, rebench: bool, conso
             if "task" in current:
                 progress.remove_task(current.pop("task"))
             style = {"ran": "green", "reused": "cyan", "failed": "red", "skipped": "yellow"}[record.status]
-            extra = f" from {record.reused_from}" if record.reused_from else ""
+            extra = f" from {record.reused_from}" if record.reused_from else f"  ({record.why})" if record.why else ""
             error = f"  {record.error.splitlines()[0][:160]}" if record.error else ""
             progress.console.print(
                 f"[{style}]{record.status:>7}[/{style}] {record.name:<24} {record.duration_s:7.1f} s{extra}{error}",

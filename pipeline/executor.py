@@ -33,6 +33,7 @@ class StageRecord:
     details: dict[str, Any] = field(default_factory=dict)
     reused_from: str | None = None
     finished: str | None = None
+    why: str | None = None  # why it ran (stale reason) or why it could be reused
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StageRecord:
@@ -183,9 +184,11 @@ class Executor:
                 shas = {n: a.sha256 for n, a in inputs.items()}
                 verdict = self.judge(stage, shas, force_stale=rebench and stage.volatile)
                 record = self._reuse(stage, verdict, ctx.workdir, shas) if verdict.fresh else None
+                why = verdict.why if record is not None or not verdict.fresh else "cached outputs could not be fetched"
                 if record is None:
-                    on_start(stage, verdict.why)
+                    on_start(stage, why)
                     record = self._execute(stage, ctx, inputs, shas)
+                record.why = why
                 if record.status == "failed" or (record.status == "reused" and record.error):
                     self._mark_unavailable(stage, unavailable, f"failed: {record.error}")
                 for out in record.outputs:

@@ -18,7 +18,14 @@ from pydantic import TypeAdapter
 from torch import nn
 
 from pipeline.errors import RecipeError
-from pipeline.recipe import EntrypointSource, HuggingFaceSource, ModelSource, Recipe, TorchScriptSource, TorchvisionSource
+from pipeline.recipe import (
+    EntrypointSource,
+    HuggingFaceSource,
+    ModelSource,
+    Recipe,
+    TorchScriptSource,
+    TorchvisionSource,
+)
 
 
 @dataclass

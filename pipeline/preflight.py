@@ -7,7 +7,14 @@ import importlib.util
 from pathlib import Path
 
 from pipeline.errors import Problem, RecipeError
-from pipeline.recipe import EntrypointSource, HuggingFaceSource, NpzData, TextData, TorchScriptSource, TorchvisionSource
+from pipeline.recipe import (
+    EntrypointSource,
+    HuggingFaceSource,
+    NpzData,
+    TextData,
+    TorchScriptSource,
+    TorchvisionSource,
+)
 from pipeline.recipe_loader import LoadedRecipe
 
 

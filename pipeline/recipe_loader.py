@@ -69,10 +69,7 @@ def _data_path(data: object, loc: Loc) -> Loc:
     out: list = []
     for i, part in enumerate(loc):
         last = i == len(loc) - 1
-        if isinstance(data, dict) and part in data:
-            data = data[part]
-            out.append(part)
-        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+        if isinstance(data, dict) and part in data or isinstance(data, list) and isinstance(part, int) and part < len(data):
             data = data[part]
             out.append(part)
         elif last and isinstance(data, dict):

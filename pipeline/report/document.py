@@ -100,6 +100,7 @@ def build_document(
         _winner(winner),
         _accuracy(accuracy, images.get("accuracy")),
         _speed(speed, winner, images.get("latency")),
+        _measured(header, speed),
         _flags(speed),
         _not_run(accuracy, speed),
         _changes(header, accuracy, speed, winner, previous),
@@ -266,6 +267,18 @@ def _speed(speed: Dict | None, winner: Dict | None, image: str | None) -> Sectio
             Image(image, "Latency: p50 per artifact with p50..p99 range and the p50 confidence interval")
         )
     return Section("Speed", blocks)
+
+
+def _measured(header: Dict, speed: Dict | None) -> Section:
+    """A benchmark is never served from cache silently: say when and where it was measured."""
+    conditions = (speed or {}).get("conditions") or {}
+    if not conditions:
+        return Section("Measured", [])
+    text = f"Measured at {conditions.get('measured_at', '?')} on {conditions.get('host', '?')}."
+    reused = header.get("benchmark_reused_from")
+    if reused:
+        text += f" These numbers were reused from {reused}, not measured again; deploy with --rebench to re-measure."
+    return Section("Measured", [Para(text, tone="note" if reused else "")])
 
 
 def _flags(speed: Dict | None) -> Section:
