@@ -26,8 +26,14 @@ from pipeline.stages.base import package_version
 
 NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 _NO_MODULE_STACK = "_empty_nn_module_stack"
+ACTIVATION_MATMUL = "activation MatMul (weights_only_matmul)"
 PROTOBUF_LIMIT = 2**31 - 1
-FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16}
+FLOAT_TYPES = {
+    onnx.TensorProto.FLOAT,
+    onnx.TensorProto.FLOAT16,
+    onnx.TensorProto.DOUBLE,
+    onnx.TensorProto.BFLOAT16,
+}
 # Nodes that move or reinterpret data rather than compute on it; excluded from the fp16 share.
 _NON_COMPUTE = {"Cast", "Constant", "Identity", "Shape", "Size", "QuantizeLinear", "DequantizeLinear"}
 
@@ -45,7 +51,9 @@ def save(model: onnx.ModelProto, path: Path | str) -> None:
     deterministic for equal messages, so equal models give equal bytes."""
     data = model.SerializeToString(deterministic=True)
     if len(data) > PROTOBUF_LIMIT:
-        raise StageError(f"{Path(path).name}: {len(data)} bytes exceeds the 2 GB limit of a self-contained ONNX file")
+        raise StageError(
+            f"{Path(path).name}: {len(data)} bytes exceeds the 2 GB limit of a self-contained ONNX file"
+        )
     Path(path).write_bytes(data)
 
 
@@ -67,7 +75,9 @@ def graph_inputs(model: onnx.ModelProto) -> list[str]:
 
 def op_counts(model: onnx.ModelProto) -> dict[str, int]:
     """Node count per op type (domain-qualified when not the default domain), sorted by name."""
-    counts = Counter(f"{n.domain}.{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type for n in model.graph.node)
+    counts = Counter(
+        f"{n.domain}.{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type for n in model.graph.node
+    )
     return dict(sorted(counts.items()))
 
 
@@ -86,7 +96,9 @@ def captured(log_path: Path) -> Iterator[None]:
             yield
         finally:
             root.removeHandler(handler)
-            log_path.write_text(stream.getvalue() + "".join(f"{w.category.__name__}: {w.message}\n" for w in caught))
+            log_path.write_text(
+                stream.getvalue() + "".join(f"{w.category.__name__}: {w.message}\n" for w in caught)
+            )
 
 
 # ------------------------------------------------------------------ node -> module path
@@ -139,6 +151,13 @@ class Selection:
     def label(self, node_name: str) -> str:
         return self.paths.get(node_name) or node_name
 
+    def by_pattern(self) -> list[str]:
+        """Labels of the nodes the recipe's include/exclude patterns left out (activation MatMuls aside)."""
+        return sorted(self.label(n) for n, why in self.excluded.items() if why != ACTIVATION_MATMUL)
+
+    def activation_matmuls(self) -> int:
+        return sum(why == ACTIVATION_MATMUL for why in self.excluded.values())
+
 
 def select_nodes(
     model: onnx.ModelProto,
@@ -159,7 +178,7 @@ def select_nodes(
             continue
         path = selection.paths[node.name]
         if weights_only_matmul and node.op_type == "MatMul" and node.input[1] not in constants:
-            selection.excluded[node.name] = "activation MatMul (weights_only_matmul)"
+            selection.excluded[node.name] = ACTIVATION_MATMUL
         elif include and not matches(path, include):
             selection.excluded[node.name] = "not matched by include"
         elif matches(path, exclude):
@@ -169,16 +188,14 @@ def select_nodes(
     return selection
 
 
-def ensure_node_names(model: onnx.ModelProto) -> None:
-    """Give unnamed nodes a stable name (quantizers select nodes by name)."""
-    seen = {n.name for n in model.graph.node if n.name}
-    for i, node in enumerate(model.graph.node):
-        if not node.name:
-            name = f"{node.op_type}_{i}"
-            while name in seen:
-                name += "_"
-            node.name = name
-            seen.add(name)
+def drop_initializer_value_info(model: onnx.ModelProto) -> None:
+    """Remove value_info entries that restate an initializer's type (the dynamo exporter writes them): the
+    FP16 converter retypes every float value_info, also those of initializers it keeps FP32 for blocked ops,
+    and the graph then contradicts itself."""
+    inits = {i.name for i in model.graph.initializer}
+    kept = [v for v in model.graph.value_info if v.name not in inits]
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(kept)
 
 
 # ------------------------------------------------------------------ precision statistics
@@ -277,7 +294,11 @@ def _node_inputs(node: onnx.NodeProto) -> set[str]:
     names = set(node.input)
     for attr in node.attribute:
         for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
-            inner = {o for n in sub.node for o in n.output} | {i.name for i in sub.input} | {i.name for i in sub.initializer}
+            inner = (
+                {o for n in sub.node for o in n.output}
+                | {i.name for i in sub.input}
+                | {i.name for i in sub.initializer}
+            )
             for n in sub.node:
                 names |= {i for i in _node_inputs(n) if i not in inner}
     return names

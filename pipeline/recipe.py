@@ -149,13 +149,14 @@ class Int8Export(Strict):
     op_types: list[str] = ["MatMul"]
     weights_only_matmul: bool = True
     include: list[str] = []
-    exclude: list[str] = ["*.intermediate.dense", "*.output.dense"]
+    # fnmatch's * crosses dots: '*.layer.*[0-9].output.dense' is the FFN down-projection, not attention.output.dense
+    exclude: list[str] = ["*.intermediate.dense", "*.layer.*[0-9].output.dense"]
     quantizer: Literal["onnxruntime", "modelopt"] = "onnxruntime"
 
 
 class OptimizeExport(Strict):
     model_type: str = "bert"
-    opt_level: Annotated[int, Field(ge=0, le=2)] = 1
+    opt_level: Annotated[int, Field(ge=0, le=2)] = 2
 
 
 class EngineProfile(Strict):

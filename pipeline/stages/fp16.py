@@ -32,7 +32,11 @@ def convert(model: onnx.ModelProto, cfg: Fp16Export) -> onnx.ModelProto:
     try:
         from onnxruntime.transformers.float16 import convert_float_to_float16
     except ImportError as exc:
-        raise StageError(f"fp16: needs onnxruntime ({exc}); install it: pip install 'deploy-pipeline[cpu]'") from exc
+        raise StageError(
+            f"fp16: needs onnxruntime ({exc}); install it: pip install 'deploy-pipeline[cpu]'"
+        ) from exc
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    onnx_tools.drop_initializer_value_info(model)
     converted = convert_float_to_float16(
         model, keep_io_types=cfg.keep_io_types, op_block_list=block_list(cfg), disable_shape_infer=False
     )

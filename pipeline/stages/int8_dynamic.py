@@ -1,0 +1,84 @@
+"""Dynamically quantized INT8 ONNX for ONNX Runtime on the CPU: int8 weights stored once, activations
+quantized per call (DynamicQuantizeLinear + MatMulInteger). No calibration data, and on the CPU the fastest
+ONNX variant for encoders; TensorRT cannot use it (no MatMulInteger), onnx-int8 is the TensorRT graph.
+
+Weights are quantized per output channel: on MiniLM per-tensor weights gave a lowest pooled-embedding cosine
+of 0.942 against 0.988 per channel (32 held-out sentences); the latency difference was within noise on a
+2-core CPU (both ~27-30 ms at batch 1 x 128 against ~38 ms for FP32)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pipeline import onnx_tools
+from pipeline.errors import StageError
+from pipeline.recipe import Recipe
+from pipeline.stages.base import ArtifactRecord, Output, RunContext, Stage, StageResult
+
+FILE = "model.int8-dynamic.onnx"
+LOG = "logs/int8_dynamic.log"
+SETTINGS: dict[str, Any] = {
+    "op_types": ["MatMul", "Gemm"],
+    "weight_type": "QInt8",
+    "per_channel": True,
+    "MatMulConstBOnly": True,
+}
+
+
+def quantize(source: Path, target: Path) -> None:
+    try:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+    except ImportError as exc:
+        raise StageError(
+            f"int8_dynamic: needs onnxruntime ({exc}); pip install 'deploy-pipeline[cpu]'"
+        ) from exc
+    quantize_dynamic(
+        str(source),
+        str(target),
+        op_types_to_quantize=SETTINGS["op_types"],
+        per_channel=SETTINGS["per_channel"],
+        weight_type=QuantType.QInt8,
+        extra_options={"MatMulConstBOnly": SETTINGS["MatMulConstBOnly"]},
+    )
+
+
+def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
+    target = ctx.path(FILE)
+    ctx.report("int8_dynamic: quantizing weights")
+    with tempfile.TemporaryDirectory(prefix="int8-dynamic-") as tmp, onnx_tools.captured(ctx.path(LOG)):
+        try:
+            quantize(inputs["onnx-fp32"].path, Path(tmp) / FILE)
+        except StageError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - this variant's failure, with the quantizer's message
+            raise StageError(f"int8_dynamic: quantization failed: {type(exc).__name__}: {exc}") from exc
+        model = onnx_tools.load(Path(tmp) / FILE)
+    onnx_tools.save(model, target)
+    counts = onnx_tools.op_counts(model)
+    details = {
+        "target": "onnxruntime",
+        "quantized_count": counts.get("MatMulInteger", 0)
+        + counts.get("com.microsoft.DynamicQuantizeMatMul", 0),
+        "dynamic_quantize_linear": counts.get("DynamicQuantizeLinear", 0),
+        "float_matmuls": counts.get("MatMul", 0) + counts.get("Gemm", 0),
+        "op_counts": counts,
+        "settings": SETTINGS,
+    }
+    return StageResult(
+        outputs=[Output(FILE, "onnx", "onnx-int8-dynamic", "int8", details), Output(LOG, "log")],
+        details=details,
+    )
+
+
+def stage(recipe: Recipe, recipe_dir: Path) -> Stage:
+    return Stage(
+        name="int8_dynamic",
+        version=1,
+        run=_run,
+        config={"settings": SETTINGS},
+        environment=onnx_tools.onnx_environment,
+        consumes=("onnx-fp32",),
+        produces=("onnx-int8-dynamic",),
+    )

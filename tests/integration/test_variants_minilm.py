@@ -1,0 +1,148 @@
+"""Every ONNX precision variant of all-MiniLM-L6-v2 (the default recipe), built by its stage from one dynamo
+export and compared with the eager FP32 model on held-out sentences: the pooled sentence embedding's lowest
+cosine must reach the recipe's bar (fp16 0.999, int8 0.98) and the graphs must hold what their details say."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from pipeline import onnx_tools
+from pipeline.recipe_loader import load
+from pipeline.stages import fp16, int8, int8_dynamic, optimize_onnx
+from pipeline.stages.base import ArtifactRecord, Output, RunContext
+from tests.unit.stages.onnx_fixtures import dynamo_export, lowest_cosine, producers, reference, run_onnx
+
+pytestmark = pytest.mark.slow
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+POOLED, HIDDEN = "sentence_embedding", "last_hidden_state"
+
+
+@pytest.fixture(scope="module")
+def ctx(tmp_path_factory: pytest.TempPathFactory) -> RunContext:
+    recipe = load(RECIPES / "bert.yaml").recipe
+    return RunContext(recipe=recipe, recipe_dir=RECIPES, workdir=tmp_path_factory.mktemp("minilm"))
+
+
+@pytest.fixture(scope="module")
+def source(ctx: RunContext) -> ArtifactRecord:
+    """Exported from a padded batch: an all-ones mask would let the export drop the masking path."""
+    tokenizer = ctx.model().tokenizer
+    example = tokenizer(
+        ["A short one.", "This sentence is a good deal longer than the first one, by quite a few words."],
+        padding="max_length",
+        max_length=16,
+        truncation=True,
+        return_tensors="np",
+    )
+    return dynamo_export(ctx, ctx.workdir / "model.onnx", {k: v.astype(np.int64) for k, v in example.items()})
+
+
+@pytest.fixture(scope="module")
+def variants(ctx: RunContext, source: ArtifactRecord) -> dict[str, tuple[Output, float]]:
+    """Each stage run once: artifact name -> (its output record, seconds the stage took)."""
+    stages = [
+        fp16.stage(ctx.recipe, ctx.recipe_dir),
+        int8.stage(ctx.recipe, ctx.recipe_dir),
+        int8_dynamic.stage(ctx.recipe, ctx.recipe_dir),
+        *optimize_onnx.stages(ctx.recipe, ctx.recipe_dir),
+    ]
+    built = {}
+    for st in stages:
+        start = time.perf_counter()
+        out = st.run(ctx, {"onnx-fp32": source}).outputs[0]
+        built[out.artifact] = (out, time.perf_counter() - start)
+    return built
+
+
+@pytest.fixture(scope="module")
+def sentences(ctx: RunContext) -> dict[str, np.ndarray]:
+    """Eight held-out sentences (validation split) at their natural padded length."""
+    return ctx.dataset().validation_feeds(8)[0]
+
+
+@pytest.fixture(scope="module")
+def expected(ctx: RunContext, sentences: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return reference(ctx, sentences)
+
+
+def _cosine(ctx: RunContext, file: str, sentences: dict, expected: dict) -> float:
+    return lowest_cosine(run_onnx(ctx.workdir / file, sentences)[POOLED], expected[POOLED])
+
+
+def test_fp32_export_is_the_reference(
+    ctx: RunContext, source: ArtifactRecord, sentences: dict, expected: dict
+) -> None:
+    got = run_onnx(source.path, sentences)
+    assert np.abs(got[HIDDEN] - expected[HIDDEN]).max() < 1e-3
+    assert lowest_cosine(got[POOLED], expected[POOLED]) >= 0.9999
+
+
+@pytest.mark.parametrize(
+    ("artifact", "bar"),
+    [
+        ("onnx-fp16", 0.999),
+        ("onnx-int8", 0.98),
+        ("onnx-int8-dynamic", 0.98),
+        ("onnx-optimized-fp32", 0.9999),
+        ("onnx-optimized-fp16", 0.999),
+    ],
+)
+def test_pooled_embedding_accuracy(
+    artifact: str, bar: float, ctx: RunContext, variants: dict, sentences: dict, expected: dict
+) -> None:
+    out, seconds = variants[artifact]
+    cosine = _cosine(ctx, out.path, sentences, expected)
+    print(f"{artifact}: lowest pooled cosine {cosine:.6f} (stage {seconds:.1f} s)")
+    assert cosine >= bar
+
+
+def test_fp16_graph(ctx: RunContext, variants: dict) -> None:
+    out = variants["onnx-fp16"][0]
+    model = onnx.load(str(ctx.workdir / out.path))
+    assert onnx_tools.initializer_dtypes(model)["FLOAT16"] > 100
+    assert "FLOAT" not in onnx_tools.initializer_dtypes(model)
+    assert {o.type.tensor_type.elem_type for o in model.graph.output} == {onnx.TensorProto.FLOAT}
+    assert 0.9 <= out.details["fp16_node_share"] < 1.0  # Softmax, Erf and ReduceSum stay FP32
+
+
+def test_int8_graph(ctx: RunContext, variants: dict) -> None:
+    out = variants["onnx-int8"][0]
+    model = onnx.load(str(ctx.workdir / out.path))
+    counts = onnx_tools.op_counts(model)
+    assert counts["QuantizeLinear"] == counts["DequantizeLinear"] == out.details["qdq_pairs"] > 0
+    paths = onnx_tools.module_paths(model)
+    made_by = producers(model)
+    inits = {i.name for i in model.graph.initializer}
+    assert not [
+        n for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits
+    ]  # no int32 bias
+    quantized = {
+        paths[n.name]
+        for n in model.graph.node
+        if n.op_type == "MatMul" and made_by.get(n.input[1], n).op_type == "DequantizeLinear"
+    }
+    assert quantized == set(out.details["quantized_nodes"])
+    assert len(quantized) == out.details["quantized_count"] > 0
+    excluded = set(out.details["excluded"])
+    assert excluded and not excluded & quantized
+    assert all(onnx_tools.matches(p, ctx.recipe.export.int8.exclude) for p in excluded)
+    assert out.details["calibration_samples"] == ctx.recipe.data.calibration
+
+
+def test_int8_dynamic_graph(ctx: RunContext, variants: dict) -> None:
+    out = variants["onnx-int8-dynamic"][0]
+    counts = onnx_tools.op_counts(onnx.load(str(ctx.workdir / out.path)))
+    assert counts["MatMulInteger"] == out.details["quantized_count"] == 36  # 6 layers x 6 weight MatMuls
+
+
+def test_optimized_graphs_hold_fused_ops(ctx: RunContext, variants: dict) -> None:
+    for artifact in ("onnx-optimized-fp32", "onnx-optimized-fp16"):
+        out = variants[artifact][0]
+        assert out.details["target"] == "onnxruntime"
+        assert out.details["fused_ops"].get("BiasGelu") == 6
+        assert out.details["contrib_ops"]["com.microsoft.BiasGelu"] == 6

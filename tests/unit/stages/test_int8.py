@@ -1,0 +1,213 @@
+"""The int8 (static Q/DQ) and int8_dynamic stages on the tiny encoder: TensorRT-shaped Q/DQ placement, the
+recipe's selection by module path, calibration on the calibration split only, and a calibration failure
+surfacing as the variant's error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pipeline import onnx_tools
+from pipeline.errors import StageError
+from pipeline.recipe import Recipe
+from pipeline.stages import int8, int8_dynamic
+from pipeline.stages.base import ArtifactRecord, RunContext, StageResult
+from tests.unit.stages.onnx_fixtures import (
+    lowest_cosine,
+    producers,
+    record,
+    reference,
+    run_onnx,
+    tiny_context,
+    tiny_onnx,
+)
+
+LAYERS = (0, 1)
+WEIGHT_MODULES = ("query", "key", "value", "attention_out", "intermediate", "output")
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> ArtifactRecord:
+    return tiny_onnx(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, source: ArtifactRecord) -> tuple[RunContext, StageResult]:
+    """Exclude the second FFN projection ('inner.layers.N.output'), as the BERT default does."""
+    ctx = tiny_context(tmp_path_factory.mktemp("int8"), "export.int8.exclude=['*.output']")
+    return ctx, int8.stage(ctx.recipe, ctx.recipe_dir).run(ctx, {"onnx-fp32": source})
+
+
+def _model(ctx: RunContext) -> onnx.ModelProto:
+    return onnx.load(str(ctx.workdir / "model.int8.onnx"))
+
+
+def test_stage_declares_its_artifact() -> None:
+    ctx = tiny_context(Path("."))
+    st = int8.stage(ctx.recipe, ctx.recipe_dir)
+    assert (st.name, st.consumes, st.produces) == ("int8", ("onnx-fp32",), ("onnx-int8",))
+    assert st.config["int8"] == ctx.recipe.export.int8.model_dump()
+    assert st.config["settings"]["QuantizeBias"] is False
+    assert st.config["data"]  # calibration depends on the data: its fingerprint is part of the config
+
+
+def test_details_match_the_graph(built: tuple[RunContext, StageResult]) -> None:
+    ctx, result = built
+    out = result.outputs[0]
+    assert (out.path, out.kind, out.artifact, out.precision) == (
+        "model.int8.onnx",
+        "onnx",
+        "onnx-int8",
+        "int8",
+    )
+    counts = onnx_tools.op_counts(_model(ctx))
+    d = out.details
+    assert d["qdq_pairs"] > 0
+    assert counts["QuantizeLinear"] == counts["DequantizeLinear"] == d["qdq_pairs"] == d["quantize_linear"]
+    assert d["quantized_count"] == len(d["quantized_nodes"]) == 10
+    assert d["calibration_method"] == "minmax"
+    assert d["calibration_samples"] == len(ctx.dataset().calibration_index) == 8
+    assert d["calibration_hash"] == ctx.dataset().calibration_hash()
+    assert (ctx.workdir / "logs" / "int8.log").is_file()
+
+
+def test_selection_by_module_path(built: tuple[RunContext, StageResult]) -> None:
+    ctx, result = built
+    d = result.outputs[0].details
+    assert d["excluded"] == [f"inner.layers.{i}.output" for i in LAYERS]
+    expected = {f"inner.layers.{i}.{m}" for i in LAYERS for m in WEIGHT_MODULES if m != "output"}
+    assert set(d["quantized_nodes"]) == expected
+    assert d["activation_matmuls_skipped"] == 4  # q @ k^T and attention @ v, per layer
+
+
+def test_qdq_placement_is_tensorrt_shaped(built: tuple[RunContext, StageResult]) -> None:
+    model = _model(built[0])
+    made_by = producers(model)
+    inits = {i.name: i for i in model.graph.initializer}
+    paths = onnx_tools.module_paths(model)
+    for node in model.graph.node:
+        if node.op_type == "DequantizeLinear":
+            assert made_by[node.input[0]].op_type == "QuantizeLinear"  # a Q/DQ pair, also on weights
+            zero_point = inits[node.input[2]]
+            assert zero_point.data_type == TensorProto.INT8
+            assert not np.any(numpy_helper.to_array(zero_point))  # symmetric
+            assert node.input[0] not in inits  # no pre-quantized (e.g. int32 bias) initializer
+        if node.op_type == "MatMul":
+            from_dq = [i in made_by and made_by[i].op_type == "DequantizeLinear" for i in node.input]
+            quantized = paths[node.name] in built[1].outputs[0].details["quantized_nodes"]
+            assert from_dq == ([True, True] if quantized else [False, False]), node.name
+        if node.op_type == "QuantizeLinear":
+            assert (
+                made_by.get(node.input[0]) is None or made_by[node.input[0]].op_type != "MatMul"
+            )  # inputs only
+    weights = [n for n in model.graph.node if n.op_type == "QuantizeLinear" and n.input[0] in inits]
+    assert weights and all(inits[w.input[0]].data_type == TensorProto.FLOAT for w in weights)
+    per_channel = [
+        n
+        for n in model.graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0] in {w.output[0] for w in weights}
+    ]
+    assert all(numpy_helper.to_array(inits[n.input[1]]).size > 1 for n in per_channel)
+
+
+def test_close_to_the_eager_model(built: tuple[RunContext, StageResult]) -> None:
+    ctx = built[0]
+    feeds = ctx.dataset().feeds_at({"batch": 4, "sequence": 16})
+    got, want = run_onnx(ctx.workdir / "model.int8.onnx", feeds), reference(ctx, feeds)
+    assert lowest_cosine(got["pooled"], want["pooled"]) >= 0.98
+
+
+def test_output_is_byte_deterministic(
+    built: tuple[RunContext, StageResult], source: ArtifactRecord, tmp_path: Path
+) -> None:
+    ctx = tiny_context(tmp_path, "export.int8.exclude=['*.output']")
+    int8.stage(ctx.recipe, ctx.recipe_dir).run(ctx, {"onnx-fp32": source})
+    assert (tmp_path / "model.int8.onnx").read_bytes() == (built[0].workdir / "model.int8.onnx").read_bytes()
+
+
+@pytest.mark.parametrize("method", ["entropy", "percentile"])
+def test_histogram_calibrations(method: str, source: ArtifactRecord, tmp_path: Path) -> None:
+    ctx = tiny_context(
+        tmp_path, f"export.int8.calibration={method}", "export.int8.include=['*.query', '*.key']"
+    )
+    details = int8.stage(ctx.recipe, ctx.recipe_dir).run(ctx, {"onnx-fp32": source}).outputs[0].details
+    assert details["calibration_method"] == method
+    assert sorted(details["quantized_nodes"]) == sorted(
+        f"inner.layers.{i}.{m}" for i in LAYERS for m in ("key", "query")
+    )
+
+
+def test_calibration_feeds_only_the_declared_inputs(tmp_path: Path) -> None:
+    ctx = tiny_context(tmp_path)
+    feeds = int8.calibration_feeds(ctx, ["input_ids"])
+    assert all(list(f) == ["input_ids"] for f in feeds)
+    calibration = np.concatenate([f["input_ids"] for f in feeds])
+    validation = np.concatenate([f["input_ids"] for f in ctx.dataset().validation_feeds(8)])
+    assert len(calibration) == 8
+    assert not any((row == validation).all(axis=1).any() for row in calibration)
+
+
+def test_nothing_left_to_quantize_is_an_error(source: ArtifactRecord, tmp_path: Path) -> None:
+    ctx = tiny_context(tmp_path, "export.int8.include=['no.such.module']")
+    with pytest.raises(StageError, match="no MatMul node is left"):
+        int8.stage(ctx.recipe, ctx.recipe_dir).run(ctx, {"onnx-fp32": source})
+
+
+def _denormal_model(path: Path) -> ArtifactRecord:
+    """y = (x * 1e-44) @ W: an activation whose range is a few float32 denormals, too narrow for 128 bins."""
+    weight = numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4) / 16, "w")
+    scale = numpy_helper.from_array(np.array(1e-44, dtype=np.float32), "scale")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mul", ["x", "scale"], ["tiny"], name="mul"),
+            helper.make_node("MatMul", ["tiny", "w"], ["y"], name="mm"),
+        ],
+        "denormal",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
+        [weight, scale],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    return record(path)
+
+
+def test_entropy_calibration_failure_is_the_variants_error(tmp_path: Path) -> None:
+    recipe = Recipe.model_validate(
+        {
+            "name": "denormal",
+            "model": {"source": "entrypoint", "entrypoint": "tests.models.tiny:cnn"},
+            "inputs": [{"name": "x", "shape": ["batch", 4]}],
+            "dims": {"batch": {"min": 1, "opt": 2, "max": 4}},
+            "outputs": ["y"],
+            "data": {"samples": {"source": "random", "samples": 16}, "calibration": 8},
+            "benchmark": {"batch_sizes": [1]},
+            "export": {"int8": {"calibration": "entropy", "exclude": []}},
+        }
+    )
+    ctx = RunContext(recipe=recipe, recipe_dir=tmp_path, workdir=tmp_path / "work")
+    source = _denormal_model(tmp_path / "model.onnx")
+    with pytest.raises(StageError, match="Too many bins for data range"):
+        int8.stage(recipe, tmp_path).run(ctx, {"onnx-fp32": source})
+
+
+# ------------------------------------------------------------------ int8_dynamic
+
+
+def test_dynamic_quantization(source: ArtifactRecord, tmp_path: Path) -> None:
+    ctx = tiny_context(tmp_path)
+    st = int8_dynamic.stage(ctx.recipe, ctx.recipe_dir)
+    assert (st.name, st.consumes, st.produces) == ("int8_dynamic", ("onnx-fp32",), ("onnx-int8-dynamic",))
+    out = st.run(ctx, {"onnx-fp32": source}).outputs[0]
+    assert (out.path, out.artifact, out.precision) == ("model.int8-dynamic.onnx", "onnx-int8-dynamic", "int8")
+    model = onnx.load(str(tmp_path / out.path))
+    counts = onnx_tools.op_counts(model)
+    assert counts["MatMulInteger"] == out.details["quantized_count"] == 12  # every weight MatMul
+    assert counts["MatMul"] == 4  # activation MatMuls stay float
+    assert out.details["target"] == "onnxruntime"
+    feeds = ctx.dataset().feeds_at({"batch": 4, "sequence": 16})
+    got, want = run_onnx(tmp_path / out.path, feeds), reference(ctx, feeds)
+    assert lowest_cosine(got["pooled"], want["pooled"]) >= 0.98

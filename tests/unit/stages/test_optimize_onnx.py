@@ -1,0 +1,66 @@
+"""The optimize_onnx stages on the tiny encoder: ONNX Runtime graphs in FP32 and FP16 that load, keep FP32 I/O
+and agree with the eager model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import pytest
+
+from pipeline import onnx_tools
+from pipeline.stages import optimize_onnx
+from pipeline.stages.base import ArtifactRecord, Stage
+from tests.unit.stages.onnx_fixtures import lowest_cosine, reference, run_onnx, tiny_context, tiny_onnx
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> ArtifactRecord:
+    return tiny_onnx(tmp_path_factory)
+
+
+def _stages() -> dict[str, Stage]:
+    ctx = tiny_context(Path("."))
+    return {s.name: s for s in optimize_onnx.stages(ctx.recipe, ctx.recipe_dir)}
+
+
+def test_two_stages_with_their_artifacts() -> None:
+    stages = _stages()
+    assert {n: (s.consumes, s.produces) for n, s in stages.items()} == {
+        "optimize_onnx_fp32": (("onnx-fp32",), ("onnx-optimized-fp32",)),
+        "optimize_onnx_fp16": (("onnx-fp32",), ("onnx-optimized-fp16",)),
+    }
+    assert stages["optimize_onnx_fp32"].config["optimize"] == {"model_type": "bert", "opt_level": 1}
+    assert "fp16" in stages["optimize_onnx_fp16"].config
+
+
+@pytest.mark.parametrize(
+    ("name", "file", "precision", "tolerance"),
+    [
+        ("optimize_onnx_fp32", "model.optimized.onnx", "fp32", 1e-4),
+        ("optimize_onnx_fp16", "model.optimized.fp16.onnx", "fp16", 5e-2),
+    ],
+)
+def test_optimized_graph(
+    name: str, file: str, precision: str, tolerance: float, source: ArtifactRecord, tmp_path: Path
+) -> None:
+    ctx = tiny_context(tmp_path)
+    out = _stages()[name].run(ctx, {"onnx-fp32": source}).outputs[0]
+    assert (out.path, out.artifact, out.precision, out.kind) == (
+        file,
+        f"onnx-optimized-{precision}",
+        precision,
+        "onnx",
+    )
+    assert out.details["target"] == "onnxruntime"
+    assert isinstance(out.details["fused_ops"], dict)
+    model = onnx.load(str(tmp_path / file))
+    assert not onnx_tools.has_external_data(model)
+    assert {o.type.tensor_type.elem_type for o in model.graph.output} == {onnx.TensorProto.FLOAT}
+    if precision == "fp16":
+        assert onnx_tools.initializer_dtypes(model).get("FLOAT16", 0) > 0
+    feeds = ctx.dataset().feeds_at({"batch": 2, "sequence": 12})
+    got, want = run_onnx(tmp_path / file, feeds), reference(ctx, feeds)
+    assert abs(got["hidden"] - want["hidden"]).max() < tolerance
+    assert lowest_cosine(got["pooled"], want["pooled"]) >= 0.999
+    assert (tmp_path / "logs" / f"{name}.log").is_file()
