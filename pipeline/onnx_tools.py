@@ -83,22 +83,32 @@ def op_counts(model: onnx.ModelProto) -> dict[str, int]:
 
 @contextlib.contextmanager
 def captured(log_path: Path) -> Iterator[None]:
-    """Send what converters and quantizers print, log and warn (ONNX Runtime's tools do all three) to the
-    stage's log file instead of the live display."""
+    """Send what exporters, converters and quantizers print, log and warn (torch.onnx and ONNX Runtime's tools
+    do all three) to the stage's log file instead of the live display. torch's loggers do not propagate and
+    carry their own stderr handlers, so those handlers are swapped out for the duration."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
+    own = {name: logging.getLogger(name) for name in _SELF_HANDLED_LOGGERS}
+    saved = {name: list(logger.handlers) for name, logger in own.items()}
     root.addHandler(handler)
+    for logger in own.values():
+        logger.handlers = [handler]
     with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(stream):
         warnings.simplefilter("always")
         try:
             yield
         finally:
             root.removeHandler(handler)
+            for name, logger in own.items():
+                logger.handlers = saved[name]
             log_path.write_text(
                 stream.getvalue() + "".join(f"{w.category.__name__}: {w.message}\n" for w in caught)
             )
+
+
+_SELF_HANDLED_LOGGERS = ("torch", "torch.onnx")
 
 
 # ------------------------------------------------------------------ node -> module path

@@ -6,17 +6,13 @@ dropped so that the bytes do not depend on where the code lives."""
 
 from __future__ import annotations
 
-import io
-import logging
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 
 import onnx
 import torch
 
 from pipeline.models import model_fingerprint
+from pipeline.onnx_tools import captured
 from pipeline.recipe import Recipe
 from pipeline.stages.base import ArtifactRecord, Output, RunContext, Stage, StageResult, package_version
 from pipeline.stages.export_torchscript import corner_args
@@ -88,28 +84,11 @@ def _strip_location_metadata(model: onnx.ModelProto) -> None:
         node.metadata_props.extend(kept)
 
 
-@contextmanager
-def _captured_logs(name: str, stream: io.StringIO) -> Iterator[None]:
-    """The exporter logs to the console through `logging`; keep its messages in the stage log instead."""
-    logger = logging.getLogger(name)
-    handler = logging.StreamHandler(stream)
-    saved = logger.propagate
-    logger.addHandler(handler)
-    logger.propagate = False
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.propagate = saved
-
-
 def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
     cfg = ctx.recipe.export.onnx
     target = ctx.path("model.onnx")
     details: dict = {"exporter": cfg.exporter, "opset": cfg.opset}
-    log = io.StringIO()
-    with warnings.catch_warnings(record=True) as caught, redirect_stdout(log), _captured_logs("torch.onnx", log):
-        warnings.simplefilter("always")
+    with captured(ctx.path("logs/export_onnx.log")):
         if cfg.exporter == "dynamo":
             ctx.report("onnx: exporting with the dynamo exporter")
             try:
@@ -130,14 +109,10 @@ def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
     onnx.checker.check_model(model, full_check=False)
     onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=False)
     onnx.save(model, str(target))
-    ctx.path("logs/export_onnx.log").write_text(
-        log.getvalue() + "".join(f"{w.category.__name__}: {w.message}\n" for w in caught)
-    )
     details.update(
         nodes=len(model.graph.node),
         inputs=[i.name for i in model.graph.input],
         outputs=[o.name for o in model.graph.output],
-        warnings=len(caught),
     )
     return StageResult(
         outputs=[
