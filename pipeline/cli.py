@@ -24,8 +24,14 @@ def _parser() -> argparse.ArgumentParser:
     ):
         cmd = sub.add_parser(name, help=help_text)
         cmd.add_argument("recipe", help="a recipe path, or a name under recipes/")
-        cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                         help="override one recipe key (value parsed as YAML); repeatable")
+        cmd.add_argument(
+            "--set",
+            dest="overrides",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="override one recipe key (value parsed as YAML); repeatable",
+        )
         if name in ("deploy", "plan"):
             cmd.add_argument("--rebench", action="store_true", help="measure again (makes a new version)")
     listing = sub.add_parser("list", help="list the versions of a recipe")
@@ -53,7 +59,9 @@ def _list(args: argparse.Namespace, console: Console) -> int:
         winner = json.loads(winner_path.read_text())["artifact"] if winner_path.is_file() else "-"
         mark = " (latest)" if latest and latest.name == version else ""
         state = "signed off" if manifest.get("signed_off") else "not signed off"
-        console.print(f"{version}  {manifest.get('created', '?')}  {state:<14}  winner {winner}{mark}", highlight=False)
+        console.print(
+            f"{version}  {manifest.get('created', '?')}  {state:<14}  winner {winner}{mark}", highlight=False
+        )
     return 0
 
 
@@ -82,7 +90,10 @@ def main(argv: list[str] | None = None) -> int:
             print(line, file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("interrupted: nothing was published (the work folder may be resumed by the next deploy)", file=sys.stderr)
+        print(
+            "interrupted: nothing was published (the work folder may be resumed by the next deploy)",
+            file=sys.stderr,
+        )
         return 130
     except Exception:  # noqa: BLE001 - the top-level boundary: a bug, shown with its traceback
         traceback.print_exc()

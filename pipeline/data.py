@@ -13,7 +13,13 @@ import numpy as np
 from pipeline.recipe import InputSpec, NpzData, RandomData, Recipe, TextData
 
 Feeds = dict[str, np.ndarray]
-NUMPY_DTYPES = {"float32": np.float32, "float16": np.float16, "int64": np.int64, "int32": np.int32, "bool": np.bool_}
+NUMPY_DTYPES = {
+    "float32": np.float32,
+    "float16": np.float16,
+    "int64": np.int64,
+    "int32": np.int32,
+    "bool": np.bool_,
+}
 
 
 def read_texts(path: Path, field: str) -> list[str]:
@@ -40,7 +46,9 @@ def data_file(recipe: Recipe, recipe_dir: Path) -> Path | None:
 
 def data_fingerprint(recipe: Recipe, recipe_dir: Path) -> str:
     """Content of the sample file plus the split settings: what calibration and validation depend on."""
-    h = hashlib.sha256(json.dumps(recipe.data.model_dump(exclude={"samples": {"path"}}), sort_keys=True).encode())
+    h = hashlib.sha256(
+        json.dumps(recipe.data.model_dump(exclude={"samples": {"path"}}), sort_keys=True).encode()
+    )
     path = data_file(recipe, recipe_dir)
     if path is not None:
         h.update(path.read_bytes())
@@ -74,7 +82,9 @@ class Dataset:
     # ------------------------------------------------------------ splits
 
     def calibration_hash(self) -> str:
-        return hashlib.sha256(json.dumps([self._item_key(i) for i in self.calibration_index]).encode()).hexdigest()
+        return hashlib.sha256(
+            json.dumps([self._item_key(i) for i in self.calibration_index]).encode()
+        ).hexdigest()
 
     def calibration_feeds(self, batch: int = 1) -> list[Feeds]:
         """Calibration split at natural lengths (text) or stored shapes; never overlaps validation."""
@@ -96,9 +106,9 @@ class Dataset:
             return self._tokenize([self.items[i] for i in picks], length=seq)
         shapes = {s.name: self._shape(s, dims) for s in self.recipe.inputs}
         return {
-            s.name: np.stack([_fit(np.asarray(self.items[i][s.name]), shapes[s.name][1:]) for i in picks]).astype(
-                NUMPY_DTYPES[s.dtype]
-            )
+            s.name: np.stack(
+                [_fit(np.asarray(self.items[i][s.name]), shapes[s.name][1:]) for i in picks]
+            ).astype(NUMPY_DTYPES[s.dtype])
             for s in self.recipe.inputs
         }
 
@@ -127,7 +137,9 @@ class Dataset:
             else:
                 out.append(
                     {
-                        s.name: np.stack([np.asarray(self.items[i][s.name]) for i in picks]).astype(NUMPY_DTYPES[s.dtype])
+                        s.name: np.stack([np.asarray(self.items[i][s.name]) for i in picks]).astype(
+                            NUMPY_DTYPES[s.dtype]
+                        )
                         for s in self.recipe.inputs
                     }
                 )
@@ -136,11 +148,17 @@ class Dataset:
     def _tokenize(self, texts: list[str], length: int | None) -> Feeds:
         lo, hi = self._seq_range()
         if length is None:
-            enc = self.tokenizer(texts, padding="longest", truncation=True, max_length=hi, return_tensors="np")
+            enc = self.tokenizer(
+                texts, padding="longest", truncation=True, max_length=hi, return_tensors="np"
+            )
             if enc["input_ids"].shape[1] < lo:
-                enc = self.tokenizer(texts, padding="max_length", truncation=True, max_length=lo, return_tensors="np")
+                enc = self.tokenizer(
+                    texts, padding="max_length", truncation=True, max_length=lo, return_tensors="np"
+                )
         else:
-            enc = self.tokenizer(texts, padding="max_length", truncation=True, max_length=length, return_tensors="np")
+            enc = self.tokenizer(
+                texts, padding="max_length", truncation=True, max_length=length, return_tensors="np"
+            )
         feeds = {}
         for spec in self.recipe.inputs:
             if spec.name not in enc:

@@ -49,7 +49,9 @@ def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False) -> int
             return 0
         executor.previous = from_latest + [(d, read_records(d)) for d in store.leftover_work_dirs()]
         work = store.new_work_dir()
-        records = _run_with_progress(executor, RunContext(loaded.recipe, recipe_dir, work, cache_dir=store.cache_dir), rebench, console)
+        records = _run_with_progress(
+            executor, RunContext(loaded.recipe, recipe_dir, work, cache_dir=store.cache_dir), rebench, console
+        )
         version = store.next_version()
         from pipeline.bench.environment import capture_environment
         from pipeline.signoff import write_signoff
@@ -61,9 +63,15 @@ def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False) -> int
     return 0 if signed_off else 1
 
 
-def _run_with_progress(executor: Executor, ctx: RunContext, rebench: bool, console: Console) -> list[StageRecord]:
+def _run_with_progress(
+    executor: Executor, ctx: RunContext, rebench: bool, console: Console
+) -> list[StageRecord]:
     with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console, transient=True
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
     ) as progress:
         current: dict[str, int] = {}
 
@@ -78,7 +86,13 @@ def _run_with_progress(executor: Executor, ctx: RunContext, rebench: bool, conso
             if "task" in current:
                 progress.remove_task(current.pop("task"))
             style = {"ran": "green", "reused": "cyan", "failed": "red", "skipped": "yellow"}[record.status]
-            extra = f" from {record.reused_from}" if record.reused_from else f"  ({record.why})" if record.why else ""
+            extra = (
+                f" from {record.reused_from}"
+                if record.reused_from
+                else f"  ({record.why})"
+                if record.why
+                else ""
+            )
             error = f"  {record.error.splitlines()[0][:160]}" if record.error else ""
             progress.console.print(
                 f"[{style}]{record.status:>7}[/{style}] {record.name:<24} {record.duration_s:7.1f} s{extra}{error}",
@@ -90,7 +104,12 @@ def _run_with_progress(executor: Executor, ctx: RunContext, rebench: bool, conso
 
 
 def _print_summary(
-    console: Console, target: Path, records: list[StageRecord], signed_off: bool, reasons: list[str], loaded: LoadedRecipe
+    console: Console,
+    target: Path,
+    records: list[StageRecord],
+    signed_off: bool,
+    reasons: list[str],
+    loaded: LoadedRecipe,
 ) -> None:
     from pipeline.report.summary import summary_table
 
@@ -106,5 +125,8 @@ def _print_summary(
     for reason in reasons:
         console.print(f"  - {reason}", highlight=False)
     if winner:
-        console.print(f"winner: {winner['artifact']} ({winner['runtime']}, {winner['value']:.3g} {winner['unit']}): {winner['reason']}", highlight=False)
+        console.print(
+            f"winner: {winner['artifact']} ({winner['runtime']}, {winner['value']:.3g} {winner['unit']}): {winner['reason']}",
+            highlight=False,
+        )
     console.print(f"report: {target / 'reports' / 'signoff.html'}")

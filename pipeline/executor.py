@@ -44,7 +44,13 @@ class StageRecord:
 def fingerprint(stage: Stage, inputs: dict[str, str], environment: dict[str, Any]) -> str:
     """sha256 of canonical JSON of the stage name and version, its config slice, its inputs' sha256 and the
     environment keys it declares (ARCHITECTURE.md)."""
-    payload = {"stage": stage.name, "version": stage.version, "config": stage.config, "inputs": inputs, "environment": environment}
+    payload = {
+        "stage": stage.name,
+        "version": stage.version,
+        "config": stage.config,
+        "inputs": inputs,
+        "environment": environment,
+    }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -72,15 +78,21 @@ class Verdict:
 def _diff_reason(stage: Stage, prev: StageRecord, inputs: dict[str, str], env: dict[str, Any]) -> str:
     if prev.version != stage.version:
         return f"stage version {prev.version} -> {stage.version}"
-    changed = [k for k in sorted(set(prev.config) | set(stage.config)) if prev.config.get(k) != stage.config.get(k)]
+    changed = [
+        k for k in sorted(set(prev.config) | set(stage.config)) if prev.config.get(k) != stage.config.get(k)
+    ]
     if changed:
         return "config changed: " + ", ".join(changed)
     moved = [k for k in sorted(set(prev.inputs) | set(inputs)) if prev.inputs.get(k) != inputs.get(k)]
     if moved:
         return "input changed: " + ", ".join(moved)
-    env_changed = [k for k in sorted(set(prev.environment) | set(env)) if prev.environment.get(k) != env.get(k)]
+    env_changed = [
+        k for k in sorted(set(prev.environment) | set(env)) if prev.environment.get(k) != env.get(k)
+    ]
     if env_changed:
-        return "environment changed: " + ", ".join(f"{k} {prev.environment.get(k)} -> {env.get(k)}" for k in env_changed)
+        return "environment changed: " + ", ".join(
+            f"{k} {prev.environment.get(k)} -> {env.get(k)}" for k in env_changed
+        )
     return "fingerprint changed"
 
 
@@ -92,7 +104,9 @@ def _named(output: dict[str, Any]) -> dict[str, Any]:
 
 
 class Executor:
-    def __init__(self, stages: list[Stage], store: Store, previous: list[tuple[Path, dict[str, StageRecord]]]):
+    def __init__(
+        self, stages: list[Stage], store: Store, previous: list[tuple[Path, dict[str, StageRecord]]]
+    ):
         """previous: (folder, records) candidates for reuse, the latest version first, then killed runs."""
         self.stages = stages
         self.store = store
@@ -177,14 +191,25 @@ class Executor:
             missing = [n for n in stage.consumes if n not in artifacts]
             if missing:
                 why = "; ".join(f"{n}: {unavailable.get(n, 'not built')}" for n in missing)
-                record = StageRecord(stage.name, stage.version, None, "skipped", stage.config, error=f"input unavailable ({why})")
+                record = StageRecord(
+                    stage.name,
+                    stage.version,
+                    None,
+                    "skipped",
+                    stage.config,
+                    error=f"input unavailable ({why})",
+                )
                 self._mark_unavailable(stage, unavailable, f"skipped: {why}")
             else:
                 inputs = {n: artifacts[n] for n in (*stage.consumes, *stage.consumes_any) if n in artifacts}
                 shas = {n: a.sha256 for n, a in inputs.items()}
                 verdict = self.judge(stage, shas, force_stale=rebench and stage.volatile)
                 record = self._reuse(stage, verdict, ctx.workdir, shas) if verdict.fresh else None
-                why = verdict.why if record is not None or not verdict.fresh else "cached outputs could not be fetched"
+                why = (
+                    verdict.why
+                    if record is not None or not verdict.fresh
+                    else "cached outputs could not be fetched"
+                )
                 if record is None:
                     on_start(stage, why)
                     record = self._execute(stage, ctx, inputs, shas)
@@ -194,11 +219,18 @@ class Executor:
                 for out in record.outputs:
                     if out.get("artifact"):
                         artifacts[out["artifact"]] = ArtifactRecord(
-                            out["artifact"], ctx.workdir / out["path"], out["kind"], out.get("precision"),
-                            out["sha256"], stage.name, out.get("details", {}),
+                            out["artifact"],
+                            ctx.workdir / out["path"],
+                            out["kind"],
+                            out.get("precision"),
+                            out["sha256"],
+                            stage.name,
+                            out.get("details", {}),
                         )
             records.append(record)
-            write_json_atomic(ctx.workdir / RUN_RECORD, {"schema_version": 1, "stages": [asdict(r) for r in records]})
+            write_json_atomic(
+                ctx.workdir / RUN_RECORD, {"schema_version": 1, "stages": [asdict(r) for r in records]}
+            )
             on_done(record)
         return records
 
@@ -207,7 +239,9 @@ class Executor:
         for name in stage.produces:
             unavailable.setdefault(name, f"{stage.name} {why}")
 
-    def _reuse(self, stage: Stage, verdict: Verdict, workdir: Path, shas: dict[str, str]) -> StageRecord | None:
+    def _reuse(
+        self, stage: Stage, verdict: Verdict, workdir: Path, shas: dict[str, str]
+    ) -> StageRecord | None:
         prev = verdict.record
         assert prev is not None and verdict.source is not None
         for out in prev.outputs:
@@ -216,12 +250,24 @@ class Executor:
                 return None
         reused_from = prev.reused_from or verdict.source.name
         return StageRecord(
-            stage.name, stage.version, prev.fingerprint, "reused" if prev.status != "failed" else "failed",
-            stage.config, self.environment(stage), shas, prev.outputs, prev.error, 0.0, prev.details,
-            reused_from, prev.finished,
+            stage.name,
+            stage.version,
+            prev.fingerprint,
+            "reused" if prev.status != "failed" else "failed",
+            stage.config,
+            self.environment(stage),
+            shas,
+            prev.outputs,
+            prev.error,
+            0.0,
+            prev.details,
+            reused_from,
+            prev.finished,
         )
 
-    def _execute(self, stage: Stage, ctx: RunContext, inputs: dict[str, ArtifactRecord], shas: dict[str, str]) -> StageRecord:
+    def _execute(
+        self, stage: Stage, ctx: RunContext, inputs: dict[str, ArtifactRecord], shas: dict[str, str]
+    ) -> StageRecord:
         env = self.environment(stage)
         fp = fingerprint(stage, shas, env)
         started = time.perf_counter()

@@ -52,7 +52,9 @@ class SentenceEncoder(nn.Module):
         if "sentence_embedding" in self.outputs:
             mask = kwargs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
-            result["sentence_embedding"] = nn.functional.normalize(pooled, p=2, dim=1) if self.normalize else pooled
+            result["sentence_embedding"] = (
+                nn.functional.normalize(pooled, p=2, dim=1) if self.normalize else pooled
+            )
         return tuple(result[name] for name in self.outputs)
 
 
@@ -65,7 +67,9 @@ def huggingface_dir(source: HuggingFaceSource, recipe_dir: Path) -> str:
         package, _, sub = source.package.partition("/")
         spec = importlib.util.find_spec(package)
         if spec is None or not spec.submodule_search_locations:
-            raise RecipeError(f"model.package: Python package '{package}' is not installed (pip install {package.replace('_', '-')})")
+            raise RecipeError(
+                f"model.package: Python package '{package}' is not installed (pip install {package.replace('_', '-')})"
+            )
         return str(Path(next(iter(spec.submodule_search_locations))) / sub)
     assert source.id
     return source.id
@@ -114,11 +118,15 @@ def load_model(recipe: Recipe, recipe_dir: Path) -> LoadedModel:
     try:
         import torchvision
     except ImportError:
-        raise RecipeError("model.source: torchvision is not installed (pip install 'deploy-pipeline[torchvision]')") from None
+        raise RecipeError(
+            "model.source: torchvision is not installed (pip install 'deploy-pipeline[torchvision]')"
+        ) from None
     return LoadedModel(module=_as_tuple(torchvision.models.get_model(src.name, weights=src.weights)).eval())
 
 
-def _load_huggingface(src: HuggingFaceSource, recipe: Recipe, recipe_dir: Path, names: list[str]) -> LoadedModel:
+def _load_huggingface(
+    src: HuggingFaceSource, recipe: Recipe, recipe_dir: Path, names: list[str]
+) -> LoadedModel:
     import transformers
     from transformers import AutoModel, AutoTokenizer
 
@@ -128,11 +136,17 @@ def _load_huggingface(src: HuggingFaceSource, recipe: Recipe, recipe_dir: Path, 
     local = Path(location).is_dir()
     if src.offline and not local:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    encoder = AutoModel.from_pretrained(location, local_files_only=src.offline or local, attn_implementation="eager")
+    encoder = AutoModel.from_pretrained(
+        location, local_files_only=src.offline or local, attn_implementation="eager"
+    )
     tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=src.offline or local)
     wrapped = SentenceEncoder(encoder, names, list(recipe.outputs), src.normalize).eval()
     cfg = encoder.config
-    config = {"hidden_size": cfg.hidden_size, "num_attention_heads": cfg.num_attention_heads, "model_type": cfg.model_type}
+    config = {
+        "hidden_size": cfg.hidden_size,
+        "num_attention_heads": cfg.num_attention_heads,
+        "model_type": cfg.model_type,
+    }
     return LoadedModel(module=wrapped, tokenizer=tokenizer, config=config)
 
 

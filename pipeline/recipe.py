@@ -74,7 +74,8 @@ class TorchScriptSource(Strict):
 
 
 ModelSource = Annotated[
-    HuggingFaceSource | TorchvisionSource | EntrypointSource | TorchScriptSource, Field(discriminator="source")
+    HuggingFaceSource | TorchvisionSource | EntrypointSource | TorchScriptSource,
+    Field(discriminator="source"),
 ]
 
 # ---------------------------------------------------------------- inputs, outputs, data
@@ -270,7 +271,9 @@ class Recipe(Strict):
     def dim_names(self) -> set[str]:
         return {d for spec in self.inputs for d in spec.shape if isinstance(d, str)}
 
-    def corner_shape(self, spec: InputSpec, corner: str, overrides: dict[str, int] | None = None) -> list[int]:
+    def corner_shape(
+        self, spec: InputSpec, corner: str, overrides: dict[str, int] | None = None
+    ) -> list[int]:
         """Concrete shape of one input at a corner (min/opt/max), with some dims pinned by `overrides`."""
         overrides = overrides or {}
         return [
@@ -285,12 +288,16 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[str, str]]:
         if rng.min > rng.max:
             problems.append((f"dims.{name}.min", f"must not exceed max ({rng.min} > {rng.max})"))
         elif not rng.min <= rng.opt <= rng.max:
-            problems.append((f"dims.{name}.opt", f"must lie within min..max ({rng.min}..{rng.max}, got {rng.opt})"))
+            problems.append(
+                (f"dims.{name}.opt", f"must lie within min..max ({rng.min}..{rng.max}, got {rng.opt})")
+            )
     used = recipe.dim_names()
     for i, spec in enumerate(recipe.inputs):
         for j, d in enumerate(spec.shape):
             if isinstance(d, str) and d not in recipe.dims:
-                problems.append((f"inputs[{i}].shape[{j}]", f"dynamic dim '{d}' has no min/opt/max under dims"))
+                problems.append(
+                    (f"inputs[{i}].shape[{j}]", f"dynamic dim '{d}' has no min/opt/max under dims")
+                )
     for name in recipe.dims:
         if name not in used:
             problems.append((f"dims.{name}", "not used by any input shape"))
@@ -304,7 +311,9 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[str, str]]:
     problems += _benchmark_problems(recipe)
     for i, v in enumerate(recipe.variants.required):
         if v not in recipe.variants.build:
-            problems.append((f"variants.required[{i}]", f"'{v}' is required but not listed in variants.build"))
+            problems.append(
+                (f"variants.required[{i}]", f"'{v}' is required but not listed in variants.build")
+            )
     src = recipe.model
     if isinstance(src, HuggingFaceSource) and not (src.id or src.path or src.package):
         problems.append(("model", "a huggingface source needs one of id, path or package"))
@@ -315,7 +324,9 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[str, str]]:
 
 def _benchmark_problems(recipe: Recipe) -> list[tuple[str, str]]:
     bench, problems = recipe.benchmark, []
-    consistent = {n: r for n, r in recipe.dims.items() if r.min <= r.max}  # a broken range is reported once, above
+    consistent = {
+        n: r for n, r in recipe.dims.items() if r.min <= r.max
+    }  # a broken range is reported once, above
     batch = consistent.get(bench.batch_dim)
     if batch is None:
         if bench.batch_sizes != [1] and bench.batch_dim not in recipe.dims:
@@ -324,21 +335,34 @@ def _benchmark_problems(recipe: Recipe) -> list[tuple[str, str]]:
         for i, b in enumerate(bench.batch_sizes):
             if not batch.min <= b <= batch.max:
                 problems.append(
-                    (f"benchmark.batch_sizes[{i}]", f"must lie within dims.{bench.batch_dim} {batch.min}..{batch.max} (got {b})")
+                    (
+                        f"benchmark.batch_sizes[{i}]",
+                        f"must lie within dims.{bench.batch_dim} {batch.min}..{batch.max} (got {b})",
+                    )
                 )
     seq = consistent.get(bench.sequence_dim) if bench.sequence_dim else None
     if bench.sequence_dim and bench.sequence_dim not in recipe.dims and recipe.dims:
         if bench.sequence_dim != "sequence":
-            problems.append(("benchmark.sequence_dim", f"'{bench.sequence_dim}' is not a dynamic dim under dims"))
+            problems.append(
+                ("benchmark.sequence_dim", f"'{bench.sequence_dim}' is not a dynamic dim under dims")
+            )
     elif seq is not None and isinstance(bench.sequence_lengths, list):
         for i, s in enumerate(bench.sequence_lengths):
             if not seq.min <= s <= seq.max:
                 problems.append(
-                    (f"benchmark.sequence_lengths[{i}]", f"must lie within dims.{bench.sequence_dim} {seq.min}..{seq.max} (got {s})")
+                    (
+                        f"benchmark.sequence_lengths[{i}]",
+                        f"must lie within dims.{bench.sequence_dim} {seq.min}..{seq.max} (got {s})",
+                    )
                 )
     obj = recipe.selection.objective
     if obj.batch not in bench.batch_sizes:
-        problems.append(("selection.objective.batch", f"must be one of benchmark.batch_sizes {bench.batch_sizes} (got {obj.batch})"))
+        problems.append(
+            (
+                "selection.objective.batch",
+                f"must be one of benchmark.batch_sizes {bench.batch_sizes} (got {obj.batch})",
+            )
+        )
     return problems
 
 

@@ -69,7 +69,13 @@ def _data_path(data: object, loc: Loc) -> Loc:
     out: list = []
     for i, part in enumerate(loc):
         last = i == len(loc) - 1
-        if isinstance(data, dict) and part in data or isinstance(data, list) and isinstance(part, int) and part < len(data):
+        if (
+            isinstance(data, dict)
+            and part in data
+            or isinstance(data, list)
+            and isinstance(part, int)
+            and part < len(data)
+        ):
             data = data[part]
             out.append(part)
         elif last and isinstance(data, dict):
@@ -108,7 +114,11 @@ def _unwrap(tp: object, part: object, data: object) -> object:
         models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
         for m in models:
             lit = m.model_fields.get("source")
-            if isinstance(data, dict) and lit is not None and data.get("source") in typing.get_args(lit.annotation):
+            if (
+                isinstance(data, dict)
+                and lit is not None
+                and data.get("source") in typing.get_args(lit.annotation)
+            ):
                 return _unwrap(m, part, data)
         for a in args:
             if typing.get_origin(a) in (list, dict):
@@ -123,7 +133,11 @@ def _message(err: dict, raw: dict, loc: Loc) -> str:
         model = _model_at(loc[:-1], raw)
         names = list(model.model_fields) if model else []
         close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.5)
-        hint = f"; did you mean '{close[0]}'?" if close else (f"; valid keys: {', '.join(names)}" if names else "")
+        hint = (
+            f"; did you mean '{close[0]}'?"
+            if close
+            else (f"; valid keys: {', '.join(names)}" if names else "")
+        )
         return f"unknown key '{loc[-1]}'{hint}"
     if kind == "missing":
         return "required key is missing"
@@ -131,7 +145,9 @@ def _message(err: dict, raw: dict, loc: Loc) -> str:
         return f"must be a positive {'integer' if isinstance(got, int) else 'number'} (got {got})"
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         bound = next(iter(ctx.values()))
-        word = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}[kind]
+        word = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}[
+            kind
+        ]
         return f"must be {word} {bound} (got {got})"
     if kind in ("int_type", "int_parsing", "int_from_float"):
         return f"must be an integer (got {got!r})"
@@ -155,7 +171,9 @@ def _apply_override(raw: dict, text: str) -> tuple[str, list[str | int]]:
         parts = split_dotted(key)
         parsed = yaml.safe_load(value) if value else None
     except (ValueError, yaml.YAMLError) as exc:
-        raise RecipeError(problems=[Problem(f"--set {text}", key, f"cannot parse: {exc}".splitlines()[0])]) from None
+        raise RecipeError(
+            problems=[Problem(f"--set {text}", key, f"cannot parse: {exc}".splitlines()[0])]
+        ) from None
     node: object = raw
     for i, part in enumerate(parts[:-1]):
         nxt = parts[i + 1]
@@ -169,7 +187,7 @@ def _apply_override(raw: dict, text: str) -> tuple[str, list[str | int]]:
     if isinstance(node, dict) and isinstance(last, str):
         node[last] = parsed
     elif isinstance(node, list) and isinstance(last, int) and last <= len(node):
-        node[last:last + 1] = [parsed]
+        node[last : last + 1] = [parsed]
     else:
         raise RecipeError(problems=[Problem(f"--set {text}", key, "no such place in the recipe")])
     return text, parts
@@ -208,7 +226,13 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Loade
         problems = []
         for err in exc.errors():
             loc = _data_path(raw, err["loc"])
-            problems.append(Problem(locate(loc, key=err["type"] == "extra_forbidden"), dotted(loc) or "(root)", _message(err, raw, loc)))
+            problems.append(
+                Problem(
+                    locate(loc, key=err["type"] == "extra_forbidden"),
+                    dotted(loc) or "(root)",
+                    _message(err, raw, loc),
+                )
+            )
         raise RecipeError(problems=_unique(problems)) from None
     cross = cross_field_problems(recipe)
     if cross:

@@ -42,7 +42,12 @@ def resolved_recipe(loaded: LoadedRecipe) -> dict[str, Any]:
 def git_revision() -> str | None:
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent, check=True
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            cwd=Path(__file__).parent,
+            check=True,
         )
     except (OSError, subprocess.SubprocessError):
         return None
@@ -95,7 +100,10 @@ def write_signoff(
 ) -> tuple[bool, list[str]]:
     """Write every sign-off file into the work folder, manifest.json last. Returns (signed_off, reasons)."""
     started = time.perf_counter()
-    selection = _read(workdir / "reports/selection.json") or {"signed_off": False, "reasons": ["selection did not run"]}
+    selection = _read(workdir / "reports/selection.json") or {
+        "signed_off": False,
+        "reasons": ["selection did not run"],
+    }
     signed_off, reasons = bool(selection["signed_off"]), list(selection["reasons"])
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     resolved = resolved_recipe(loaded)
@@ -108,9 +116,15 @@ def write_signoff(
         "git_revision": git_revision(),
         "environment": environment,
         "artifacts": _artifacts(records),
-        "benchmark_reused_from": next((r.reused_from for r in records if r.name == "benchmark" and r.status == "reused"), None),
+        "benchmark_reused_from": next(
+            (r.reused_from for r in records if r.name == "benchmark" and r.status == "reused"), None
+        ),
     }
-    accuracy = _read(workdir / "reports/accuracy.json") or {"schema_version": 1, "artifacts": {}, "not_run": []}
+    accuracy = _read(workdir / "reports/accuracy.json") or {
+        "schema_version": 1,
+        "artifacts": {},
+        "not_run": [],
+    }
     speed = _read(workdir / "reports/speed.json") or {"schema_version": 1, "results": [], "not_run": []}
     winner = _read(workdir / "winner.json")
     prev = None
@@ -130,10 +144,20 @@ def write_signoff(
     record = StageRecord("signoff", 1, None, "ran", {}, {}, {})
     stage_dicts = [asdict(r) for r in [*records, record]]
     written = render(workdir, header, accuracy, speed, winner, stage_dicts, prev)
-    record.outputs = [{"path": p, "kind": "report", "sha256": sha256_file(workdir / p), "bytes": (workdir / p).stat().st_size} for p in written]
+    record.outputs = [
+        {
+            "path": p,
+            "kind": "report",
+            "sha256": sha256_file(workdir / p),
+            "bytes": (workdir / p).stat().st_size,
+        }
+        for p in written
+    ]
     record.duration_s = round(time.perf_counter() - started, 3)
     record.details = {"signed_off": signed_off, "reasons": reasons}
-    write_json_atomic(workdir / RUN_RECORD, {"schema_version": 1, "stages": [asdict(r) for r in [*records, record]]})
+    write_json_atomic(
+        workdir / RUN_RECORD, {"schema_version": 1, "stages": [asdict(r) for r in [*records, record]]}
+    )
     manifest = {
         "schema_version": 1,
         "name": loaded.recipe.name,

@@ -19,7 +19,9 @@ class Runner(Protocol):
     """
 
     artifact: str
-    runtime: str  # torch-cpu | torchscript-cpu | onnxruntime-cpu | onnxruntime-cuda | tensorrt | tensorrt-rtx ...
+    runtime: (
+        str  # torch-cpu | torchscript-cpu | onnxruntime-cpu | onnxruntime-cuda | tensorrt | tensorrt-rtx ...
+    )
     io: str  # host | device
 
     def activate(self) -> None: ...

@@ -34,7 +34,9 @@ def engine_flavour(artifact: ArtifactRecord) -> str:
     return "tensorrt-rtx" if artifact.name.startswith("tensorrt-rtx-") else "tensorrt"
 
 
-def not_runnable_reason(flavour: str, built_for: list[str], built_with: str | None, gpu: str | None) -> str | None:
+def not_runnable_reason(
+    flavour: str, built_for: list[str], built_with: str | None, gpu: str | None
+) -> str | None:
     """Why an engine cannot run here (None when it can): GPU, flavour support, compute capability, version."""
     name = DISPLAY[flavour]
     if gpu is None:
@@ -57,7 +59,9 @@ def runners_for_engine(artifact: ArtifactRecord, ctx: RunContext) -> list[Runner
     """A host-I/O and a device-I/O runner for the engine, or why it cannot run on this machine."""
     flavour = engine_flavour(artifact)
     built_for = list(artifact.details.get("compute_capabilities") or [])
-    reason = not_runnable_reason(flavour, built_for, artifact.details.get("trt_version"), local_compute_capability())
+    reason = not_runnable_reason(
+        flavour, built_for, artifact.details.get("trt_version"), local_compute_capability()
+    )
     if reason:
         return NotRunnable(artifact.name, reason)
     return [TensorRTRunner(artifact, flavour, "host"), TensorRTRunner(artifact, flavour, "device")]
@@ -80,7 +84,9 @@ class TensorRTRunner:
         self._logger = trt.Logger(trt.Logger.WARNING)
         self._engine = trt.Runtime(self._logger).deserialize_cuda_engine(self._path.read_bytes())
         if self._engine is None:
-            raise RuntimeError(f"{self.artifact}: {DISPLAY[self.runtime]} could not deserialize {self._path.name}")
+            raise RuntimeError(
+                f"{self.artifact}: {DISPLAY[self.runtime]} could not deserialize {self._path.name}"
+            )
         self._context = self._engine.create_execution_context()
         self._stream = torch.cuda.Stream()
         names = [self._engine.get_tensor_name(i) for i in range(self._engine.num_io_tensors)]
@@ -89,14 +95,17 @@ class TensorRTRunner:
         self._profile = 0
 
     def _dtype(self, name: str) -> Any:
-        return self._torch.from_numpy(np.empty(0, self._trt.nptype(self._engine.get_tensor_dtype(name)))).dtype
+        return self._torch.from_numpy(
+            np.empty(0, self._trt.nptype(self._engine.get_tensor_dtype(name)))
+        ).dtype
 
     def _choose_profile(self, shapes: dict[str, tuple[int, ...]]) -> int:
         """The first optimization profile whose min..max range holds every feed shape."""
         for p in range(self._engine.num_optimization_profiles):
             ranges = {n: self._engine.get_tensor_profile_shape(n, p) for n in self._inputs}
             if all(
-                all(lo <= s <= hi for s, lo, hi in zip(shapes[n], r[0], r[2], strict=True)) for n, r in ranges.items()
+                all(lo <= s <= hi for s, lo, hi in zip(shapes[n], r[0], r[2], strict=True))
+                for n, r in ranges.items()
             ):
                 return p
         raise ValueError(f"{self.artifact}: no optimization profile holds the shapes {shapes}")

@@ -26,7 +26,13 @@ def _dynamo_export(ctx: RunContext, path: Path) -> None:
     dynamic = tuple(
         {axis: dims[d] for axis, d in enumerate(spec.shape) if isinstance(d, str)} for spec in recipe.inputs
     )
-    example = corner_args(ctx, "opt", batch=max(2, recipe.dims[recipe.benchmark.batch_dim].opt) if recipe.benchmark.batch_dim in recipe.dims else None)
+    example = corner_args(
+        ctx,
+        "opt",
+        batch=max(2, recipe.dims[recipe.benchmark.batch_dim].opt)
+        if recipe.benchmark.batch_dim in recipe.dims
+        else None,
+    )
     program = torch.onnx.export(
         ctx.model().module,
         example,
@@ -44,7 +50,9 @@ def _dynamo_export(ctx: RunContext, path: Path) -> None:
 
 def _legacy_export(ctx: RunContext, path: Path) -> None:
     recipe = ctx.recipe
-    axes = {spec.name: {a: d for a, d in enumerate(spec.shape) if isinstance(d, str)} for spec in recipe.inputs}
+    axes = {
+        spec.name: {a: d for a, d in enumerate(spec.shape) if isinstance(d, str)} for spec in recipe.inputs
+    }
     torch.onnx.export(
         ctx.model().module,
         corner_args(ctx, "opt", batch=2),

@@ -36,7 +36,11 @@ def objective_rows(recipe: Recipe, speed: dict[str, Any], accuracy: dict[str, An
     for row in speed.get("results", []):
         if row["artifact"] not in passed or row["batch"] != obj.batch:
             continue
-        if obj.sequence_length is not None and seq_dim and row.get("dims", {}).get(seq_dim) not in (None, obj.sequence_length):
+        if (
+            obj.sequence_length is not None
+            and seq_dim
+            and row.get("dims", {}).get(seq_dim) not in (None, obj.sequence_length)
+        ):
             continue
         if sel.runtimes and row["runtime"] not in sel.runtimes:
             continue
@@ -96,7 +100,11 @@ def choose(recipe: Recipe, speed: dict[str, Any], accuracy: dict[str, Any]) -> d
         "unit": "ms",
         "p50_ci95_ms": winner.get("p50_ci95_ms"),
         "shapes": winner.get("shapes"),
-        "runner_up": {"artifact": runner_up["artifact"], "runtime": runner_up["runtime"], "value": runner_up[metric]}
+        "runner_up": {
+            "artifact": runner_up["artifact"],
+            "runtime": runner_up["runtime"],
+            "value": runner_up[metric],
+        }
         if runner_up
         else None,
         "reason": reason,
@@ -110,7 +118,9 @@ def _overlap(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return ca[0] <= cb[1] and cb[0] <= ca[1]
 
 
-def signoff_verdict(recipe: Recipe, accuracy: dict[str, Any], winner: dict[str, Any] | None, artifact_of: dict[str, str]) -> list[str]:
+def signoff_verdict(
+    recipe: Recipe, accuracy: dict[str, Any], winner: dict[str, Any] | None, artifact_of: dict[str, str]
+) -> list[str]:
     """Reasons the release cannot be signed off (empty: signed off)."""
     reasons = []
     results = accuracy.get("artifacts", {})
@@ -124,7 +134,9 @@ def signoff_verdict(recipe: Recipe, accuracy: dict[str, Any], winner: dict[str, 
     if not any(a.get("passed") for a in results.values()):
         reasons.append("no artifact passed validation")
     elif winner is None:
-        reasons.append("no artifact that passed validation has a benchmark at the objective's shape within constraints")
+        reasons.append(
+            "no artifact that passed validation has a benchmark at the objective's shape within constraints"
+        )
     return reasons
 
 
@@ -138,7 +150,10 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
         speed = json.loads(inputs["report:speed"].path.read_text())
         winner = choose(recipe, speed, accuracy)
         reasons = signoff_verdict(recipe, accuracy, winner, artifact_of)
-        write_json_atomic(ctx.path("reports/selection.json"), {"signed_off": not reasons, "reasons": reasons, "winner": winner})
+        write_json_atomic(
+            ctx.path("reports/selection.json"),
+            {"signed_off": not reasons, "reasons": reasons, "winner": winner},
+        )
         outputs = [Output("reports/selection.json", "report", "report:selection")]
         if winner and not reasons:
             write_json_atomic(ctx.path("winner.json"), winner)
@@ -149,7 +164,10 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
         name="select",
         version=1,
         run=run,
-        config={"selection": recipe.selection.model_dump(), "required": [artifact_of.get(v, v) for v in recipe.variants.required]},
+        config={
+            "selection": recipe.selection.model_dump(),
+            "required": [artifact_of.get(v, v) for v in recipe.variants.required],
+        },
         consumes=("report:accuracy", "report:speed"),
         produces=("report:selection", "report:winner"),
         critical=True,

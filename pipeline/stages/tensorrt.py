@@ -69,7 +69,9 @@ def engine_profiles(recipe: Recipe) -> list[dict[str, list[list[int]]]]:
         dims = {**recipe.dims, **(profile.dims if profile else {})}
         profiles.append(
             {
-                spec.name: [[d if isinstance(d, int) else getattr(dims[d], c) for d in spec.shape] for c in CORNERS]
+                spec.name: [
+                    [d if isinstance(d, int) else getattr(dims[d], c) for d in spec.shape] for c in CORNERS
+                ]
                 for spec in recipe.inputs
             }
         )
@@ -80,7 +82,11 @@ def stages(recipe: Recipe, recipe_dir: Path) -> list[Stage]:
     """One stage per distinct (flavour, precision) engine the recipe asks for."""
     made: dict[str, Stage] = {}
     for _, _, flavour, precision in engine_variants(recipe):
-        stage = _missing_builder_stage(precision) if flavour is None else _engine_stage(recipe, flavour, precision)
+        stage = (
+            _missing_builder_stage(precision)
+            if flavour is None
+            else _engine_stage(recipe, flavour, precision)
+        )
         made.setdefault(stage.name, stage)
     return list(made.values())
 
@@ -89,7 +95,9 @@ def _missing_builder_stage(precision: str) -> Stage:
     def run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
         raise StageError(NO_BUILDER)
 
-    return Stage(name=f"engine-{precision}", version=VERSION, run=run, config={"flavour": None, "precision": precision})
+    return Stage(
+        name=f"engine-{precision}", version=VERSION, run=run, config={"flavour": None, "precision": precision}
+    )
 
 
 def _engine_stage(recipe: Recipe, flavour: str, precision: str) -> Stage:
@@ -100,7 +108,9 @@ def _engine_stage(recipe: Recipe, flavour: str, precision: str) -> Stage:
         "trt_version": trt_version(flavour),
         "precision": precision,
         "source": ONNX_SOURCE[precision],
-        "compute_capabilities": list(settings.compute_capabilities) if flavour == "tensorrt-rtx" else ["current"],
+        "compute_capabilities": list(settings.compute_capabilities)
+        if flavour == "tensorrt-rtx"
+        else ["current"],
         "profiles": engine_profiles(recipe),
         "optimization_level": settings.optimization_level,
         "workspace_mb": settings.workspace_mb,
@@ -148,31 +158,63 @@ def build_engine(
         "build": f"logs/{name}.build.json",
         "layers": f"logs/{name}.layers.json",
     }
-    cache = timing_cache_dir(ctx) / f"{flavour}-{config['trt_version']}.cache" if flavour == "tensorrt" else None
+    cache = (
+        timing_cache_dir(ctx) / f"{flavour}-{config['trt_version']}.cache" if flavour == "tensorrt" else None
+    )
     with tempfile.TemporaryDirectory(prefix=f"{name}-") as tmp:
         job = {
-            "onnx": str(onnx.path), "engine": str(ctx.path(rel["engine"])), "flavour": flavour,
-            "profiles": config["profiles"], "compute_capabilities": config["compute_capabilities"],
-            "optimization_level": config["optimization_level"], "workspace_mb": config["workspace_mb"],
-            "timing_cache": str(cache) if cache else None, "log": str(ctx.path(rel["log"])),
-            "layers": str(ctx.path(rel["layers"])), "result": str(Path(tmp) / "result.json"),
+            "onnx": str(onnx.path),
+            "engine": str(ctx.path(rel["engine"])),
+            "flavour": flavour,
+            "profiles": config["profiles"],
+            "compute_capabilities": config["compute_capabilities"],
+            "optimization_level": config["optimization_level"],
+            "workspace_mb": config["workspace_mb"],
+            "timing_cache": str(cache) if cache else None,
+            "log": str(ctx.path(rel["log"])),
+            "layers": str(ctx.path(rel["layers"])),
+            "result": str(Path(tmp) / "result.json"),
         }
         ctx.report(f"{name}: building from {onnx.name}")
         result = run_builder(job, Path(tmp), timeout_s, ctx.report)
-    record = {**result, "stage": name, "source": {"artifact": onnx.name, "sha256": onnx.sha256}, "timing_cache": job["timing_cache"]}
+    record = {
+        **result,
+        "stage": name,
+        "source": {"artifact": onnx.name, "sha256": onnx.sha256},
+        "timing_cache": job["timing_cache"],
+    }
     ctx.path(rel["build"]).write_text(json.dumps(record, indent=1))
     if not result.get("ok"):
         raise EngineBuildError(failure_message(name, result), result.get("parser_errors"))
-    details = {k: result.get(k) for k in ("flavour", "trt_version", "compute_capabilities", "profiles",
-                                          "optimization_level", "build_s", "layer_count", "layers_source")}
+    details = {
+        k: result.get(k)
+        for k in (
+            "flavour",
+            "trt_version",
+            "compute_capabilities",
+            "profiles",
+            "optimization_level",
+            "build_s",
+            "layer_count",
+            "layers_source",
+        )
+    }
     return StageResult(
         outputs=[
             Output(rel["engine"], "engine", artifact=name, precision=precision, details=details),
             Output(rel["log"], "log"),
             Output(rel["build"], "log"),
-            Output(rel["layers"], "log", details={"source": result["layers_source"], "count": result["layer_count"]}),
+            Output(
+                rel["layers"],
+                "log",
+                details={"source": result["layers_source"], "count": result["layer_count"]},
+            ),
         ],
-        details={"build_s": result["build_s"], "engine_bytes": result["engine_bytes"], "notes": result["notes"]},
+        details={
+            "build_s": result["build_s"],
+            "engine_bytes": result["engine_bytes"],
+            "notes": result["notes"],
+        },
     )
 
 
@@ -202,7 +244,11 @@ def run_builder(job: dict[str, Any], tmp: Path, timeout_s: float, report: Any = 
         result = json.loads(result_path.read_text())
     else:
         result = {"ok": False, "parser_errors": [], "error": _death(returncode, timeout_s, lines)}
-    result["child"] = {"command": command[1:], "returncode": returncode, "wall_s": round(time.perf_counter() - start, 3)}
+    result["child"] = {
+        "command": command[1:],
+        "returncode": returncode,
+        "wall_s": round(time.perf_counter() - start, 3),
+    }
     return result
 
 
@@ -233,7 +279,8 @@ def failure_message(name: str, result: dict[str, Any]) -> str:
     if not errors:
         return f"{name}: {result.get('error')}"
     described = [
-        f"node {e['node_name'] or e['node']} ({e['node_operator'] or '?'}): {e['description']}" if e.get("node_name")
+        f"node {e['node_name'] or e['node']} ({e['node_operator'] or '?'}): {e['description']}"
+        if e.get("node_name")
         else e["message"]
         for e in errors
     ]
@@ -252,12 +299,18 @@ def preflight_problems(recipe: Recipe) -> list[tuple[str, str]]:
         if flavour is None or module_name(flavour) is not None:
             continue
         key = "export.tensorrt.flavour" if variant.startswith("engine-") else f"variants.build[{i}]"
-        problems.append((key, f"'{variant}' needs {DISPLAY[flavour]}, which is not installed ({INSTALL[flavour]})"))
+        problems.append(
+            (key, f"'{variant}' needs {DISPLAY[flavour]}, which is not installed ({INSTALL[flavour]})")
+        )
     if any(flavour == "tensorrt-rtx" for *_, flavour, _ in variants):
         for j, cc in enumerate(settings.compute_capabilities):
             if cc not in RTX_COMPUTE_CAPABILITIES:
-                problems.append((f"export.tensorrt.compute_capabilities[{j}]",
-                                 f"TensorRT-RTX cannot target {cc}: it supports {', '.join(RTX_COMPUTE_CAPABILITIES)}"))
+                problems.append(
+                    (
+                        f"export.tensorrt.compute_capabilities[{j}]",
+                        f"TensorRT-RTX cannot target {cc}: it supports {', '.join(RTX_COMPUTE_CAPABILITIES)}",
+                    )
+                )
     return _unique(problems) + profile_problems(recipe)
 
 
@@ -277,4 +330,3 @@ def profile_problems(recipe: Recipe) -> list[tuple[str, str]]:
 
 def _unique(problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return list(dict.fromkeys(problems))
-

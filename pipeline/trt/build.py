@@ -91,23 +91,31 @@ def set_profiles(builder: Any, network: Any, config: Any, profiles: list[dict[st
             dynamic = any(d < 0 for d in tensor.shape)
             if tensor.name not in shapes:
                 if dynamic:
-                    raise BuildProblem(f"profile {index}: network input '{tensor.name}' has dynamic dims "
-                                       f"{tuple(tensor.shape)} but the recipe gives no shapes for it")
+                    raise BuildProblem(
+                        f"profile {index}: network input '{tensor.name}' has dynamic dims "
+                        f"{tuple(tensor.shape)} but the recipe gives no shapes for it"
+                    )
                 continue
             lo, opt, hi = (tuple(s) for s in shapes[tensor.name])
             if not dynamic:
                 if {lo, opt, hi} != {tuple(tensor.shape)}:
-                    notes.append(f"input '{tensor.name}' is static {tuple(tensor.shape)} in the ONNX; profile shapes ignored")
+                    notes.append(
+                        f"input '{tensor.name}' is static {tuple(tensor.shape)} in the ONNX; profile shapes ignored"
+                    )
                 continue
             profile.set_shape(tensor.name, lo, opt, hi)
         for extra in sorted(set(shapes) - names):
-            notes.append(f"profile {index}: '{extra}' is not an input of the ONNX graph (unused by the export?); ignored")
+            notes.append(
+                f"profile {index}: '{extra}' is not an input of the ONNX graph (unused by the export?); ignored"
+            )
         if config.add_optimization_profile(profile) < 0:
             raise BuildProblem(f"profile {index} was rejected by the builder: {shapes}")
     return notes
 
 
-def set_compute_capabilities(trt: Any, config: Any, flavour: str, wanted: list[str]) -> tuple[list[str], list[str]]:
+def set_compute_capabilities(
+    trt: Any, config: Any, flavour: str, wanted: list[str]
+) -> tuple[list[str], list[str]]:
     """Target the recipe's compute capabilities ahead of time where the flavour can (TensorRT-RTX).
 
     Returns (the capabilities the engine targets, notes). A flavour without ahead-of-time targeting builds for
@@ -115,8 +123,10 @@ def set_compute_capabilities(trt: Any, config: Any, flavour: str, wanted: list[s
     """
     if flavour != "tensorrt-rtx" or not hasattr(trt, "ComputeCapability"):
         local = local_compute_capability() or "current"
-        return [local], [f"{DISPLAY[flavour]} builds for the GPU it runs on ({local}); "
-                         "export.tensorrt.compute_capabilities applies to TensorRT-RTX only"]
+        return [local], [
+            f"{DISPLAY[flavour]} builds for the GPU it runs on ({local}); "
+            "export.tensorrt.compute_capabilities applies to TensorRT-RTX only"
+        ]
     supported = {
         name.lower(): member
         for name, member in trt.ComputeCapability.__members__.items()
@@ -137,7 +147,9 @@ def set_compute_capabilities(trt: Any, config: Any, flavour: str, wanted: list[s
 def load_timing_cache(config: Any, flavour: str, path: str | None) -> list[str]:
     """Attach a timing cache (datacenter flavour); TensorRT-RTX ignores timing caches, so none is used there."""
     if flavour == "tensorrt-rtx":
-        return ["TensorRT-RTX ignores timing caches (its timing cache calls are no-ops): none loaded or saved"]
+        return [
+            "TensorRT-RTX ignores timing caches (its timing cache calls are no-ops): none loaded or saved"
+        ]
     if not path:
         return ["no timing cache"]
     data = Path(path).read_bytes() if Path(path).is_file() else b""
@@ -169,7 +181,9 @@ def inspect_layers(trt: Any, logger: Any, engine_bytes: bytes) -> tuple[list[dic
         engine = None
     if engine is not None:
         inspector = engine.create_engine_inspector()
-        return layers_from_inspector(inspector.get_engine_information(trt.LayerInformationFormat.JSON)), "engine-inspector"
+        return layers_from_inspector(
+            inspector.get_engine_information(trt.LayerInformationFormat.JSON)
+        ), "engine-inspector"
     return layers_from_log(logger.listing), "builder-log"
 
 
@@ -189,9 +203,16 @@ def build(job: dict[str, Any]) -> dict[str, Any]:
     """Run one build; never raises: every failure is described in the result."""
     flavour = job["flavour"]
     result: dict[str, Any] = {
-        "ok": False, "error": None, "parser_errors": [], "flavour": flavour, "trt_version": trt_version(flavour),
-        "profiles": job["profiles"], "optimization_level": job["optimization_level"],
-        "workspace_mb": job["workspace_mb"], "compute_capabilities": job["compute_capabilities"], "notes": [],
+        "ok": False,
+        "error": None,
+        "parser_errors": [],
+        "flavour": flavour,
+        "trt_version": trt_version(flavour),
+        "profiles": job["profiles"],
+        "optimization_level": job["optimization_level"],
+        "workspace_mb": job["workspace_mb"],
+        "compute_capabilities": job["compute_capabilities"],
+        "notes": [],
     }
     logger = None
     try:
@@ -212,7 +233,9 @@ def build(job: dict[str, Any]) -> dict[str, Any]:
 def _build(trt: Any, logger: Any, job: dict[str, Any], result: dict[str, Any]) -> None:
     builder = trt.Builder(logger)
     if builder is None:
-        raise BuildProblem(f"could not create a {DISPLAY[job['flavour']]} builder: {'; '.join(logger.errors[-3:])}")
+        raise BuildProblem(
+            f"could not create a {DISPLAY[job['flavour']]} builder: {'; '.join(logger.errors[-3:])}"
+        )
     flags, typing_note = network_flags(trt)
     network = builder.create_network(flags)
     parser = trt.OnnxParser(network, logger)
@@ -220,7 +243,9 @@ def _build(trt: Any, logger: Any, job: dict[str, Any], result: dict[str, Any]) -
     if not parser.parse_from_file(str(job["onnx"])):
         result["parser_errors"] = parser_errors(parser)
         first = result["parser_errors"][0]["message"] if result["parser_errors"] else "no detail"
-        raise BuildProblem(f"the ONNX parser rejected the graph ({len(result['parser_errors'])} errors): {first}")
+        raise BuildProblem(
+            f"the ONNX parser rejected the graph ({len(result['parser_errors'])} errors): {first}"
+        )
     config, targets, notes = configure(trt, builder, network, job)
     result["compute_capabilities"] = targets
     result["notes"] = [typing_note, *notes]
@@ -229,16 +254,23 @@ def _build(trt: Any, logger: Any, job: dict[str, Any], result: dict[str, Any]) -
     serialized = builder.build_serialized_network(network, config)
     result["build_s"] = round(time.perf_counter() - start, 3)
     if serialized is None:
-        raise BuildProblem(f"the builder produced no engine: {'; '.join(logger.errors[-5:]) or 'see the build log'}")
+        raise BuildProblem(
+            f"the builder produced no engine: {'; '.join(logger.errors[-5:]) or 'see the build log'}"
+        )
     engine_bytes = bytes(serialized)
     write_atomic(Path(job["engine"]), engine_bytes)
     save_timing_cache(config, job["flavour"], job.get("timing_cache"))
     progress(f"built {len(engine_bytes)} bytes in {result['build_s']} s")
     layers, source = inspect_layers(trt, logger, engine_bytes)
-    write_atomic(Path(job["layers"]), json.dumps({"source": source, "count": len(layers), "layers": layers}, indent=1).encode())
+    write_atomic(
+        Path(job["layers"]),
+        json.dumps({"source": source, "count": len(layers), "layers": layers}, indent=1).encode(),
+    )
     result.update(ok=True, engine_bytes=len(engine_bytes), layer_count=len(layers), layers_source=source)
     if source == "builder-log":
-        result["notes"].append("engine not deserializable here (no suitable GPU): layers parsed from the verbose builder log")
+        result["notes"].append(
+            "engine not deserializable here (no suitable GPU): layers parsed from the verbose builder log"
+        )
 
 
 def progress(message: str) -> None:

@@ -26,9 +26,7 @@ def _section(line: str, key: str, following: str) -> str:
 
 
 def _tensors(text: str) -> list[dict[str, Any]]:
-    return [
-        {"name": m.group(1), "dims": m.group(2), "dtype": m.group(3)} for m in _TENSOR.finditer(text)
-    ]
+    return [{"name": m.group(1), "dims": m.group(2), "dtype": m.group(3)} for m in _TENSOR.finditer(text)]
 
 
 def parse_layer_line(line: str) -> dict[str, Any] | None:
@@ -85,7 +83,9 @@ def layers_from_inspector(info_json: str) -> list[dict[str, Any]]:
     out = []
     for layer in info.get("Layers", []):
         if isinstance(layer, str):  # ProfilingVerbosity below DETAILED lists names only
-            out.append({"name": layer, "type": None, "tactic": None, "inputs": [], "outputs": [], "onnx_nodes": []})
+            out.append(
+                {"name": layer, "type": None, "tactic": None, "inputs": [], "outputs": [], "onnx_nodes": []}
+            )
             continue
         out.append(
             {
@@ -102,4 +102,8 @@ def layers_from_inspector(info_json: str) -> list[dict[str, Any]]:
 
 def _io(tensor: dict[str, Any]) -> dict[str, Any]:
     dims = tensor.get("Dimensions", [])
-    return {"name": tensor.get("Name"), "dims": ",".join(str(d) for d in dims), "dtype": tensor.get("Format/Datatype")}
+    return {
+        "name": tensor.get("Name"),
+        "dims": ",".join(str(d) for d in dims),
+        "dtype": tensor.get("Format/Datatype"),
+    }

@@ -34,17 +34,26 @@ def test_every_variant_is_an_artifact_with_its_hash(version: Path) -> None:
     files = {a["name"]: a for a in manifest["artifacts"]}
     flavour = next(n for n in files if n.endswith("-fp16") and n.startswith("tensorrt")).rsplit("-", 1)[0]
     expected = {
-        "torchscript-fp32": "model.ts", "onnx-fp32": "model.onnx", "onnx-fp16": "model.fp16.onnx",
-        "onnx-int8": "model.int8.onnx", "onnx-int8-dynamic": "model.int8-dynamic.onnx",
-        "onnx-optimized-fp32": "model.optimized.onnx", "onnx-optimized-fp16": "model.optimized.fp16.onnx",
-        f"{flavour}-fp16": f"model.{flavour}.fp16.engine", f"{flavour}-int8": f"model.{flavour}.int8.engine",
+        "torchscript-fp32": "model.ts",
+        "onnx-fp32": "model.onnx",
+        "onnx-fp16": "model.fp16.onnx",
+        "onnx-int8": "model.int8.onnx",
+        "onnx-int8-dynamic": "model.int8-dynamic.onnx",
+        "onnx-optimized-fp32": "model.optimized.onnx",
+        "onnx-optimized-fp16": "model.optimized.fp16.onnx",
+        f"{flavour}-fp16": f"model.{flavour}.fp16.engine",
+        f"{flavour}-int8": f"model.{flavour}.int8.engine",
     }
     assert {n: a["path"] for n, a in files.items()} == expected
     for entry in files.values():
         assert sha(version / entry["path"]) == entry["sha256"]
     assert 0.5 < files["onnx-fp16"]["details"]["fp16_node_share"] <= 1
     int8 = files["onnx-int8"]["details"]
-    assert int8["calibration_method"] == "minmax" and len(int8["calibration_hash"]) == 64 and int8["qdq_pairs"] > 0
+    assert (
+        int8["calibration_method"] == "minmax"
+        and len(int8["calibration_hash"]) == 64
+        and int8["qdq_pairs"] > 0
+    )
     assert files[f"{flavour}-fp16"]["kind"] == "engine"
 
 

@@ -16,15 +16,26 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests/recipes/tiny.yaml"
 CONTRACT_FILES = [
-    "stages.json", "recipe.yaml", "reports/accuracy.json", "reports/speed.json", "reports/signoff.md",
-    "reports/signoff.html", "winner.json", "reproduce.sh", "manifest.json",
+    "stages.json",
+    "recipe.yaml",
+    "reports/accuracy.json",
+    "reports/speed.json",
+    "reports/signoff.md",
+    "reports/signoff.html",
+    "winner.json",
+    "reproduce.sh",
+    "manifest.json",
 ]
 
 
 def cli(*args: str, root: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     extra = ["--set", f"output.root={root}"] if root is not None else []
     return subprocess.run(
-        [sys.executable, "-m", "pipeline", *args, *extra], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "pipeline", *args, *extra],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -53,9 +64,13 @@ def test_manifest_hashes_match_every_file(first) -> None:
     root, _ = first
     version = root / "tiny" / "v0001"
     manifest = json.loads((version / "manifest.json").read_text())
-    assert manifest["signed_off"] is True and manifest["version"] == "v0001" and manifest["schema_version"] == 1
+    assert (
+        manifest["signed_off"] is True and manifest["version"] == "v0001" and manifest["schema_version"] == 1
+    )
     listed = {e["path"] for e in manifest["artifacts"] + manifest["files"]}
-    on_disk = {p.relative_to(version).as_posix() for p in version.rglob("*") if p.is_file()} - {"manifest.json"}
+    on_disk = {p.relative_to(version).as_posix() for p in version.rglob("*") if p.is_file()} - {
+        "manifest.json"
+    }
     assert listed == on_disk
     for entry in manifest["artifacts"] + manifest["files"]:
         assert sha(version / entry["path"]) == entry["sha256"], entry["path"]
@@ -74,14 +89,37 @@ def test_reports_follow_the_contract(first) -> None:
         assert entry["passed"] is True
         assert {c["inputs"] for c in entry["checks"]} == {"min", "opt", "max", "data"}
     speed = json.loads((version / "reports/speed.json").read_text())
-    row_keys = {"artifact", "runtime", "io", "batch", "shapes", "n", "mean_ms", "p50_ms", "p90_ms", "p95_ms",
-                "p99_ms", "min_ms", "max_ms", "cv", "p50_ci95_ms", "stable"}
+    row_keys = {
+        "artifact",
+        "runtime",
+        "io",
+        "batch",
+        "shapes",
+        "n",
+        "mean_ms",
+        "p50_ms",
+        "p90_ms",
+        "p95_ms",
+        "p99_ms",
+        "min_ms",
+        "max_ms",
+        "cv",
+        "p50_ci95_ms",
+        "stable",
+    }
     assert speed["results"] and all(row_keys <= set(r) for r in speed["results"])
-    assert {(r["artifact"], r["batch"]) for r in speed["results"]} >= {("onnx-fp32", 1), ("onnx-fp32", 2), ("torchscript-fp32", 1)}
+    assert {(r["artifact"], r["batch"]) for r in speed["results"]} >= {
+        ("onnx-fp32", 1),
+        ("onnx-fp32", 2),
+        ("torchscript-fp32", 1),
+    }
     winner = json.loads((version / "winner.json").read_text())
     assert winner["artifact"] in ("onnx-fp32", "torchscript-fp32") and winner["unit"] == "ms"
     stages = {s["name"]: s for s in json.loads((version / "stages.json").read_text())["stages"]}
-    assert [stages[n]["status"] for n in ("export_torchscript", "export_onnx", "validate", "benchmark", "select", "signoff")] == ["ran"] * 6
+    assert [
+        stages[n]["status"]
+        for n in ("export_torchscript", "export_onnx", "validate", "benchmark", "select", "signoff")
+    ] == ["ran"] * 6
     assert stages["export_onnx"]["fingerprint"] and stages["export_onnx"]["duration_s"] > 0
 
 
@@ -126,9 +164,17 @@ def test_rebench_makes_a_new_version_reusing_artifacts(first) -> None:
 BAD = {
     "unknown key": ("benchmark:\n", "benchmark:\n  batch_size: [1]\n", "benchmark.batch_size: unknown key"),
     "wrong type": ("calibration: 8", "calibration: lots", "data.calibration: must be an integer"),
-    "negative batch": ("batch_sizes: [1, 2]", "batch_sizes: [1, -2]", "benchmark.batch_sizes[1]: must be a positive integer (got -2)"),
+    "negative batch": (
+        "batch_sizes: [1, 2]",
+        "batch_sizes: [1, -2]",
+        "benchmark.batch_sizes[1]: must be a positive integer (got -2)",
+    ),
     "min above max": ("sequence: {min: 4,", "sequence: {min: 40,", "dims.sequence.min: must not exceed max"),
-    "missing data file": ("samples: {source: random, samples: 24}", "samples: {source: npz, path: nowhere.npz}", "data.samples.path: no such data file"),
+    "missing data file": (
+        "samples: {source: random, samples: 24}",
+        "samples: {source: npz, path: nowhere.npz}",
+        "data.samples.path: no such data file",
+    ),
     "broken yaml": ("outputs: [hidden, pooled]", "outputs: [hidden, pooled", "(yaml): invalid YAML"),
 }
 
@@ -160,7 +206,10 @@ def test_killed_deploy_leaves_no_version_and_the_next_one_resumes(tmp_path: Path
     root = tmp_path / "out"
     proc = subprocess.Popen(
         [sys.executable, "-m", "pipeline", "deploy", str(TINY), "--set", f"output.root={root}"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     deadline = time.monotonic() + 300
     try:
@@ -177,5 +226,7 @@ def test_killed_deploy_leaves_no_version_and_the_next_one_resumes(tmp_path: Path
     result = cli("deploy", str(TINY), root=root)
     assert result.returncode == 0, result.stderr[-2000:]
     stages = {s["name"]: s for s in json.loads((root / "tiny/v0001/stages.json").read_text())["stages"]}
-    assert stages["export_onnx"]["status"] == "reused" and stages["export_onnx"]["reused_from"].startswith("2")
+    assert stages["export_onnx"]["status"] == "reused" and stages["export_onnx"]["reused_from"].startswith(
+        "2"
+    )
     assert list((root / "tiny" / ".work").iterdir()) == []

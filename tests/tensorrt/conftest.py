@@ -22,12 +22,16 @@ needs_rtx = pytest.mark.skipif(
 
 
 def tiny_recipe(*overrides: str):
-    base = ["variants.build=[onnx-fp32, onnx-fp16, onnx-int8, tensorrt-rtx-fp32, tensorrt-rtx-fp16, tensorrt-rtx-int8]"]
+    base = [
+        "variants.build=[onnx-fp32, onnx-fp16, onnx-int8, tensorrt-rtx-fp32, tensorrt-rtx-fp16, tensorrt-rtx-int8]"
+    ]
     return load(TINY, [*base, *overrides]).recipe
 
 
 def record(name: str, path: Path, precision: str) -> ArtifactRecord:
-    return ArtifactRecord(name, path, "onnx", precision, hashlib.sha256(path.read_bytes()).hexdigest(), "test", {})
+    return ArtifactRecord(
+        name, path, "onnx", precision, hashlib.sha256(path.read_bytes()).hexdigest(), "test", {}
+    )
 
 
 def context(recipe, root: Path) -> RunContext:
@@ -43,15 +47,25 @@ def _export(recipe, path: Path) -> None:
     module = load_model(recipe, TINY.parent).module.eval()
     ids = torch.randint(1, 999, (2, 16))
     dynamic = {n: {0: "batch", 1: "sequence"} for n in ("input_ids", "attention_mask")}
-    torch.onnx.export(module, (ids, torch.ones_like(ids)), str(path), input_names=["input_ids", "attention_mask"],
-                      output_names=list(recipe.outputs), dynamic_axes=dynamic, opset_version=18, dynamo=False)
+    torch.onnx.export(
+        module,
+        (ids, torch.ones_like(ids)),
+        str(path),
+        input_names=["input_ids", "attention_mask"],
+        output_names=list(recipe.outputs),
+        dynamic_axes=dynamic,
+        opset_version=18,
+        dynamo=False,
+    )
 
 
 def _fp16(recipe, src: Path, dst: Path) -> None:
     import onnx
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
-    model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True, op_block_list=list(recipe.export.fp16.block_ops))
+    model = convert_float_to_float16(
+        onnx.load(str(src)), keep_io_types=True, op_block_list=list(recipe.export.fp16.block_ops)
+    )
     onnx.save(model, str(dst))
 
 
@@ -60,8 +74,13 @@ def _int8(src: Path, dst: Path) -> None:
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     rng = np.random.default_rng(0)
-    batches = [{"input_ids": rng.integers(1, 999, (2, 16)).astype(np.int64),
-                "attention_mask": np.ones((2, 16), np.int64)} for _ in range(4)]
+    batches = [
+        {
+            "input_ids": rng.integers(1, 999, (2, 16)).astype(np.int64),
+            "attention_mask": np.ones((2, 16), np.int64),
+        }
+        for _ in range(4)
+    ]
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
@@ -70,10 +89,23 @@ def _int8(src: Path, dst: Path) -> None:
         def get_next(self):
             return next(self.batches, None)
 
-    quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
-                    weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"],
-                    extra_options={"QuantizeBias": False, "ActivationSymmetric": True, "WeightSymmetric": True,
-                                   "AddQDQPairToWeight": True, "DedicatedQDQPair": True})
+    quantize_static(
+        str(src),
+        str(dst),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        activation_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8,
+        per_channel=True,
+        op_types_to_quantize=["MatMul"],
+        extra_options={
+            "QuantizeBias": False,
+            "ActivationSymmetric": True,
+            "WeightSymmetric": True,
+            "AddQDQPairToWeight": True,
+            "DedicatedQDQPair": True,
+        },
+    )
 
 
 @pytest.fixture(scope="session")

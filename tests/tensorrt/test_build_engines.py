@@ -41,14 +41,20 @@ def test_engine_and_its_records(built, precision):
     ctx, result = built[precision]
     name = f"tensorrt-rtx-{precision}"
     out = outputs(result)
-    assert set(out) == {f"model.tensorrt-rtx.{precision}.engine", f"logs/{name}.build.log",
-                        f"logs/{name}.build.json", f"logs/{name}.layers.json"}
+    assert set(out) == {
+        f"model.tensorrt-rtx.{precision}.engine",
+        f"logs/{name}.build.log",
+        f"logs/{name}.build.json",
+        f"logs/{name}.layers.json",
+    }
     engine = out[f"model.tensorrt-rtx.{precision}.engine"]
     assert (engine.kind, engine.artifact, engine.precision) == ("engine", name, precision)
     assert (ctx.workdir / engine.path).stat().st_size > 100_000
     build = json.loads((ctx.workdir / f"logs/{name}.build.json").read_text())
     assert build["ok"] and build["compute_capabilities"] == ["sm89"]
-    assert build["profiles"] == [{"input_ids": [[1, 4], [2, 16], [8, 32]], "attention_mask": [[1, 4], [2, 16], [8, 32]]}]
+    assert build["profiles"] == [
+        {"input_ids": [[1, 4], [2, 16], [8, 32]], "attention_mask": [[1, 4], [2, 16], [8, 32]]}
+    ]
     assert build["flavour"] == "tensorrt-rtx" and build["trt_version"]
     assert build["source"]["artifact"] == f"onnx-{precision}"
     assert any("timing caches" in n for n in build["notes"])
@@ -63,9 +69,12 @@ def test_engine_and_its_records(built, precision):
 
 def test_precision_lives_in_the_graph(built):
     """Strongly typed builds: the fp16 engine computes in Half, the int8 engine in Int8, the fp32 one in neither."""
+
     def dtypes(precision):
         ctx, _ = built[precision]
-        layers = json.loads((ctx.workdir / f"logs/tensorrt-rtx-{precision}.layers.json").read_text())["layers"]
+        layers = json.loads((ctx.workdir / f"logs/tensorrt-rtx-{precision}.layers.json").read_text())[
+            "layers"
+        ]
         return {t.get("dtype") for layer in layers for t in layer["inputs"] + layer["outputs"]}
 
     assert "Half" in dtypes("fp16") and "Int8" in dtypes("int8")
@@ -77,8 +86,15 @@ def test_runner_reports_why_it_cannot_run_here(built):
         pytest.skip("this host may run the engine: covered by tests/gpu")
     ctx, result = built["fp32"]
     engine = next(o for o in result.outputs if o.kind == "engine")
-    artifact = ArtifactRecord(engine.artifact, ctx.workdir / engine.path, "engine", "fp32", "0" * 64,
-                              "tensorrt-rtx-fp32", engine.details)
+    artifact = ArtifactRecord(
+        engine.artifact,
+        ctx.workdir / engine.path,
+        "engine",
+        "fp32",
+        "0" * 64,
+        "tensorrt-rtx-fp32",
+        engine.details,
+    )
     verdict = runners_for_engine(artifact, ctx)
     assert isinstance(verdict, NotRunnable)
     assert verdict.reason.endswith("not runnable on this host")
@@ -90,10 +106,17 @@ def _bad_graph(path: Path) -> Path:
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
-    nodes = [helper.make_node("Relu", ["x"], ["h"], name="relu_ok"),
-             helper.make_node("NoSuchOp", ["h"], ["y"], name="mystery_node", domain="com.example")]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["h"], name="relu_ok"),
+        helper.make_node("NoSuchOp", ["h"], ["y"], name="mystery_node", domain="com.example"),
+    ]
     graph = helper.make_graph(nodes, "bad", [x], [y])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.example", 1)]), str(path))
+    onnx.save(
+        helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.example", 1)]
+        ),
+        str(path),
+    )
     return path
 
 
@@ -125,13 +148,19 @@ def test_truncated_onnx_raises(tmp_path, tiny_onnx):
 
 def test_unsupported_compute_capability_is_refused_by_the_builder(tmp_path, tiny_onnx):
     _, run = _build(tmp_path, tiny_onnx["onnx-fp32"], "export.tensorrt.compute_capabilities=[sm90]")
-    with pytest.raises(EngineBuildError, match=r"cannot target sm90: it supports sm75, sm80, sm86, sm89, sm120"):
+    with pytest.raises(
+        EngineBuildError, match=r"cannot target sm90: it supports sm75, sm80, sm86, sm89, sm120"
+    ):
         run()
 
 
 def test_several_compute_capabilities(tmp_path, tiny_onnx):
-    ctx, run = _build(tmp_path, tiny_onnx["onnx-fp32"], "export.tensorrt.compute_capabilities=[sm86, sm120]",
-                      "export.tensorrt.optimization_level=0")
+    ctx, run = _build(
+        tmp_path,
+        tiny_onnx["onnx-fp32"],
+        "export.tensorrt.compute_capabilities=[sm86, sm120]",
+        "export.tensorrt.optimization_level=0",
+    )
     result = run()
     engine = next(o for o in result.outputs if o.kind == "engine")
     assert engine.details["compute_capabilities"] == ["sm86", "sm120"]

@@ -28,8 +28,11 @@ def runnable_flavour() -> tuple[str, str] | None:
 pytestmark = [
     pytest.mark.tensorrt,
     pytest.mark.gpu,
-    pytest.mark.skipif(runnable_flavour() is None, reason=f"no TensorRT flavour can run on this host (GPU "
-                       f"{local_compute_capability()}, installed {installed_flavours()})"),
+    pytest.mark.skipif(
+        runnable_flavour() is None,
+        reason=f"no TensorRT flavour can run on this host (GPU "
+        f"{local_compute_capability()}, installed {installed_flavours()})",
+    ),
 ]
 
 
@@ -37,18 +40,29 @@ def test_engine_matches_onnxruntime(tiny_onnx, tmp_path):
     flavour, gpu = runnable_flavour()
     import onnxruntime as ort
 
-    recipe = tiny_recipe(f"variants.build=[onnx-fp32, {flavour}-fp32]", f"export.tensorrt.compute_capabilities=[{gpu}]")
+    recipe = tiny_recipe(
+        f"variants.build=[onnx-fp32, {flavour}-fp32]", f"export.tensorrt.compute_capabilities=[{gpu}]"
+    )
     stage = {s.name: s for s in stages(recipe, TINY.parent)}[f"{flavour}-fp32"]
     ctx = context(recipe, tmp_path)
-    engine = next(o for o in stage.run(ctx, {"onnx-fp32": tiny_onnx["onnx-fp32"]}).outputs if o.kind == "engine")
-    artifact = ArtifactRecord(engine.artifact, ctx.workdir / engine.path, "engine", "fp32", "0" * 64, stage.name, engine.details)
+    engine = next(
+        o for o in stage.run(ctx, {"onnx-fp32": tiny_onnx["onnx-fp32"]}).outputs if o.kind == "engine"
+    )
+    artifact = ArtifactRecord(
+        engine.artifact, ctx.workdir / engine.path, "engine", "fp32", "0" * 64, stage.name, engine.details
+    )
     runners = runners_for_engine(artifact, ctx)
     assert isinstance(runners, list), runners
     assert {r.io for r in runners} == {"host", "device"} and all(r.runtime == flavour for r in runners)
 
     rng = np.random.default_rng(0)
-    feeds = {"input_ids": rng.integers(1, 999, (3, 20)).astype(np.int64), "attention_mask": np.ones((3, 20), np.int64)}
-    expected = ort.InferenceSession(str(tiny_onnx["onnx-fp32"].path), providers=["CPUExecutionProvider"]).run(None, feeds)
+    feeds = {
+        "input_ids": rng.integers(1, 999, (3, 20)).astype(np.int64),
+        "attention_mask": np.ones((3, 20), np.int64),
+    }
+    expected = ort.InferenceSession(str(tiny_onnx["onnx-fp32"].path), providers=["CPUExecutionProvider"]).run(
+        None, feeds
+    )
     for runner in runners:
         runner.activate()
         try:

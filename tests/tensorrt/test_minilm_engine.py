@@ -27,9 +27,17 @@ def test_minilm_fp32_engine(tmp_path):
     args = tuple(torch.ones(2, 16, dtype=torch.int64) for _ in recipe.inputs)
     batch, seq = torch.export.Dim("batch", min=1, max=64), torch.export.Dim("sequence", min=2, max=256)
     onnx_path = tmp_path / "model.onnx"
-    torch.onnx.export(module, args, str(onnx_path), input_names=[i.name for i in recipe.inputs],
-                      output_names=list(recipe.outputs), dynamic_shapes=(tuple({0: batch, 1: seq} for _ in recipe.inputs),),
-                      dynamo=True, external_data=False, opset_version=18)
+    torch.onnx.export(
+        module,
+        args,
+        str(onnx_path),
+        input_names=[i.name for i in recipe.inputs],
+        output_names=list(recipe.outputs),
+        dynamic_shapes=(tuple({0: batch, 1: seq} for _ in recipe.inputs),),
+        dynamo=True,
+        external_data=False,
+        opset_version=18,
+    )
 
     stage = {s.name: s for s in stages(recipe, RECIPES)}["tensorrt-rtx-fp32"]
     ctx = context(recipe, tmp_path / "store")

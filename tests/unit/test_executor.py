@@ -13,7 +13,9 @@ ROOT = Path(__file__).resolve().parents[2]
 RECIPE = load(ROOT / "tests/recipes/tiny.yaml").recipe
 
 
-def _writer(name: str, artifact: str, text: str, consumes: tuple[str, ...] = (), calls: list | None = None) -> Stage:
+def _writer(
+    name: str, artifact: str, text: str, consumes: tuple[str, ...] = (), calls: list | None = None
+) -> Stage:
     def run(ctx: RunContext, inputs: dict) -> StageResult:
         if calls is not None:
             calls.append(name)
@@ -21,7 +23,9 @@ def _writer(name: str, artifact: str, text: str, consumes: tuple[str, ...] = (),
         ctx.path(f"{artifact}.txt").write_text(upstream + text)
         return StageResult([Output(f"{artifact}.txt", "onnx", artifact, "fp32")])
 
-    return Stage(name=name, version=1, run=run, config={"text": text}, consumes=consumes, produces=(artifact,))
+    return Stage(
+        name=name, version=1, run=run, config={"text": text}, consumes=consumes, produces=(artifact,)
+    )
 
 
 def _failing(name: str, artifact: str) -> Stage:
@@ -69,12 +73,21 @@ def test_fresh_stages_are_reused_and_changed_ones_rerun(tmp_path: Path) -> None:
 def test_upstream_change_marks_dependents_stale_in_the_plan(tmp_path: Path) -> None:
     _deploy(tmp_path, [_writer("A", "a", "1"), _writer("B", "b", "2", ("a",))], "v0001")
     store = Store(tmp_path, "t")
-    plan = Executor([_writer("A", "a", "9"), _writer("B", "b", "2", ("a",))], store, [(store.latest(), read_records(store.latest()))]).plan()
+    plan = Executor(
+        [_writer("A", "a", "9"), _writer("B", "b", "2", ("a",))],
+        store,
+        [(store.latest(), read_records(store.latest()))],
+    ).plan()
     assert [v.why for _, v in plan][1] == "input will be rebuilt: a"
 
 
 def test_failed_variant_skips_its_dependents_and_others_go_on(tmp_path: Path) -> None:
-    stages = [_writer("A", "a", "1"), _failing("F", "f"), _writer("G", "g", "x", ("f",)), _writer("B", "b", "2", ("a",))]
+    stages = [
+        _writer("A", "a", "1"),
+        _failing("F", "f"),
+        _writer("G", "g", "x", ("f",)),
+        _writer("B", "b", "2", ("a",)),
+    ]
     records, version = _deploy(tmp_path, stages, "v0001")
     status = {r.name: r.status for r in records}
     assert status == {"A": "ran", "F": "failed", "G": "skipped", "B": "ran"}

@@ -30,7 +30,9 @@ def test_unknown_key_names_its_line_and_suggests(tmp_path: Path) -> None:
     text = TINY.replace("benchmark:\n", "benchmark:\n  batch_size: [1]\n")
     lines = _problems(tmp_path, text)
     line_no = text.splitlines().index("  batch_size: [1]") + 1
-    assert lines == [f"{tmp_path / 'r.yaml'}:{line_no}:3: benchmark.batch_size: unknown key 'batch_size'; did you mean 'batch_sizes'?"]
+    assert lines == [
+        f"{tmp_path / 'r.yaml'}:{line_no}:3: benchmark.batch_size: unknown key 'batch_size'; did you mean 'batch_sizes'?"
+    ]
 
 
 def test_wrong_type(tmp_path: Path) -> None:
@@ -65,7 +67,9 @@ def test_broken_yaml(tmp_path: Path) -> None:
 
 def test_override_error_names_the_override(tmp_path: Path) -> None:
     lines = _problems(tmp_path, TINY, ("benchmark.batch_sizes=[1,-8]",))
-    assert lines == ["--set benchmark.batch_sizes=[1,-8]: benchmark.batch_sizes[1]: must be a positive integer (got -8)"]
+    assert lines == [
+        "--set benchmark.batch_sizes=[1,-8]: benchmark.batch_sizes[1]: must be a positive integer (got -8)"
+    ]
 
 
 def test_override_applies(tmp_path: Path) -> None:

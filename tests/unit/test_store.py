@@ -71,9 +71,14 @@ def test_second_deploy_waits_then_names_the_lock(tmp_path: Path) -> None:
     store = Store(tmp_path, "m")
     store.base.mkdir(parents=True)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import filelock, sys, time; l = filelock.FileLock(sys.argv[1]); l.acquire(); print('held', flush=True); time.sleep(30)",
-         str(store.base / ".deploy.lock")],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import filelock, sys, time; l = filelock.FileLock(sys.argv[1]); l.acquire(); print('held', flush=True); time.sleep(30)",
+            str(store.base / ".deploy.lock"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "held"

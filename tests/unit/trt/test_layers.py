@@ -26,7 +26,9 @@ def test_parses_a_gemm_line():
 
 
 def test_parses_the_legacy_one_line_form():
-    layer = parse_layer_line("Layer(CaskGemm): fc1, Tactic: 0x00000000000003e8, x (Float[1,4]) -> y (Float[1,8])")
+    layer = parse_layer_line(
+        "Layer(CaskGemm): fc1, Tactic: 0x00000000000003e8, x (Float[1,4]) -> y (Float[1,8])"
+    )
     assert (layer["type"], layer["name"], layer["tactic"]) == ("CaskGemm", "fc1", "0x00000000000003e8")
     assert layer["inputs"] == [{"name": "x (Float[1,4])"}]
 
@@ -46,10 +48,26 @@ def test_listing_stops_before_the_io_table_and_uses_the_last_listing():
 
 
 def test_inspector_json_is_normalized():
-    info = {"Layers": [{"Name": "fc", "LayerType": "gemm", "TacticName": "t", "Metadata": "[ONNX Layer: mm]",
-                        "Inputs": [{"Name": "x", "Dimensions": [1, 4], "Format/Datatype": "Float"}], "Outputs": []},
-                       "names-only-layer"]}
+    info = {
+        "Layers": [
+            {
+                "Name": "fc",
+                "LayerType": "gemm",
+                "TacticName": "t",
+                "Metadata": "[ONNX Layer: mm]",
+                "Inputs": [{"Name": "x", "Dimensions": [1, 4], "Format/Datatype": "Float"}],
+                "Outputs": [],
+            },
+            "names-only-layer",
+        ]
+    }
     layers = layers_from_inspector(json.dumps(info))
-    assert layers[0] == {"name": "fc", "type": "gemm", "tactic": "t", "onnx_nodes": ["mm"],
-                         "inputs": [{"name": "x", "dims": "1,4", "dtype": "Float"}], "outputs": []}
+    assert layers[0] == {
+        "name": "fc",
+        "type": "gemm",
+        "tactic": "t",
+        "onnx_nodes": ["mm"],
+        "inputs": [{"name": "x", "dims": "1,4", "dtype": "Float"}],
+        "outputs": [],
+    }
     assert layers[1]["name"] == "names-only-layer"

@@ -23,8 +23,12 @@ def test_rtx_refuses_hopper():
 
 
 def test_engine_built_for_another_gpu():
-    assert not_runnable_reason("tensorrt-rtx", ["sm89"], None, "sm86").startswith("engine built for sm89, this GPU is sm86")
-    assert not_runnable_reason("tensorrt", ["sm80"], None, "sm90").startswith("engine built for sm80, this GPU is sm90")
+    assert not_runnable_reason("tensorrt-rtx", ["sm89"], None, "sm86").startswith(
+        "engine built for sm89, this GPU is sm86"
+    )
+    assert not_runnable_reason("tensorrt", ["sm80"], None, "sm90").startswith(
+        "engine built for sm80, this GPU is sm90"
+    )
 
 
 def test_flavour_from_details_or_name():

@@ -45,8 +45,9 @@ def test_duplicate_engines_make_one_stage():
 
 
 def test_profiles_take_recipe_dims_and_per_profile_overrides():
-    r = recipe("export.tensorrt.profiles=[{}, {dims: {batch: {min: 16, opt: 32, max: 64}}}]",
-               "dims.batch.max=64")
+    r = recipe(
+        "export.tensorrt.profiles=[{}, {dims: {batch: {min: 16, opt: 32, max: 64}}}]", "dims.batch.max=64"
+    )
     small, large = st.engine_profiles(r)
     assert small["input_ids"] == [[1, 4], [2, 16], [64, 32]]
     assert large["attention_mask"] == [[16, 4], [32, 16], [64, 32]]
@@ -76,13 +77,18 @@ def test_environment_names_flavour_and_version():
 def test_auto_without_a_builder_fails_at_run_with_the_install_command():
     stage = st._missing_builder_stage("fp16")
     assert stage.name == "engine-fp16"
-    with pytest.raises(StageError, match=r"no TensorRT builder installed \(pip install 'deploy-pipeline\[tensorrt-rtx\]'"):
+    with pytest.raises(
+        StageError, match=r"no TensorRT builder installed \(pip install 'deploy-pipeline\[tensorrt-rtx\]'"
+    ):
         stage.run(None, {})
 
 
 def test_preflight_rejects_sm90_for_rtx_and_checks_profiles():
-    r = recipe("variants.build=[tensorrt-rtx-fp32]", "export.tensorrt.compute_capabilities=[sm89, sm90]",
-               "export.tensorrt.profiles=[{dims: {width: {min: 1, opt: 2, max: 3}, batch: {min: 4, opt: 2, max: 8}}}]")
+    r = recipe(
+        "variants.build=[tensorrt-rtx-fp32]",
+        "export.tensorrt.compute_capabilities=[sm89, sm90]",
+        "export.tensorrt.profiles=[{dims: {width: {min: 1, opt: 2, max: 3}, batch: {min: 4, opt: 2, max: 8}}}]",
+    )
     problems = dict(st.preflight_problems(r))
     assert "sm90" in problems["export.tensorrt.compute_capabilities[1]"]
     assert "sm89" in problems["export.tensorrt.compute_capabilities[1]"]  # lists what is supported
@@ -94,9 +100,15 @@ def test_preflight_names_a_missing_explicit_flavour():
     if module_name("tensorrt") is not None:
         pytest.skip("datacenter TensorRT is installed here")
     problems = st.preflight_problems(recipe("variants.build=[onnx-fp32, tensorrt-fp32]"))
-    assert problems == [("variants.build[1]",
-                         "'tensorrt-fp32' needs TensorRT, which is not installed (pip install 'deploy-pipeline[tensorrt]')")]
-    problems = st.preflight_problems(recipe("variants.build=[engine-fp32]", "export.tensorrt.flavour=tensorrt"))
+    assert problems == [
+        (
+            "variants.build[1]",
+            "'tensorrt-fp32' needs TensorRT, which is not installed (pip install 'deploy-pipeline[tensorrt]')",
+        )
+    ]
+    problems = st.preflight_problems(
+        recipe("variants.build=[engine-fp32]", "export.tensorrt.flavour=tensorrt")
+    )
     assert problems[0][0] == "export.tensorrt.flavour"
 
 
@@ -107,13 +119,26 @@ def test_no_engine_variants_no_problems_and_no_stages():
 
 def test_failure_message_lists_every_parser_error_by_node():
     errors = [
-        {"message": "m1", "node": 3, "node_name": "mystery", "node_operator": "NoSuchOp", "description": "Plugin not found"},
-        {"message": "(deserializeOnnxModel): MODEL_DESERIALIZE_FAILED", "node": -1, "node_name": None,
-         "node_operator": None, "description": "x"},
+        {
+            "message": "m1",
+            "node": 3,
+            "node_name": "mystery",
+            "node_operator": "NoSuchOp",
+            "description": "Plugin not found",
+        },
+        {
+            "message": "(deserializeOnnxModel): MODEL_DESERIALIZE_FAILED",
+            "node": -1,
+            "node_name": None,
+            "node_operator": None,
+            "description": "x",
+        },
     ]
     msg = st.failure_message("tensorrt-rtx-fp32", {"error": "rejected", "parser_errors": errors})
-    assert msg == ("tensorrt-rtx-fp32: the ONNX parser rejected the graph: node mystery (NoSuchOp): Plugin not found; "
-                   "(deserializeOnnxModel): MODEL_DESERIALIZE_FAILED")
+    assert msg == (
+        "tensorrt-rtx-fp32: the ONNX parser rejected the graph: node mystery (NoSuchOp): Plugin not found; "
+        "(deserializeOnnxModel): MODEL_DESERIALIZE_FAILED"
+    )
 
 
 def test_builder_timeout_is_a_variant_failure(tmp_path):
