@@ -30,7 +30,7 @@ def test_two_stages_with_their_artifacts() -> None:
         "optimize_onnx_fp32": (("onnx-fp32",), ("onnx-optimized-fp32",)),
         "optimize_onnx_fp16": (("onnx-fp32",), ("onnx-optimized-fp16",)),
     }
-    assert stages["optimize_onnx_fp32"].config["optimize"] == {"model_type": "bert", "opt_level": 1}
+    assert stages["optimize_onnx_fp32"].config["optimize"] == {"model_type": "bert", "opt_level": 2}
     assert "fp16" in stages["optimize_onnx_fp16"].config
 
 
