@@ -120,6 +120,9 @@ def _print_summary(
     accuracy, speed, winner = read("reports/accuracy.json"), read("reports/speed.json"), read("winner.json")
     if accuracy and speed:
         console.print(summary_table(accuracy, speed, winner, loaded.recipe.selection.objective.batch))
+    for record in records:
+        if record.status in ("failed", "skipped") and record.error:
+            console.print(f"[red]{record.status}[/red] {record.name}: {record.error.splitlines()[0][:300]}", highlight=False)
     verdict = "[green]signed off[/green]" if signed_off else "[red]NOT signed off[/red]"
     console.print(f"{verdict}: {target}")
     for reason in reasons:
