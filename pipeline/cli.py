@@ -34,6 +34,9 @@ def _parser() -> argparse.ArgumentParser:
         )
         if name in ("deploy", "plan"):
             cmd.add_argument("--rebench", action="store_true", help="measure again (makes a new version)")
+            cmd.add_argument(
+                "--retry-failed", action="store_true", help="run variants that failed before again"
+            )
     listing = sub.add_parser("list", help="list the versions of a recipe")
     listing.add_argument("recipe")
     listing.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -82,9 +85,9 @@ def main(argv: list[str] | None = None) -> int:
 
         loaded = _load(args)
         if args.command == "plan":
-            deploy.plan(loaded, console, rebench=args.rebench)
+            deploy.plan(loaded, console, rebench=args.rebench, retry_failed=args.retry_failed)
             return 0
-        return deploy.deploy(loaded, console, rebench=args.rebench)
+        return deploy.deploy(loaded, console, rebench=args.rebench, retry_failed=args.retry_failed)
     except PipelineError as exc:
         for line in exc.lines():
             print(line, file=sys.stderr)

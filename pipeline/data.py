@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.errors import RecipeError
 from pipeline.recipe import InputSpec, NpzData, RandomData, Recipe, TextData
 
 Feeds = dict[str, np.ndarray]
@@ -45,10 +46,19 @@ def data_file(recipe: Recipe, recipe_dir: Path) -> Path | None:
 
 
 def data_fingerprint(recipe: Recipe, recipe_dir: Path) -> str:
-    """Content of the sample file plus the split settings: what calibration and validation depend on."""
-    h = hashlib.sha256(
-        json.dumps(recipe.data.model_dump(exclude={"samples": {"path"}}), sort_keys=True).encode()
-    )
+    """Everything the feeds depend on: the sample file's content, the split settings, the inputs (dtype,
+    shape, random range), the dims (padding and truncation) and the model (its tokenizer)."""
+    from pipeline.models import model_fingerprint
+
+    settings = {
+        "data": recipe.data.model_dump(exclude={"samples": {"path"}}),
+        "inputs": [s.model_dump() for s in recipe.inputs],
+        "dims": {k: v.model_dump() for k, v in recipe.dims.items()},
+        "batch_dim": recipe.benchmark.batch_dim,
+        "sequence_dim": recipe.benchmark.sequence_dim,
+        "model": model_fingerprint(recipe, recipe_dir) if recipe.data.samples.source == "text" else None,
+    }
+    h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     path = data_file(recipe, recipe_dir)
     if path is not None:
         h.update(path.read_bytes())
@@ -162,7 +172,9 @@ class Dataset:
         feeds = {}
         for spec in self.recipe.inputs:
             if spec.name not in enc:
-                raise KeyError(f"the tokenizer does not produce input '{spec.name}' (it gives {sorted(enc)})")
+                raise RecipeError(
+                    f"inputs: the model's tokenizer does not produce input '{spec.name}' (it gives {', '.join(sorted(enc))})"
+                )
             feeds[spec.name] = enc[spec.name].astype(NUMPY_DTYPES[spec.dtype])
         return feeds
 

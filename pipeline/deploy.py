@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from pipeline import preflight
+from pipeline.errors import PipelineError
 from pipeline.executor import Executor, StageRecord, Verdict, read_records
 from pipeline.recipe_loader import LoadedRecipe
 from pipeline.stages import plan_stages
@@ -23,11 +25,13 @@ def _setup(loaded: LoadedRecipe) -> tuple[list[Stage], Store, Path]:
     return stages, Store(Path(loaded.recipe.output.root), loaded.recipe.name), recipe_dir
 
 
-def plan(loaded: LoadedRecipe, console: Console, rebench: bool = False) -> list[tuple[Stage, Verdict]]:
+def plan(
+    loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_failed: bool = False
+) -> list[tuple[Stage, Verdict]]:
     """Print each stage as fresh or stale and why; touches nothing."""
     stages, store, _ = _setup(loaded)
     latest = store.latest()
-    executor = Executor(stages, store, [(latest, read_records(latest))] if latest else [])
+    executor = Executor(stages, store, [(latest, read_records(latest))] if latest else [], retry_failed)
     verdicts = executor.plan(rebench)
     against = f"{loaded.recipe.name}/{latest.name}" if latest else "no signed-off version yet"
     console.print(f"plan for {loaded.recipe.name} (against {against}):")
@@ -37,21 +41,28 @@ def plan(loaded: LoadedRecipe, console: Console, rebench: bool = False) -> list[
     return verdicts
 
 
-def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False) -> int:
+def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_failed: bool = False) -> int:
     stages, store, recipe_dir = _setup(loaded)
     name = loaded.recipe.name
     with store.lock(loaded.recipe.output.lock_timeout_s):
         latest = store.latest()
         from_latest = [(latest, read_records(latest))] if latest else []
-        executor = Executor(stages, store, from_latest)
+        executor = Executor(stages, store, from_latest, retry_failed)
         if latest and all(v.fresh for _, v in executor.plan(rebench)):
             console.print(f"up to date: {name}/{latest.name}")
             return 0
-        executor.previous = from_latest + [(d, read_records(d)) for d in store.leftover_work_dirs()]
+        executor.previous = _reuse_candidates(store, latest)
         work = store.new_work_dir()
-        records = _run_with_progress(
-            executor, RunContext(loaded.recipe, recipe_dir, work, cache_dir=store.cache_dir), rebench, console
-        )
+        try:
+            records = _run_with_progress(
+                executor,
+                RunContext(loaded.recipe, recipe_dir, work, cache_dir=store.cache_dir),
+                rebench,
+                console,
+            )
+        except PipelineError:
+            shutil.rmtree(work, ignore_errors=True)  # a user error found mid-run: nothing half-made stays
+            raise
         version = store.next_version()
         from pipeline.bench.environment import capture_environment
         from pipeline.signoff import write_signoff
@@ -61,6 +72,17 @@ def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False) -> int
         store.discard_work()
     _print_summary(console, target, records, signed_off, reasons, loaded)
     return 0 if signed_off else 1
+
+
+def _reuse_candidates(store: Store, latest: Path | None) -> list[tuple[Path, dict[str, StageRecord]]]:
+    """Where fresh outputs may come from: latest, then the newest version even if its sign-off failed (its
+    exports are as good), then folders of killed runs. "Up to date" is still judged against latest only."""
+    folders = [latest] if latest else []
+    versions = store.versions()
+    if versions and (latest is None or versions[-1] != latest.name):
+        folders.append(store.base / versions[-1])
+    folders += store.leftover_work_dirs()
+    return [(folder, read_records(folder)) for folder in folders]
 
 
 def _run_with_progress(
@@ -122,7 +144,10 @@ def _print_summary(
         console.print(summary_table(accuracy, speed, winner, loaded.recipe.selection.objective.batch))
     for record in records:
         if record.status in ("failed", "skipped") and record.error:
-            console.print(f"[red]{record.status}[/red] {record.name}: {record.error.splitlines()[0][:300]}", highlight=False)
+            console.print(
+                f"[red]{record.status}[/red] {record.name}: {record.error.splitlines()[0][:300]}",
+                highlight=False,
+            )
     verdict = "[green]signed off[/green]" if signed_off else "[red]NOT signed off[/red]"
     console.print(f"{verdict}: {target}")
     for reason in reasons:

@@ -105,12 +105,19 @@ def _named(output: dict[str, Any]) -> dict[str, Any]:
 
 class Executor:
     def __init__(
-        self, stages: list[Stage], store: Store, previous: list[tuple[Path, dict[str, StageRecord]]]
+        self,
+        stages: list[Stage],
+        store: Store,
+        previous: list[tuple[Path, dict[str, StageRecord]]],
+        retry_failed: bool = False,
     ):
-        """previous: (folder, records) candidates for reuse, the latest version first, then killed runs."""
+        """previous: (folder, records) candidates for reuse, the latest version first, then killed runs.
+        A failed stage with an unchanged fingerprint is reused as failed (as far as the fingerprint can tell
+        its failure is deterministic) unless retry_failed asks to run it again (timeouts, crashes)."""
         self.stages = stages
         self.store = store
         self.previous = previous
+        self.retry_failed = retry_failed
         self._environments: dict[str, dict[str, Any]] = {}
 
     def environment(self, stage: Stage) -> dict[str, Any]:
@@ -129,6 +136,9 @@ class Executor:
         for folder, records in self.previous:
             prev = records.get(stage.name)
             if prev is None or prev.status not in ("ran", "reused", "failed"):
+                continue
+            if prev.status == "failed" and self.retry_failed:
+                first_reason = "failed before; retry requested (--retry-failed)"
                 continue
             if prev.fingerprint != fp:
                 if first_reason == "no previous run":

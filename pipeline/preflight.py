@@ -3,7 +3,9 @@ before any work, so that a deploy never stops half-way on something it could hav
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import json
 from pathlib import Path
 
 from pipeline.errors import Problem, RecipeError
@@ -62,10 +64,8 @@ def _model_problems(loaded: LoadedRecipe, base: Path) -> list[Problem]:
             )
     elif isinstance(src, TorchScriptSource) and not (base / src.path).is_file():
         out.append(loaded.problem("model.path", f"no such TorchScript file: {base / src.path}"))
-    elif isinstance(src, EntrypointSource) and not _installed(src.entrypoint.split(":")[0]):
-        out.append(
-            loaded.problem("model.entrypoint", f"cannot import module '{src.entrypoint.split(':')[0]}'")
-        )
+    elif isinstance(src, EntrypointSource):
+        out += _entrypoint_problems(loaded, src)
     elif isinstance(src, TorchvisionSource) and not _installed("torchvision"):
         out.append(
             loaded.problem(
@@ -73,6 +73,23 @@ def _model_problems(loaded: LoadedRecipe, base: Path) -> list[Problem]:
             )
         )
     return out
+
+
+def _entrypoint_problems(loaded: LoadedRecipe, src: EntrypointSource) -> list[Problem]:
+    module_name, _, factory = src.entrypoint.partition(":")
+    if not _installed(module_name):
+        return [loaded.problem("model.entrypoint", f"cannot import module '{module_name}'")]
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - the user's module failing to import is the user's to fix
+        return [
+            loaded.problem(
+                "model.entrypoint", f"importing '{module_name}' failed: {type(exc).__name__}: {exc}"
+            )
+        ]
+    if not callable(getattr(module, factory, None)):
+        return [loaded.problem("model.entrypoint", f"module '{module_name}' has no callable '{factory}'")]
+    return []
 
 
 def _package_problems(loaded: LoadedRecipe) -> list[Problem]:
@@ -102,6 +119,38 @@ def _package_problems(loaded: LoadedRecipe) -> list[Problem]:
     return out
 
 
+def _sample_problems(loaded: LoadedRecipe, path: Path) -> list[Problem]:
+    """The sample file holds what the recipe reads from it (found now, not minutes into a deploy)."""
+    samples = loaded.recipe.data.samples
+    if isinstance(samples, TextData):
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if not line.strip().startswith("{"):
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                return [loaded.problem("data.samples.path", f"{path}:{number}: not valid JSON ({exc.msg})")]
+            if samples.field not in record:
+                found = ", ".join(sorted(record)) or "none"
+                return [
+                    loaded.problem(
+                        "data.samples.field",
+                        f"{path}:{number} has no field '{samples.field}' (it has {found})",
+                    )
+                ]
+        return []
+    import numpy as np
+
+    try:
+        with np.load(path) as npz:
+            missing = [s.name for s in loaded.recipe.inputs if s.name not in npz.files]
+    except (OSError, ValueError) as exc:
+        return [loaded.problem("data.samples.path", f"cannot read {path} as .npz: {exc}")]
+    if missing:
+        return [loaded.problem("data.samples.path", f"{path} has no array for input(s) {', '.join(missing)}")]
+    return []
+
+
 def check(loaded: LoadedRecipe) -> None:
     """Raise RecipeError listing everything this machine lacks for the recipe."""
     base = loaded.path.parent
@@ -111,6 +160,8 @@ def check(loaded: LoadedRecipe) -> None:
         path = Path(samples.path) if Path(samples.path).is_absolute() else base / samples.path
         if not path.is_file():
             problems.append(loaded.problem("data.samples.path", f"no such data file: {path}"))
+        else:
+            problems += _sample_problems(loaded, path)
     problems += _package_problems(loaded)
     if problems:
         raise RecipeError(problems=problems)

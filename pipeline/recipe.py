@@ -12,6 +12,17 @@ PositiveFloat = Annotated[float, Field(gt=0)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
 Precision = Literal["fp32", "fp16", "int8"]
 Metric = Literal["max_abs", "mean_abs", "max_rel", "cosine"]
+Runtime = Literal[
+    "torch-cpu",
+    "torch-cuda",
+    "torchscript-cpu",
+    "torchscript-cuda",
+    "torch-compile-cuda",
+    "onnxruntime-cpu",
+    "onnxruntime-cuda",
+    "tensorrt",
+    "tensorrt-rtx",
+]
 
 VARIANTS = (
     "torchscript-fp32",
@@ -245,7 +256,7 @@ class Objective(Strict):
 class SelectionConfig(Strict):
     objective: Objective = Objective()
     max_p99_ms: PositiveFloat | None = None
-    runtimes: list[str] = []
+    runtimes: list[Runtime] = []
 
 
 class OutputConfig(Strict):
@@ -308,6 +319,28 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[str, str]]:
     for i, n in enumerate(recipe.outputs):
         if n in recipe.outputs[:i]:
             problems.append((f"outputs[{i}]", f"duplicate output name '{n}'"))
+    for i, spec in enumerate(recipe.inputs):
+        if spec.low > spec.high:
+            problems.append((f"inputs[{i}].low", f"must not exceed high ({spec.low:g} > {spec.high:g})"))
+    for precision, tolerance in recipe.validation.tolerances.items():
+        for name in tolerance.outputs:
+            if name not in recipe.outputs:
+                problems.append(
+                    (
+                        f"validation.tolerances.{precision}.outputs.{name}",
+                        f"no such output (outputs: {', '.join(recipe.outputs)})",
+                    )
+                )
+    batch_rng = recipe.dims.get(recipe.benchmark.batch_dim)
+    if batch_rng is not None and batch_rng.min <= batch_rng.max:
+        for corner, size in recipe.validation.corner_batches.items():
+            if not batch_rng.min <= size <= batch_rng.max:
+                problems.append(
+                    (
+                        f"validation.corner_batches.{corner}",
+                        f"must lie within dims.{recipe.benchmark.batch_dim} {batch_rng.min}..{batch_rng.max} (got {size})",
+                    )
+                )
     problems += _benchmark_problems(recipe)
     for i, v in enumerate(recipe.variants.required):
         if v not in recipe.variants.build:
@@ -356,6 +389,17 @@ def _benchmark_problems(recipe: Recipe) -> list[tuple[str, str]]:
                     )
                 )
     obj = recipe.selection.objective
+    if (
+        obj.sequence_length is not None
+        and isinstance(bench.sequence_lengths, list)
+        and obj.sequence_length not in bench.sequence_lengths
+    ):
+        problems.append(
+            (
+                "selection.objective.sequence_length",
+                f"must be one of benchmark.sequence_lengths {bench.sequence_lengths} (got {obj.sequence_length})",
+            )
+        )
     if obj.batch not in bench.batch_sizes:
         problems.append(
             (

@@ -142,7 +142,7 @@ def _message(err: dict, raw: dict, loc: Loc) -> str:
     if kind == "missing":
         return "required key is missing"
     if kind == "greater_than" and ctx.get("gt") == 0 and isinstance(got, int | float):
-        return f"must be a positive {'integer' if isinstance(got, int) else 'number'} (got {got})"
+        return f"must be a positive {'number' if _is_float_field(loc, raw) else 'integer'} (got {got})"
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         bound = next(iter(ctx.values()))
         word = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}[
@@ -161,6 +161,15 @@ def _message(err: dict, raw: dict, loc: Loc) -> str:
         return f"must be one of {ctx.get('expected_tags')} (got {ctx.get('tag')!r})"
     msg = err["msg"][0].lower() + err["msg"][1:]
     return f"{msg} (got {got!r})" if got is not None and not isinstance(got, dict | list) else msg
+
+
+def _is_float_field(loc: Loc, raw: dict) -> bool:
+    names = [i for i, part in enumerate(loc) if isinstance(part, str)]
+    if not names:
+        return False
+    model = _model_at(loc[: names[-1]], raw)
+    field = model.model_fields.get(str(loc[names[-1]])) if model else None
+    return field is not None and "float" in str(field.annotation)
 
 
 def _apply_override(raw: dict, text: str) -> tuple[str, list[str | int]]:
@@ -201,6 +210,10 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Loade
         text = path.read_text()
     except OSError as exc:
         raise RecipeError(problems=[Problem(shown, "", f"cannot read recipe: {exc.strerror}")]) from None
+    except UnicodeDecodeError as exc:
+        raise RecipeError(
+            problems=[Problem(shown, "", f"cannot read recipe: not UTF-8 text ({exc.reason})")]
+        ) from None
     try:
         raw = yaml.safe_load(text)
         positions = _Positions(text)
@@ -225,6 +238,15 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Loade
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
+            if "[key]" in err["loc"]:  # a mapping key outside the allowed set (e.g. a precision name)
+                loc = _data_path(raw, tuple(p for p in err["loc"] if p != "[key]"))
+                allowed = (err.get("ctx") or {}).get("expected", "")
+                problems.append(
+                    Problem(
+                        locate(loc, key=True), dotted(loc), f"unknown key '{loc[-1]}'; expected {allowed}"
+                    )
+                )
+                continue
             loc = _data_path(raw, err["loc"])
             problems.append(
                 Problem(

@@ -70,3 +70,25 @@ def runners_for(artifact: ArtifactRecord, ctx: RunContext) -> list[Runner] | Not
 def reference_runners(ctx: RunContext) -> list[Runner]:
     """The eager FP32 PyTorch model (artifact name torch-fp32): CPU, and CUDA where available."""
     return list(_torch_reference_runners(ctx))
+
+
+def runtime_environment() -> dict[str, object]:
+    """Which runtimes this machine offers: validation and benchmark results depend on it, so it belongs in
+    their fingerprints (a GPU appearing makes engines runnable and adds CUDA rows)."""
+    import onnxruntime
+
+    from pipeline.trt.flavour import installed_flavours
+
+    gpu = None
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpu = torch.cuda.get_device_name(0)
+    except Exception:  # noqa: BLE001 - a broken CUDA setup reads as no GPU
+        gpu = None
+    return {
+        "gpu": gpu,
+        "onnxruntime_providers": sorted(onnxruntime.get_available_providers()),
+        "tensorrt_flavours": installed_flavours(),
+    }

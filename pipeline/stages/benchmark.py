@@ -26,7 +26,7 @@ from pipeline.bench.windows import Measurement, WindowPolicy, measure_interleave
 from pipeline.data import data_fingerprint
 from pipeline.recipe import Recipe
 from pipeline.runners.base import NotRunnable, Runner
-from pipeline.runners.registry import reference_runners, runners_for
+from pipeline.runners.registry import reference_runners, runners_for, runtime_environment
 from pipeline.runners.torch_runner import REFERENCE, intra_op_threads
 from pipeline.stages.base import ArtifactRecord, Output, RunContext, Stage, StageResult, package_version
 
@@ -116,6 +116,7 @@ def _environment() -> dict[str, Any]:
     return {
         "torch": package_version("torch"),
         "onnxruntime": package_version("onnxruntime") or package_version("onnxruntime-gpu"),
+        **runtime_environment(),
     }
 
 

@@ -115,7 +115,7 @@ def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
     name_dynamic_axes(model, ctx.recipe)
     _strip_location_metadata(model)
     onnx.checker.check_model(model, full_check=False)
-    onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=False)
+    onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
     onnx.save(model, str(target))
     details.update(
         nodes=len(model.graph.node),

@@ -42,7 +42,8 @@ def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
     with torch.no_grad():
         for corner in cfg.check_corners:
             ctx.report(f"torchscript: checking against eager at {corner}")
-            args = corner_args(ctx, corner, batch=2 if corner != "max" else 1)
+            batch = ctx.recipe.validation.corner_batches.get("max", 1) if corner == "max" else None
+            args = corner_args(ctx, corner, batch=batch)
             checks[corner] = _max_diff(traced(*args), module(*args))
     bad = {c: d for c, d in checks.items() if not d <= cfg.check_atol}
     if bad:

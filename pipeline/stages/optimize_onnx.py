@@ -42,7 +42,8 @@ def optimize(ctx: RunContext, source: Path, fp16: bool) -> tuple[onnx.ModelProto
     stats = {k: int(v) for k, v in sorted(optimized.get_fused_operator_statistics().items()) if v}
     if fp16:
         optimized.convert_float_to_float16(
-            keep_io_types=True, op_block_list=block_list(ctx.recipe.export.fp16)
+            keep_io_types=ctx.recipe.export.fp16.keep_io_types,
+            op_block_list=block_list(ctx.recipe.export.fp16),
         )
     model = optimized.model
     onnx_tools.ensure_opset_imports(model)

@@ -36,11 +36,7 @@ def objective_rows(recipe: Recipe, speed: dict[str, Any], accuracy: dict[str, An
     for row in speed.get("results", []):
         if row["artifact"] not in passed or row["batch"] != obj.batch:
             continue
-        if (
-            obj.sequence_length is not None
-            and seq_dim
-            and row.get("dims", {}).get(seq_dim) not in (None, obj.sequence_length)
-        ):
+        if obj.sequence_length is not None and seq_dim and _seq(row, seq_dim) != obj.sequence_length:
             continue
         if sel.runtimes and row["runtime"] not in sel.runtimes:
             continue
@@ -55,9 +51,8 @@ def objective_rows(recipe: Recipe, speed: dict[str, Any], accuracy: dict[str, An
 
 
 def _seq(row: dict[str, Any], seq_dim: str) -> int | None:
-    dims = row.get("dims") or {}
-    if seq_dim in dims:
-        return dims[seq_dim]
+    if row.get("sequence_length") is not None:
+        return row["sequence_length"]
     shapes = list((row.get("shapes") or {}).values())
     return shapes[0][1] if shapes and len(shapes[0]) > 1 else None
 

@@ -96,7 +96,11 @@ def _missing_builder_stage(precision: str) -> Stage:
         raise StageError(NO_BUILDER)
 
     return Stage(
-        name=f"engine-{precision}", version=VERSION, run=run, config={"flavour": None, "precision": precision}
+        name=f"engine-{precision}",
+        version=VERSION,
+        run=run,
+        config={"flavour": None, "precision": precision},
+        produces=(f"engine-{precision}",),
     )
 
 
@@ -296,6 +300,8 @@ def preflight_problems(recipe: Recipe) -> list[tuple[str, str]]:
     problems = []
     settings = recipe.export.tensorrt
     for i, variant, flavour, _ in variants:
+        if flavour is None and variant in recipe.variants.required:
+            problems.append(("export.tensorrt.flavour", f"required variant '{variant}': {NO_BUILDER}"))
         if flavour is None or module_name(flavour) is not None:
             continue
         key = "export.tensorrt.flavour" if variant.startswith("engine-") else f"variants.build[{i}]"

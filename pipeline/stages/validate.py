@@ -22,6 +22,7 @@ from pipeline.models import model_fingerprint
 from pipeline.recipe import Recipe, Tolerance, ValidationConfig
 from pipeline.runners.base import Feeds, NotRunnable, Runner
 from pipeline.runners.polygraphy_adapter import PolygraphyRunner
+from pipeline.runners.registry import runtime_environment
 from pipeline.stages.base import ArtifactRecord, Output, RunContext, Stage, StageResult, package_version
 
 REPORT = "reports/accuracy.json"
@@ -270,7 +271,8 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
             "sequence_dim": recipe.benchmark.sequence_dim,
         },
         environment=lambda: {
-            name: package_version(name) for name in ("torch", "onnxruntime", "polygraphy", "numpy")
+            **{name: package_version(name) for name in ("torch", "onnxruntime", "polygraphy", "numpy")},
+            **runtime_environment(),
         },
         consumes_any=order,
         critical=True,

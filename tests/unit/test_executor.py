@@ -107,3 +107,13 @@ def test_modified_cache_and_version_file_force_a_rebuild(tmp_path: Path) -> None
         path.unlink()
     plan = Executor(stages, store, [(v1, read_records(v1))]).plan()
     assert not plan[0][1].fresh and "missing or modified" in plan[0][1].why
+
+
+def test_failed_stage_is_reused_as_failed_unless_retry_is_asked(tmp_path: Path) -> None:
+    stages = [_writer("A", "a", "1"), _failing("F", "f")]
+    _deploy(tmp_path, stages, "v0001")
+    store = Store(tmp_path, "t")
+    previous = [(store.latest(), read_records(store.latest()))]
+    assert all(v.fresh for _, v in Executor(stages, store, previous).plan())
+    retry = Executor(stages, store, previous, retry_failed=True).plan()
+    assert [v.fresh for _, v in retry] == [True, False] and "--retry-failed" in retry[1][1].why

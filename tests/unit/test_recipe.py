@@ -90,3 +90,34 @@ def test_recipe_is_frozen() -> None:
     recipe = load(ROOT / "tests/recipes/tiny.yaml").recipe
     with pytest.raises(Exception):  # noqa: B017 - pydantic raises ValidationError on frozen assignment
         recipe.name = "other"
+
+
+def test_more_cross_field_checks(tmp_path: Path) -> None:
+    text = TINY.replace("low: 1, high: 999", "low: 1000, high: 999").replace(
+        "corner_batches: {min: 1, opt: 2, max: 1}", "corner_batches: {min: 1, opt: 2, max: 100}"
+    )
+    lines = _problems(tmp_path, text, ("selection.objective.sequence_length=99",))
+    joined = "\n".join(lines)
+    assert "inputs[0].low: must not exceed high (1000 > 999)" in joined
+    assert "validation.corner_batches.max: must lie within dims.batch 1..8 (got 100)" in joined
+    assert (
+        "selection.objective.sequence_length: must be one of benchmark.sequence_lengths [16] (got 99)"
+        in joined
+    )
+
+
+def test_float_fields_say_number_and_unknown_mapping_keys_are_named(tmp_path: Path) -> None:
+    lines = _problems(tmp_path, TINY, ("validation.tolerances={bf16: {cosine: 0.5}}",))
+    assert lines == [
+        "--set validation.tolerances={bf16: {cosine: 0.5}}: validation.tolerances.bf16: unknown key 'bf16'; expected 'fp32', 'fp16' or 'int8'"
+    ]
+    [line] = _problems(tmp_path, TINY, ("validation.tolerances.fp32.max_abs=0",))
+    assert line.endswith("must be a positive number (got 0)")
+
+
+def test_a_recipe_that_is_not_text_is_a_user_error(tmp_path: Path) -> None:
+    path = tmp_path / "r.yaml"
+    path.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(RecipeError) as info:
+        load(path)
+    assert info.value.lines() == [f"{path}: cannot read recipe: not UTF-8 text (invalid start byte)"]

@@ -1,0 +1,43 @@
+"""Pre-flight: what the machine and the files must provide, found before any work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline import preflight
+from pipeline.errors import RecipeError
+from pipeline.recipe_loader import load
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _problems(recipe: str, *overrides: str) -> list[str]:
+    with pytest.raises(RecipeError) as info:
+        preflight.check(load(ROOT / recipe, overrides))
+    return info.value.lines()
+
+
+def test_shipped_recipes_pass() -> None:
+    for recipe in ("recipes/bert.yaml", "tests/recipes/tiny.yaml"):
+        preflight.check(load(ROOT / recipe))
+
+
+def test_entrypoint_factory_must_exist() -> None:
+    assert _problems("tests/recipes/tiny.yaml", "model.entrypoint=tests.models.tiny:nope") == [
+        "--set model.entrypoint=tests.models.tiny:nope: model.entrypoint: module 'tests.models.tiny' has no callable 'nope'"
+    ]
+
+
+def test_text_field_must_exist_in_the_samples() -> None:
+    [line] = _problems("recipes/bert.yaml", "data.samples.field=sentence")
+    assert "data.samples.field" in line and "has no field 'sentence' (it has text)" in line
+
+
+def test_npz_must_hold_every_input(tmp_path: Path) -> None:
+    import numpy as np
+
+    np.savez(tmp_path / "d.npz", input_ids=np.ones((4, 16), dtype=np.int64))
+    [line] = _problems("tests/recipes/tiny.yaml", f"data.samples={{source: npz, path: {tmp_path / 'd.npz'}}}")
+    assert "has no array for input(s) attention_mask" in line
