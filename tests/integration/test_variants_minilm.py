@@ -146,3 +146,27 @@ def test_optimized_graphs_hold_fused_ops(ctx: RunContext, variants: dict) -> Non
         assert out.details["target"] == "onnxruntime"
         assert out.details["fused_ops"].get("BiasGelu") == 6
         assert out.details["contrib_ops"]["com.microsoft.BiasGelu"] == 6
+
+
+@pytest.mark.tensorrt
+@pytest.mark.parametrize("precision", ["fp16", "int8"])
+def test_minilm_engines_build_from_the_precision_graphs(
+    ctx: RunContext, variants: dict, precision: str
+) -> None:
+    """The FP16 and INT8 Q/DQ graphs parse and build as strongly typed TensorRT-RTX engines for sm89, and the
+    engine really holds that precision (the builder's layer listing shows it)."""
+    from pipeline.stages.tensorrt import stages as engine_stages
+    from pipeline.trt.flavour import installed_flavours
+
+    if "tensorrt-rtx" not in installed_flavours():
+        pytest.skip("TensorRT-RTX is not installed (pip install 'deploy-pipeline[tensorrt-rtx]')")
+    recipe = load(RECIPES / "bert.yaml", [f"variants.build=[onnx-fp32, tensorrt-rtx-{precision}]"]).recipe
+    out, _ = variants[f"onnx-{precision}"]
+    source = ArtifactRecord(out.artifact, ctx.workdir / out.path, "onnx", precision, "-", precision)
+    stage = {s.name: s for s in engine_stages(recipe, RECIPES)}[f"tensorrt-rtx-{precision}"]
+    result = stage.run(ctx, {f"onnx-{precision}": source})
+    engine = ctx.workdir / f"model.tensorrt-rtx.{precision}.engine"
+    assert engine.stat().st_size > 20_000_000
+    layers = (ctx.workdir / f"logs/tensorrt-rtx-{precision}.layers.json").read_text()
+    assert ("Half" if precision == "fp16" else "Int8") in layers
+    assert result.outputs[0].details["compute_capabilities"] == ["sm89"]
