@@ -102,7 +102,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     }
     return Stage(
         name="benchmark",
-        version=1,
+        version=2,  # 2: ONNX Runtime threads no longer spin between interleaved windows
         run=functools.partial(run, order=list(artifacts)),
         config=config,
         environment=_environment,
@@ -291,6 +291,7 @@ def _conditions(recipe: Recipe, policy: WindowPolicy, shapes: list[BenchShape]) 
         "sequence_lengths": recipe.benchmark.sequence_lengths,
         "reference": REFERENCE if recipe.benchmark.include_reference else None,
         "cuda_graphs": False,
+        "onnxruntime_thread_spinning": False,
         "tf32": {k: torch_info[k] for k in ("tf32_matmul", "tf32_cudnn") if k in torch_info} or None,
         "measured_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "host": env["hostname"],
