@@ -12,6 +12,7 @@ time python3 -m pipeline deploy recipes/bert.yaml --set output.root=$root --set 
   --set "benchmark.batch_sizes=${BATCHES:-[1,32]}" "$@" 2>&1 | grep -v '^W[0-9]' | tee "$out/deploy.txt"
 echo "exit ${PIPESTATUS[0]}" >> "$out/deploy.txt"
 latest=$(readlink -f $root/bert/latest || ls -d $root/bert/v* | tail -1)
-mkdir -p "$out/version"
-cp -r "$latest"/reports "$latest"/*.json "$latest"/recipe.yaml "$out/version/" 2>/dev/null
-ls -la "$out/version"
+# the device tool brings back only a few files: keep the ones a reader needs
+cp "$latest"/reports/speed.json "$latest"/reports/accuracy.json "$latest"/reports/signoff.md "$out/" 2>/dev/null
+cp "$latest"/winner.json "$out/" 2>/dev/null
+ls -la "$out"
