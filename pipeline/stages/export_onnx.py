@@ -11,11 +11,10 @@ from pathlib import Path
 import onnx
 import torch
 
-from pipeline.models import model_fingerprint
 from pipeline.onnx_tools import captured
 from pipeline.recipe import Recipe
 from pipeline.stages.base import ArtifactRecord, Output, RunContext, Stage, StageResult, package_version
-from pipeline.stages.export_torchscript import corner_args
+from pipeline.stages.export_torchscript import corner_args, export_slice
 
 _DROPPED_NODE_METADATA = ("pkg.torch.onnx.stack_trace",)
 
@@ -138,10 +137,7 @@ def stage(recipe: Recipe, recipe_dir: Path) -> Stage:
         run=_run,
         config={
             "onnx": recipe.export.onnx.model_dump(),
-            "model": model_fingerprint(recipe, recipe_dir),
-            "inputs": [s.model_dump() for s in recipe.inputs],
-            "dims": {k: v.model_dump() for k, v in recipe.dims.items()},
-            "outputs": recipe.outputs,
+            **export_slice(recipe, recipe_dir),
         },
         environment=lambda: {
             "torch": torch.__version__,

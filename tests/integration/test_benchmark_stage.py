@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from pipeline.stages.benchmark import BenchShape, benchmark_shapes, data_sequence_lengths, flags, stage
+from tests.contract import SPEED_ROW_KEYS
 from tests.unit.runners.tiny_artifacts import export_onnx, export_torchscript, record, tiny_context
 
 TINY_WINDOWS = dict(
@@ -23,24 +24,7 @@ TINY_WINDOWS = dict(
     max_s=0.2,
     intra_op_threads=1,
 )
-ROW_KEYS = {
-    "artifact",
-    "runtime",
-    "io",
-    "batch",
-    "shapes",
-    "n",
-    "mean_ms",
-    "p50_ms",
-    "p90_ms",
-    "p95_ms",
-    "p99_ms",
-    "min_ms",
-    "max_ms",
-    "cv",
-    "p50_ci95_ms",
-    "stable",
-}
+ROW_KEYS = SPEED_ROW_KEYS
 ENGINE = "tensorrt-rtx-fp16"
 GPU = torch.cuda.is_available()
 GPU_MODES = [("cuda", "host"), ("cuda", "device")]

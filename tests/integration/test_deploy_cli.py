@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.contract import SPEED_ROW_KEYS
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests/recipes/tiny.yaml"
 CONTRACT_FILES = [
@@ -89,24 +91,7 @@ def test_reports_follow_the_contract(first) -> None:
         assert entry["passed"] is True
         assert {c["inputs"] for c in entry["checks"]} == {"min", "opt", "max", "data"}
     speed = json.loads((version / "reports/speed.json").read_text())
-    row_keys = {
-        "artifact",
-        "runtime",
-        "io",
-        "batch",
-        "shapes",
-        "n",
-        "mean_ms",
-        "p50_ms",
-        "p90_ms",
-        "p95_ms",
-        "p99_ms",
-        "min_ms",
-        "max_ms",
-        "cv",
-        "p50_ci95_ms",
-        "stable",
-    }
+    row_keys = SPEED_ROW_KEYS
     assert speed["results"] and all(row_keys <= set(r) for r in speed["results"])
     assert {(r["artifact"], r["batch"]) for r in speed["results"]} >= {
         ("onnx-fp32", 1),
