@@ -13,6 +13,7 @@ import fnmatch
 import heapq
 import io
 import logging
+import tempfile
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -109,6 +110,15 @@ def captured(log_path: Path) -> Iterator[None]:
 
 
 _SELF_HANDLED_LOGGERS = ("torch", "torch.onnx")
+
+
+@contextlib.contextmanager
+def scratch_cwd() -> Iterator[None]:
+    """ONNX Runtime's symbolic shape inference saves `sym_shape_infer_temp.onnx` plus a model-sized `.data`
+    file into the current directory when it cannot finish (it does not on dynamo MiniLM graphs): run such
+    tools from a throw-away directory so nothing lands in the user's working directory. Pass absolute paths."""
+    with tempfile.TemporaryDirectory(prefix="onnx-scratch-") as tmp, contextlib.chdir(tmp):
+        yield
 
 
 # ------------------------------------------------------------------ node -> module path

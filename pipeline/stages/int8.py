@@ -81,7 +81,8 @@ def preprocess(source: Path, target: Path) -> str:
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     try:
-        quant_pre_process(str(source), str(target), skip_optimization=True)
+        with onnx_tools.scratch_cwd():
+            quant_pre_process(str(source.resolve()), str(target.resolve()), skip_optimization=True)
     except Exception as exc:  # noqa: BLE001 - a failed pre-pass only means the plain graph is quantized
         return f"skipped: {type(exc).__name__}: {str(exc)[:200]}"
     return "symbolic shape inference"

@@ -31,14 +31,15 @@ def optimize(ctx: RunContext, source: Path, fp16: bool) -> tuple[onnx.ModelProto
         ) from exc
     cfg = ctx.recipe.export.optimize
     config = ctx.model().config
-    optimized = optimize_model(
-        str(source),
-        model_type=cfg.model_type,
-        num_heads=int(config.get("num_attention_heads", 0)),
-        hidden_size=int(config.get("hidden_size", 0)),
-        opt_level=cfg.opt_level,
-        use_gpu=False,
-    )
+    with onnx_tools.scratch_cwd():
+        optimized = optimize_model(
+            str(source.resolve()),
+            model_type=cfg.model_type,
+            num_heads=int(config.get("num_attention_heads", 0)),
+            hidden_size=int(config.get("hidden_size", 0)),
+            opt_level=cfg.opt_level,
+            use_gpu=False,
+        )
     stats = {k: int(v) for k, v in sorted(optimized.get_fused_operator_statistics().items()) if v}
     if fp16:
         optimized.convert_float_to_float16(

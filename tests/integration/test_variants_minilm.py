@@ -170,3 +170,10 @@ def test_minilm_engines_build_from_the_precision_graphs(
     layers = (ctx.workdir / f"logs/tensorrt-rtx-{precision}.layers.json").read_text()
     assert ("Half" if precision == "fp16" else "Int8") in layers
     assert result.outputs[0].details["compute_capabilities"] == ["sm89"]
+
+
+def test_no_scratch_files_land_in_the_working_directory(variants: dict) -> None:
+    """ONNX Runtime's symbolic shape inference fails on this graph and saves a model-sized scratch copy into
+    the current directory; the INT8 and optimizer stages must keep it out of the user's working directory."""
+    assert not (Path.cwd() / "sym_shape_infer_temp.onnx").exists()
+    assert not list(Path.cwd().glob("*-*-*-*-*.data"))
