@@ -33,19 +33,20 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Readers never see a half-written JSON file: write a sibling temp file, then rename over."""
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Readers never see a half-written file: write a sibling temp file, then rename over."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    tmp.write_bytes(data)
     os.replace(tmp, path)
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def _read_only(path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,23 +23,18 @@ def write_signoff(
     Writes nothing outside out_dir/reports/. `previous` is {"version", "accuracy", "speed", "winner"} of the
     last signed-off version, for the "changes since" section. Same inputs give the same bytes.
     """
-    from pipeline.report.html import render_html
-    from pipeline.report.markdown import render_markdown
+    from pipeline.report.document import build_document
+    from pipeline.report.html import html_from
+    from pipeline.report.markdown import markdown_from
     from pipeline.report.plots import write_plots
+    from pipeline.store import write_text_atomic
 
     out_dir = Path(out_dir)
     plots = write_plots(out_dir, accuracy, speed, winner)
-    args = (header, accuracy, speed, winner, stages, previous)
-    _write_text(out_dir / "reports" / "signoff.md", render_markdown(*args, plots=plots))
-    _write_text(out_dir / "reports" / "signoff.html", render_html(*args, plots=plots))
+    doc = build_document(header, accuracy, speed, winner, stages, previous, plots)
+    write_text_atomic(out_dir / "reports" / "signoff.md", markdown_from(doc))
+    write_text_atomic(out_dir / "reports" / "signoff.html", html_from(doc))
     return [*plots, "reports/signoff.md", "reports/signoff.html"]
-
-
-def _write_text(target: Path, text: str) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8", newline="\n")
-    os.replace(tmp, target)
 
 
 __all__ = ["write_signoff"]

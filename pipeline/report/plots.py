@@ -7,8 +7,8 @@ version or date, so the same inputs give the same file.
 
 from __future__ import annotations
 
+import io
 import math
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from pipeline.report.facts import (
     runner_label,
     sorted_results,
 )
+from pipeline.store import write_bytes_atomic
 
 Dict = Mapping[str, Any]
 DPI = 100
@@ -63,10 +64,9 @@ def _figure(width: float, height: float, **kwargs: Any):
 
 def _save(fig: Any, target: Path) -> None:
     """Write through a temporary name so a reader never sees half a PNG."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    fig.savefig(tmp, format="png", dpi=DPI, metadata={"Software": None})
-    os.replace(tmp, target)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+    write_bytes_atomic(target, buffer.getvalue())
 
 
 # ------------------------------------------------------------------ latency

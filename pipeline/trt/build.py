@@ -13,13 +13,13 @@ builder flags. TensorRT 11 and TensorRT-RTX are strongly typed only; older build
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
+from pipeline.store import write_bytes_atomic
 from pipeline.trt.flavour import DISPLAY, import_trt, local_compute_capability, trt_version
 from pipeline.trt.layers import is_layer_listing, layers_from_inspector, layers_from_log
 
@@ -162,15 +162,7 @@ def save_timing_cache(config: Any, flavour: str, path: str | None) -> None:
         return
     cache = config.get_timing_cache()
     if cache is not None:
-        write_atomic(Path(path), bytes(cache.serialize()))
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write then rename, so that a reader never sees half a file (engines are large)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+        write_bytes_atomic(Path(path), bytes(cache.serialize()))
 
 
 def inspect_layers(trt: Any, logger: Any, engine_bytes: bytes) -> tuple[list[dict[str, Any]], str]:
@@ -258,11 +250,11 @@ def _build(trt: Any, logger: Any, job: dict[str, Any], result: dict[str, Any]) -
             f"the builder produced no engine: {'; '.join(logger.errors[-5:]) or 'see the build log'}"
         )
     engine_bytes = bytes(serialized)
-    write_atomic(Path(job["engine"]), engine_bytes)
+    write_bytes_atomic(Path(job["engine"]), engine_bytes)
     save_timing_cache(config, job["flavour"], job.get("timing_cache"))
     progress(f"built {len(engine_bytes)} bytes in {result['build_s']} s")
     layers, source = inspect_layers(trt, logger, engine_bytes)
-    write_atomic(
+    write_bytes_atomic(
         Path(job["layers"]),
         json.dumps({"source": source, "count": len(layers), "layers": layers}, indent=1).encode(),
     )
@@ -284,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     job = json.loads(Path(args[0]).read_text())
     result = build(job)
-    write_atomic(Path(job["result"]), json.dumps(result, indent=1).encode())
+    write_bytes_atomic(Path(job["result"]), json.dumps(result, indent=1).encode())
     if not result["ok"]:
         print(f"[trt-build] failed: {result['error']}", file=sys.stderr, flush=True)
     return 0 if result["ok"] else 1
