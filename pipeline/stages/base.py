@@ -99,6 +99,21 @@ class Stage:
     always_run: bool = False
 
 
+def model_data_slice(recipe: Recipe, recipe_dir: Path) -> dict[str, Any]:
+    """What every stage that runs the model on the recipe's data depends on besides its own settings: the
+    weights, the I/O signature, the dims, and the data (whose fingerprint covers inputs, dims and tokenizer)."""
+    from pipeline.data import data_fingerprint
+    from pipeline.models import model_fingerprint
+
+    return {
+        "model": model_fingerprint(recipe, recipe_dir),
+        "inputs": [s.model_dump() for s in recipe.inputs],
+        "dims": {k: v.model_dump() for k, v in recipe.dims.items()},
+        "outputs": list(recipe.outputs),
+        "data": data_fingerprint(recipe, recipe_dir),
+    }
+
+
 @functools.cache
 def package_version(name: str) -> str | None:
     """Version of an installed distribution or module, None when absent (for environment keys)."""

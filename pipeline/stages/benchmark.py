@@ -23,12 +23,19 @@ from pipeline.bench.environment import capture_environment
 from pipeline.bench.stats import latency_stats
 from pipeline.bench.timer import CudaEventTimer, Timer, on_gpu, timer_for
 from pipeline.bench.windows import Measurement, WindowPolicy, measure_interleaved
-from pipeline.data import data_fingerprint
 from pipeline.recipe import Recipe
 from pipeline.runners.base import NotRunnable, Runner
 from pipeline.runners.registry import reference_runners, runners_for, runtime_environment
 from pipeline.runners.torch_runner import REFERENCE, intra_op_threads
-from pipeline.stages.base import ArtifactRecord, Output, RunContext, Stage, StageResult, package_version
+from pipeline.stages.base import (
+    ArtifactRecord,
+    Output,
+    RunContext,
+    Stage,
+    StageResult,
+    model_data_slice,
+    package_version,
+)
 
 SCHEMA_VERSION = 1
 REPORT = "reports/speed.json"
@@ -96,9 +103,7 @@ def benchmark_shapes(recipe: Recipe, token_lengths: list[int] | None = None) -> 
 def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     config = {
         "benchmark": recipe.benchmark.model_dump(mode="json"),
-        "inputs": [spec.model_dump(mode="json") for spec in recipe.inputs],
-        "dims": {name: rng.model_dump(mode="json") for name, rng in recipe.dims.items()},
-        "data": data_fingerprint(recipe, recipe_dir),
+        **model_data_slice(recipe, recipe_dir),
     }
     return Stage(
         name="benchmark",

@@ -13,8 +13,16 @@ import torch
 
 from pipeline.onnx_tools import captured
 from pipeline.recipe import Recipe
-from pipeline.stages.base import ArtifactRecord, Output, RunContext, Stage, StageResult, package_version
-from pipeline.stages.export_torchscript import corner_args, export_slice
+from pipeline.stages.base import (
+    ArtifactRecord,
+    Output,
+    RunContext,
+    Stage,
+    StageResult,
+    model_data_slice,
+    package_version,
+)
+from pipeline.stages.export_torchscript import corner_args
 
 _DROPPED_NODE_METADATA = ("pkg.torch.onnx.stack_trace",)
 
@@ -137,7 +145,7 @@ def stage(recipe: Recipe, recipe_dir: Path) -> Stage:
         run=_run,
         config={
             "onnx": recipe.export.onnx.model_dump(),
-            **export_slice(recipe, recipe_dir),
+            **model_data_slice(recipe, recipe_dir),
         },
         environment=lambda: {
             "torch": torch.__version__,

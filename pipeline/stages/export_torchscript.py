@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from pipeline.data import data_fingerprint
-from pipeline.models import model_fingerprint
 from pipeline.recipe import Recipe
-from pipeline.stages.base import ArtifactRecord, Output, RunContext, Stage, StageResult, package_version
+from pipeline.stages.base import (
+    ArtifactRecord,
+    Output,
+    RunContext,
+    Stage,
+    StageResult,
+    model_data_slice,
+    package_version,
+)
 
 
 def corner_args(ctx: RunContext, corner: str, batch: int | None = None) -> tuple[torch.Tensor, ...]:
@@ -62,18 +67,6 @@ def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
     )
 
 
-def export_slice(recipe: Recipe, recipe_dir: Path) -> dict[str, Any]:
-    """What every export depends on besides its own settings: the weights, the I/O signature, the dims, and
-    the data its example inputs and checks are drawn from."""
-    return {
-        "model": model_fingerprint(recipe, recipe_dir),
-        "inputs": [s.model_dump() for s in recipe.inputs],
-        "dims": {k: v.model_dump() for k, v in recipe.dims.items()},
-        "outputs": recipe.outputs,
-        "data": data_fingerprint(recipe, recipe_dir),
-    }
-
-
 def stage(recipe: Recipe, recipe_dir: Path) -> Stage:
     return Stage(
         name="export_torchscript",
@@ -81,7 +74,7 @@ def stage(recipe: Recipe, recipe_dir: Path) -> Stage:
         run=_run,
         config={
             "torchscript": recipe.export.torchscript.model_dump(),
-            **export_slice(recipe, recipe_dir),
+            **model_data_slice(recipe, recipe_dir),
         },
         environment=lambda: {"torch": torch.__version__, "transformers": package_version("transformers")},
         produces=("torchscript-fp32",),

@@ -17,13 +17,19 @@ from typing import Any
 import numpy as np
 
 from pipeline.accuracy import ArtifactAccuracy, evaluate
-from pipeline.data import data_fingerprint
-from pipeline.models import model_fingerprint
 from pipeline.recipe import Recipe, Tolerance, ValidationConfig
 from pipeline.runners.base import Feeds, NotRunnable, Runner
 from pipeline.runners.polygraphy_adapter import PolygraphyRunner
 from pipeline.runners.registry import runtime_environment
-from pipeline.stages.base import ArtifactRecord, Output, RunContext, Stage, StageResult, package_version
+from pipeline.stages.base import (
+    ArtifactRecord,
+    Output,
+    RunContext,
+    Stage,
+    StageResult,
+    model_data_slice,
+    package_version,
+)
 
 REPORT = "reports/accuracy.json"
 REFERENCE = "torch-fp32"
@@ -262,13 +268,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
         run=lambda ctx, inputs: _run(ctx, inputs, order),
         config={
             "validation": recipe.validation.model_dump(),
-            "data": data_fingerprint(recipe, recipe_dir),
-            "model": model_fingerprint(recipe, recipe_dir),
-            "inputs": [s.model_dump() for s in recipe.inputs],
-            "dims": {k: v.model_dump() for k, v in recipe.dims.items()},
-            "outputs": list(recipe.outputs),
-            "batch_dim": recipe.benchmark.batch_dim,
-            "sequence_dim": recipe.benchmark.sequence_dim,
+            **model_data_slice(recipe, recipe_dir),
         },
         environment=lambda: {
             **{name: package_version(name) for name in ("torch", "onnxruntime", "polygraphy", "numpy")},
