@@ -82,7 +82,8 @@ class Dataset:
             self.items = [{k: a[i] for k, a in arrays.items()} for i in range(count)]
         else:
             assert isinstance(source, RandomData)
-            self.items = [self._random_sample(i) for i in range(source.samples)]
+            count = source.samples or recipe.data.calibration + recipe.data.validation
+            self.items = [self._random_sample(i) for i in range(count)]
         order = np.random.default_rng(recipe.data.seed).permutation(len(self.items))
         n_cal = min(recipe.data.calibration, len(self.items) // 2)
         n_val = min(recipe.data.validation, len(self.items) - n_cal)
@@ -187,7 +188,7 @@ class Dataset:
         for spec in self.recipe.inputs:
             shape = self.recipe.corner_shape(spec, "opt")[1:]
             if NUMPY_DTYPES[spec.dtype] in (np.int64, np.int32):
-                arr = rng.integers(int(spec.low), int(spec.high) + 1, size=shape)
+                arr = rng.integers(int(spec.low), int(spec.high), size=shape, endpoint=True)
             elif spec.dtype == "bool":
                 arr = rng.random(size=shape) < 0.5
             else:

@@ -76,7 +76,7 @@ class EntrypointSource(Strict):
     source: Literal["entrypoint"]
     entrypoint: Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")]
     kwargs: dict[str, object] = {}
-    seed: int = 0
+    seed: Annotated[int, Field(ge=0)] = 0
 
 
 class TorchScriptSource(Strict):
@@ -122,17 +122,18 @@ class NpzData(Strict):
 
 
 class RandomData(Strict):
-    """Seeded synthetic samples drawn in each input's low..high range at its opt shape."""
+    """Seeded synthetic samples drawn in each input's low..high range at its opt shape; as many as the
+    calibration and validation splits need unless `samples` says more."""
 
     source: Literal["random"]
-    samples: PositiveInt = 64
+    samples: PositiveInt | None = None
 
 
 class DataConfig(Strict):
     samples: Annotated[TextData | NpzData | RandomData, Field(discriminator="source")]
     calibration: PositiveInt = 64
     validation: PositiveInt = 32
-    seed: int = 0
+    seed: Annotated[int, Field(ge=0)] = 0
 
 
 # ---------------------------------------------------------------- export settings
@@ -196,7 +197,7 @@ class ExportConfig(Strict):
 
 
 class VariantsConfig(Strict):
-    build: list[VariantName] = ["torchscript-fp32", "onnx-fp32"]
+    build: Annotated[list[VariantName], Field(min_length=1)] = ["torchscript-fp32", "onnx-fp32"]
     required: list[VariantName] = []
 
 
@@ -260,7 +261,7 @@ class SelectionConfig(Strict):
 
 
 class OutputConfig(Strict):
-    root: str = "artifacts"
+    root: Annotated[str, Field(min_length=1)] = "artifacts"
     version_scheme: Literal["sequential"] = "sequential"
     lock_timeout_s: Annotated[float, Field(ge=0)] = 0
 
@@ -322,6 +323,16 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[str, str]]:
     for i, spec in enumerate(recipe.inputs):
         if spec.low > spec.high:
             problems.append((f"inputs[{i}].low", f"must not exceed high ({spec.low:g} > {spec.high:g})"))
+        problems += _range_problems(i, spec)
+    samples = recipe.data.samples
+    wanted = recipe.data.calibration + recipe.data.validation
+    if isinstance(samples, RandomData) and samples.samples is not None and samples.samples < wanted:
+        problems.append(
+            (
+                "data.samples.samples",
+                f"must be at least data.calibration + data.validation = {wanted} (got {samples.samples})",
+            )
+        )
     for precision, tolerance in recipe.validation.tolerances.items():
         for name in tolerance.outputs:
             if name not in recipe.outputs:
@@ -352,6 +363,34 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[str, str]]:
         problems.append(("model", "a huggingface source needs one of id, path or package"))
     if recipe.data.samples.source == "text" and not isinstance(src, HuggingFaceSource):
         problems.append(("data.samples.source", "text samples need a huggingface model (its tokenizer)"))
+    return problems
+
+
+# The values each input dtype can hold (random samples are drawn in low..high and cast to the dtype).
+DTYPE_RANGES = {
+    "int64": (-(2**63), 2**63 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+    "float16": (-65504.0, 65504.0),
+    "float32": (-3.4028234663852886e38, 3.4028234663852886e38),
+    "bool": (0, 1),
+}
+
+
+def _range_problems(i: int, spec: InputSpec) -> list[tuple[str, str]]:
+    """low and high must be finite and representable in the input's dtype (an int64 input cannot be drawn
+    up to 1e30)."""
+    lo, hi = DTYPE_RANGES[spec.dtype]
+    problems = []
+    for key, value in (("low", spec.low), ("high", spec.high)):
+        if value != value or value in (float("inf"), float("-inf")):
+            problems.append((f"inputs[{i}].{key}", f"must be a finite number (got {value})"))
+        elif not lo <= value <= hi:
+            problems.append(
+                (
+                    f"inputs[{i}].{key}",
+                    f"must lie within what {spec.dtype} holds ({lo:g}..{hi:g}, got {value:g})",
+                )
+            )
     return problems
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import difflib
 import typing
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ class LoadedRecipe:
     raw: dict  # the YAML data with overrides applied
     overrides: tuple[str, ...]
     locator: typing.Callable[[Loc, bool], str]
+    deferred: tuple[Problem, ...] = ()  # cross-field problems left for the pre-flight check to report
 
     def where(self, key: str) -> str:
         """`file:line:col` (or `--set k=v`) of a dotted key, for pre-flight problems found after loading."""
@@ -32,26 +34,67 @@ class LoadedRecipe:
         return Problem(self.where(key), key, message)
 
 
+class _AliasLoader(yaml.SafeLoader):
+    """Composes like SafeLoader, but an alias yields a copy of its anchor's node that remembers where the
+    alias stands: a problem in aliased data is reported where the alias uses it, not at the anchor."""
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node:
+        if not self.check_event(yaml.AliasEvent):
+            return super().compose_node(parent, index)
+        mark = self.peek_event().start_mark
+        node = copy.copy(super().compose_node(parent, index))
+        node.alias_mark = mark
+        return node
+
+
 class _Positions:
-    """1-based (line, col) of every value and key in a YAML document, by key path."""
+    """1-based (line, col) of every value and key in a YAML document, by key path; and the keys that a
+    mapping repeats (YAML loaders silently keep the last one)."""
 
     def __init__(self, text: str):
         self.values: dict[Loc, tuple[int, int]] = {}
         self.keys: dict[Loc, tuple[int, int]] = {}
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        self.duplicates: list[tuple[Loc, tuple[int, int], int]] = []  # key path, its place, first line
+        node = yaml.compose(text, Loader=_AliasLoader)
         if node is not None:
-            self._walk(node, ())
+            self._walk(node, (), None, False)
 
-    def _walk(self, node: yaml.Node, loc: Loc) -> None:
-        self.values[loc] = (node.start_mark.line + 1, node.start_mark.column + 1)
+    def _set(self, table: dict, loc: Loc, mark: yaml.Mark, merged: bool) -> None:
+        place = (mark.line + 1, mark.column + 1)
+        if merged:
+            table.setdefault(loc, place)
+        else:
+            table[loc] = place
+
+    def _walk(self, node: yaml.Node, loc: Loc, alias: yaml.Mark | None, merged: bool) -> None:
+        alias = alias or getattr(node, "alias_mark", None)
+        self._set(self.values, loc, alias or node.start_mark, merged)
         if isinstance(node, yaml.MappingNode):
+            seen: dict[object, int] = {}
+            merges = []
             for key_node, value_node in node.value:
-                child = (*loc, key_node.value)
-                self.keys[child] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
-                self._walk(value_node, child)
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    merges.append(value_node)
+                    continue
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+                child = (*loc, key)
+                mark = alias or key_node.start_mark
+                if key in seen and alias is None and not merged:
+                    self.duplicates.append((child, (mark.line + 1, mark.column + 1), seen[key]))
+                seen.setdefault(key, mark.line + 1)
+                self._set(self.keys, child, mark, merged)
+                self._walk(value_node, child, alias, merged)
+            for source in merges:  # merged keys (`<<: *base`) never override the mapping's own keys
+                for part in source.value if isinstance(source, yaml.SequenceNode) else [source]:
+                    inner = alias or getattr(part, "alias_mark", None)
+                    if isinstance(part, yaml.MappingNode):
+                        for key_node, value_node in part.value:
+                            child = (*loc, key_node.value)
+                            self._set(self.keys, child, inner or key_node.start_mark, True)
+                            self._walk(value_node, child, inner, True)
         elif isinstance(node, yaml.SequenceNode):
             for i, item in enumerate(node.value):
-                self._walk(item, (*loc, i))
+                self._walk(item, (*loc, i), alias, merged)
 
     def find(self, loc: Loc, key: bool = False) -> tuple[int, int]:
         table = self.keys if key else self.values
@@ -62,6 +105,30 @@ class _Positions:
             if loc in self.values:
                 return self.values[loc]
         return (1, 1)
+
+
+def _line_col(data: bytes, offset: int) -> tuple[int, int]:
+    """1-based line and column (in characters) of a byte offset into UTF-8 text valid before it."""
+    start = data.rfind(b"\n", 0, offset) + 1
+    return data.count(b"\n", 0, offset) + 1, len(data[start:offset].decode("utf-8", "replace")) + 1
+
+
+def read_text(path: Path, shown: str, key: str = "") -> str:
+    """UTF-8 text (a BOM is allowed); a byte that is not UTF-8 is a problem located at its line and column."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line, col = _line_col(data, exc.start)
+        raise RecipeError(
+            problems=[
+                Problem(
+                    f"{shown}:{line}:{col}",
+                    key,
+                    f"not UTF-8 text: byte 0x{data[exc.start]:02x} at byte offset {exc.start} ({exc.reason})",
+                )
+            ]
+        ) from None
 
 
 def _data_path(data: object, loc: Loc) -> Loc:
@@ -157,6 +224,8 @@ def _message(err: dict, raw: dict, loc: Loc) -> str:
         return f"must be true or false (got {got!r})"
     if kind == "literal_error":
         return f"must be one of {ctx.get('expected')} (got {got!r})"
+    if kind in ("too_short", "string_too_short") and ctx.get("min_length") == 1:
+        return "must not be empty"
     if kind == "union_tag_invalid":
         return f"must be one of {ctx.get('expected_tags')} (got {ctx.get('tag')!r})"
     msg = err["msg"][0].lower() + err["msg"][1:]
@@ -202,26 +271,24 @@ def _apply_override(raw: dict, text: str) -> tuple[str, list[str | int]]:
     return text, parts
 
 
-def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> LoadedRecipe:
-    """Parse, override, validate; raise RecipeError listing every problem with its place."""
+def load(
+    path: str | Path, overrides: list[str] | tuple[str, ...] = (), defer_cross_field: bool = False
+) -> LoadedRecipe:
+    """Parse, override, validate; raise RecipeError listing every problem with its place.
+
+    defer_cross_field: keep cross-field problems in `LoadedRecipe.deferred` instead of raising them, so that
+    the pre-flight check reports them together with its own (one pass, not one layer at a time)."""
     path = Path(path)
     shown = str(path)
     try:
-        text = path.read_text()
+        text = read_text(path, shown, "(file)")
     except OSError as exc:
         raise RecipeError(problems=[Problem(shown, "", f"cannot read recipe: {exc.strerror}")]) from None
-    except UnicodeDecodeError as exc:
-        raise RecipeError(
-            problems=[Problem(shown, "", f"cannot read recipe: not UTF-8 text ({exc.reason})")]
-        ) from None
     try:
         raw = yaml.safe_load(text)
         positions = _Positions(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{shown}:{mark.line + 1}:{mark.column + 1}" if mark else shown
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise RecipeError(problems=[Problem(where, "(yaml)", f"invalid YAML: {problem}")]) from None
+        raise RecipeError(problems=[_yaml_problem(exc, shown, text)]) from None
     if not isinstance(raw, dict):
         raise RecipeError(problems=[Problem(f"{shown}:1:1", "(root)", "a recipe must be a mapping of keys")])
     applied = [_apply_override(raw, o) for o in overrides]
@@ -233,6 +300,10 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Loade
         line, col = positions.find(loc, key=key)
         return f"{shown}:{line}:{col}"
 
+    duplicates = [
+        Problem(f"{shown}:{line}:{col}", dotted(loc), f"duplicate key '{loc[-1]}' (first at line {first})")
+        for loc, (line, col), first in positions.duplicates
+    ]
     try:
         recipe = Recipe.model_validate(raw)
     except ValidationError as exc:
@@ -255,11 +326,35 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Loade
                     _message(err, raw, loc),
                 )
             )
-        raise RecipeError(problems=_unique(problems)) from None
-    cross = cross_field_problems(recipe)
-    if cross:
-        raise RecipeError(problems=[Problem(locate(tuple(split_dotted(k))), k, m) for k, m in cross])
-    return LoadedRecipe(recipe=recipe, path=path, raw=raw, overrides=tuple(overrides), locator=locate)
+        raise RecipeError(problems=duplicates + _unique(problems)) from None
+    cross = [Problem(locate(tuple(split_dotted(k))), k, m) for k, m in cross_field_problems(recipe)]
+    if duplicates or (cross and not defer_cross_field):
+        raise RecipeError(problems=duplicates + cross)
+    return LoadedRecipe(
+        recipe=recipe,
+        path=path,
+        raw=raw,
+        overrides=tuple(overrides),
+        locator=locate,
+        deferred=tuple(cross),
+    )
+
+
+def _yaml_problem(exc: yaml.YAMLError, shown: str, text: str) -> Problem:
+    """A YAML syntax problem at its line and column (a reader error knows only a character offset)."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is not None:
+        where = f"{shown}:{mark.line + 1}:{mark.column + 1}"
+    elif isinstance(exc, yaml.reader.ReaderError):
+        line, col = _line_col(text.encode("utf-8"), len(text[: exc.position].encode("utf-8")))
+        where = f"{shown}:{line}:{col}"
+    else:
+        where = shown
+    if isinstance(exc, yaml.reader.ReaderError):
+        problem = f"character #x{exc.character:04x} is not allowed in YAML"
+    else:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return Problem(where, "(yaml)", f"invalid YAML: {problem}")
 
 
 def _unique(problems: list[Problem]) -> list[Problem]:
@@ -276,4 +371,6 @@ def resolve_recipe_path(name: str) -> Path:
     for candidate in (Path(name), Path("recipes") / name, Path("recipes") / f"{name}.yaml"):
         if candidate.is_file():
             return candidate
+    if Path(name).is_dir():
+        raise RecipeError(problems=[Problem(name, "", "is a directory; a recipe is a YAML file")])
     raise RecipeError(problems=[Problem(name, "", "no such recipe (also looked in recipes/)")])

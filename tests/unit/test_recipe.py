@@ -120,4 +120,6 @@ def test_a_recipe_that_is_not_text_is_a_user_error(tmp_path: Path) -> None:
     path.write_bytes(b"\xff\xfe\x00")
     with pytest.raises(RecipeError) as info:
         load(path)
-    assert info.value.lines() == [f"{path}: cannot read recipe: not UTF-8 text (invalid start byte)"]
+    assert info.value.lines() == [
+        f"{path}:1:1: (file): not UTF-8 text: byte 0xff at byte offset 0 (invalid start byte)"
+    ]
