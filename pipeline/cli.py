@@ -43,10 +43,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(args: argparse.Namespace):
+def _load(args: argparse.Namespace, defer: bool = False):
+    """defer: leave cross-field problems to the pre-flight check, which reports them with its own."""
     from pipeline.recipe_loader import load, resolve_recipe_path
 
-    return load(resolve_recipe_path(args.recipe), args.overrides)
+    return load(resolve_recipe_path(args.recipe), args.overrides, defer_cross_field=defer)
 
 
 def _list(args: argparse.Namespace, console: Console) -> int:
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "validate":
             from pipeline import preflight
 
-            loaded = _load(args)
+            loaded = _load(args, defer=True)
             preflight.check(loaded)
             console.print(f"{loaded.path}: ok", highlight=False)
             return 0
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             return _list(args, console)
         from pipeline import deploy
 
-        loaded = _load(args)
+        loaded = _load(args, defer=True)
         if args.command == "plan":
             deploy.plan(loaded, console, rebench=args.rebench, retry_failed=args.retry_failed)
             return 0

@@ -111,7 +111,10 @@ def load_model(recipe: Recipe, recipe_dir: Path) -> LoadedModel:
         module_name, _, factory_name = src.entrypoint.partition(":")
         torch.manual_seed(src.seed)
         factory = getattr(importlib.import_module(module_name), factory_name)
-        return LoadedModel(module=_as_tuple(factory(**src.kwargs)).eval())
+        made = factory(**src.kwargs)
+        if not isinstance(made, nn.Module):
+            raise TypeError(f"'{src.entrypoint}' returned {type(made).__name__}, not a torch.nn.Module")
+        return LoadedModel(module=_as_tuple(made).eval())
     if isinstance(src, TorchScriptSource):
         return LoadedModel(module=_as_tuple(torch.jit.load(str(_resolve(src.path, recipe_dir)))).eval())
     assert isinstance(src, TorchvisionSource)
@@ -146,6 +149,7 @@ def _load_huggingface(
         "hidden_size": cfg.hidden_size,
         "num_attention_heads": cfg.num_attention_heads,
         "model_type": cfg.model_type,
+        "max_position_embeddings": getattr(cfg, "max_position_embeddings", None),
     }
     return LoadedModel(module=wrapped, tokenizer=tokenizer, config=config)
 

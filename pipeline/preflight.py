@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 from pathlib import Path
 
 from pipeline.errors import Problem, RecipeError
@@ -119,49 +118,38 @@ def _package_problems(loaded: LoadedRecipe) -> list[Problem]:
     return out
 
 
-def _sample_problems(loaded: LoadedRecipe, path: Path) -> list[Problem]:
-    """The sample file holds what the recipe reads from it (found now, not minutes into a deploy)."""
-    samples = loaded.recipe.data.samples
-    if isinstance(samples, TextData):
-        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-            if not line.strip().startswith("{"):
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                return [loaded.problem("data.samples.path", f"{path}:{number}: not valid JSON ({exc.msg})")]
-            if samples.field not in record:
-                found = ", ".join(sorted(record)) or "none"
-                return [
-                    loaded.problem(
-                        "data.samples.field",
-                        f"{path}:{number} has no field '{samples.field}' (it has {found})",
-                    )
-                ]
-        return []
-    import numpy as np
-
-    try:
-        with np.load(path) as npz:
-            missing = [s.name for s in loaded.recipe.inputs if s.name not in npz.files]
-    except (OSError, ValueError) as exc:
-        return [loaded.problem("data.samples.path", f"cannot read {path} as .npz: {exc}")]
-    if missing:
-        return [loaded.problem("data.samples.path", f"{path} has no array for input(s) {', '.join(missing)}")]
+def _root_problems(loaded: LoadedRecipe) -> list[Problem]:
+    """The output root and the recipe's folder in it must be folders (or not exist yet)."""
+    root = Path(loaded.recipe.output.root)
+    for path in [*reversed(root.parents), root, root / loaded.recipe.name]:
+        if path.exists() and not path.is_dir():
+            return [loaded.problem("output.root", f"{path} is a file, not a folder")]
     return []
 
 
+def _touches_model(key: str) -> bool:
+    return key.split(".")[0].split("[")[0] in ("model", "inputs", "dims", "outputs", "benchmark")
+
+
 def check(loaded: LoadedRecipe) -> None:
-    """Raise RecipeError listing everything this machine lacks for the recipe."""
+    """Raise RecipeError listing, in one pass, every problem the recipe has on this machine: the cross-field
+    problems the loader deferred, the output root, the model (built and run once), the data, the packages."""
+    from pipeline.data_check import sample_file_problems
+    from pipeline.model_check import model_problems
+
     base = loaded.path.parent
-    problems = _model_problems(loaded, base)
+    problems = list(loaded.deferred) + _root_problems(loaded)
+    static = _model_problems(loaded, base)
     samples = loaded.recipe.data.samples
+    data_problems: list[Problem] = []
     if isinstance(samples, TextData | NpzData):
         path = Path(samples.path) if Path(samples.path).is_absolute() else base / samples.path
         if not path.is_file():
-            problems.append(loaded.problem("data.samples.path", f"no such data file: {path}"))
+            data_problems.append(loaded.problem("data.samples.path", f"no such data file: {path}"))
         else:
-            problems += _sample_problems(loaded, path)
-    problems += _package_problems(loaded)
+            data_problems += sample_file_problems(loaded, path)
+    problems += static + data_problems + _package_problems(loaded)
+    if not static and not any(_touches_model(p.key) for p in loaded.deferred):
+        problems += model_problems(loaded, data_ok=not data_problems)
     if problems:
         raise RecipeError(problems=problems)

@@ -107,7 +107,7 @@ class _Positions:
         return (1, 1)
 
 
-def _line_col(data: bytes, offset: int) -> tuple[int, int]:
+def line_col(data: bytes, offset: int) -> tuple[int, int]:
     """1-based line and column (in characters) of a byte offset into UTF-8 text valid before it."""
     start = data.rfind(b"\n", 0, offset) + 1
     return data.count(b"\n", 0, offset) + 1, len(data[start:offset].decode("utf-8", "replace")) + 1
@@ -119,7 +119,7 @@ def read_text(path: Path, shown: str, key: str = "") -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line, col = _line_col(data, exc.start)
+        line, col = line_col(data, exc.start)
         raise RecipeError(
             problems=[
                 Problem(
@@ -346,7 +346,7 @@ def _yaml_problem(exc: yaml.YAMLError, shown: str, text: str) -> Problem:
     if mark is not None:
         where = f"{shown}:{mark.line + 1}:{mark.column + 1}"
     elif isinstance(exc, yaml.reader.ReaderError):
-        line, col = _line_col(text.encode("utf-8"), len(text[: exc.position].encode("utf-8")))
+        line, col = line_col(text.encode("utf-8"), len(text[: exc.position].encode("utf-8")))
         where = f"{shown}:{line}:{col}"
     else:
         where = shown

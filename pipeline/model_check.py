@@ -1,0 +1,219 @@
+"""Pre-flight model check: instantiate the model from its source and run it on the CPU, once at the min shape
+and once per dynamic dim at its max, so that a model that cannot be built, rejects its inputs or returns
+something other than the recipe's `outputs` is a located user error before any work starts. Cheap by design
+(batch at its min; MiniLM takes milliseconds); the deploy loads the model again but never repeats this."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.data import NUMPY_DTYPES
+from pipeline.errors import Problem, RecipeError
+from pipeline.recipe import EntrypointSource, HuggingFaceSource, Recipe, TorchScriptSource
+from pipeline.recipe_loader import LoadedRecipe
+
+HF_OUTPUTS = ("last_hidden_state", "sentence_embedding")
+
+
+def source_key(recipe: Recipe) -> str:
+    """The recipe key that names where the model comes from (where a failure to build it is reported)."""
+    src = recipe.model
+    if isinstance(src, EntrypointSource):
+        return "model.entrypoint"
+    if isinstance(src, TorchScriptSource):
+        return "model.path"
+    if isinstance(src, HuggingFaceSource):
+        return "model.path" if src.path else "model.package" if src.package else "model.id"
+    return "model.name"
+
+
+def model_problems(loaded: LoadedRecipe, data_ok: bool) -> list[Problem]:
+    """Everything found by building and running the model; [] when it matches the recipe."""
+    recipe, recipe_dir = loaded.recipe, loaded.path.parent.resolve()
+    problems = _static_problems(loaded)
+    if any(p.key.startswith("model.") for p in problems):
+        return problems  # the factory cannot be called as the recipe says
+    from pipeline.models import load_model
+
+    try:
+        model = load_model(recipe, recipe_dir)
+    except RecipeError as exc:
+        return [loaded.problem(source_key(recipe), line) for line in exc.lines()]
+    except Exception as exc:  # noqa: BLE001 - the user's model failing to build is the user's to fix
+        return [loaded.problem(source_key(recipe), f"building the model failed: {_short(exc)}")]
+    problems += _config_problems(loaded, model.config)
+    if problems:
+        return problems
+    min_dims = {name: rng.min for name, rng in recipe.dims.items()}
+    names, outputs, error = _run(model.module, recipe, _synthetic(recipe, min_dims))
+    if error:
+        return problems + [loaded.problem("model", f"the model fails at the min shape {error}")]
+    problems += _output_problems(loaded, names, outputs)
+    if problems:
+        return problems
+    if data_ok:  # the recipe's own samples (token ids beyond the vocabulary, a tokenizer without an input)
+        try:
+            feeds = _real_feeds(recipe, recipe_dir, model.tokenizer, min_dims)
+        except RecipeError as exc:
+            return [loaded.problem("inputs", line) for line in exc.lines()]
+        error = _run(model.module, recipe, feeds)[2]
+        if error:
+            return [loaded.problem("data.samples", f"the model fails on the recipe's samples {error}")]
+    for dim, rng in recipe.dims.items():
+        key = f"dims.{dim}.max"
+        if dim == recipe.benchmark.batch_dim or rng.max == rng.min:
+            continue
+        _, at_max, error = _run(model.module, recipe, _synthetic(recipe, {**min_dims, dim: rng.max}))
+        if error:
+            problems.append(loaded.problem(key, f"the model fails when {dim} = {rng.max} {error}"))
+        elif [o.ndim for o in at_max] != [o.ndim for o in outputs]:
+            problems.append(loaded.problem(key, f"the model's output ranks change when {dim} = {rng.max}"))
+    return problems
+
+
+def _static_problems(loaded: LoadedRecipe) -> list[Problem]:
+    """What can be told without building the model: factory keyword arguments, Hugging Face output names."""
+    src, problems = loaded.recipe.model, []
+    if isinstance(src, EntrypointSource):
+        import importlib
+
+        module_name, _, factory_name = src.entrypoint.partition(":")
+        factory = getattr(importlib.import_module(module_name), factory_name)
+        try:
+            params = inspect.signature(factory).parameters
+        except (TypeError, ValueError):
+            params = None
+        if params is not None and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            for name in src.kwargs:
+                if name not in params or params[name].kind is inspect.Parameter.POSITIONAL_ONLY:
+                    accepted = ", ".join(n for n, p in params.items() if p.kind is not p.VAR_POSITIONAL)
+                    problems.append(
+                        loaded.problem(
+                            f"model.kwargs.{name}",
+                            f"'{src.entrypoint}' takes no argument '{name}' (it takes: {accepted or 'none'})",
+                        )
+                    )
+    if isinstance(src, HuggingFaceSource):
+        known = HF_OUTPUTS if src.pooling == "mean" else HF_OUTPUTS[:1]
+        for i, name in enumerate(loaded.recipe.outputs):
+            if name not in known:
+                problems.append(
+                    loaded.problem(
+                        f"outputs[{i}]", f"the model has no output '{name}' (it provides {', '.join(known)})"
+                    )
+                )
+    return problems
+
+
+def _config_problems(loaded: LoadedRecipe, config: dict[str, Any]) -> list[Problem]:
+    """Dims beyond what the model's config says it accepts (a BERT's position embeddings)."""
+    limit = config.get("max_position_embeddings")
+    seq = loaded.recipe.benchmark.sequence_dim
+    rng = loaded.recipe.dims.get(seq or "")
+    if isinstance(limit, int) and rng is not None and rng.max > limit:
+        return [
+            loaded.problem(
+                f"dims.{seq}.max",
+                f"must not exceed the model's max_position_embeddings ({limit}) (got {rng.max})",
+            )
+        ]
+    return []
+
+
+def _synthetic(recipe: Recipe, dims: dict[str, int]) -> dict[str, np.ndarray]:
+    """Seeded inputs in each input's low..high range at the given dims (int dims stay as declared)."""
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for spec in recipe.inputs:
+        shape = [d if isinstance(d, int) else dims[d] for d in spec.shape]
+        if spec.dtype in ("int64", "int32"):
+            arr = rng.integers(int(spec.low), int(spec.high), size=shape, endpoint=True)
+        elif spec.dtype == "bool":
+            arr = rng.random(size=shape) < 0.5
+        else:
+            arr = rng.uniform(spec.low, spec.high, size=shape)
+        feeds[spec.name] = arr.astype(NUMPY_DTYPES[spec.dtype])
+    return feeds
+
+
+def _real_feeds(recipe: Recipe, recipe_dir: Path, tokenizer: Any, dims: dict[str, int]) -> dict[str, Any]:
+    from pipeline.data import Dataset
+
+    return Dataset(recipe, recipe_dir, tokenizer).feeds_at(dims, pool="all")
+
+
+def _run(module: Any, recipe: Recipe, feeds: dict[str, np.ndarray]) -> tuple[list[str] | None, list, str]:
+    """(output names if the module gives them, output values, '' or what went wrong) of one CPU run."""
+    import torch
+
+    args = tuple(torch.from_numpy(np.ascontiguousarray(feeds[s.name])) for s in recipe.inputs)
+    inner = getattr(module, "inner", module)  # the raw module under the tuple-making wrapper
+    try:
+        with torch.no_grad():
+            raw = inner(*args)
+    except Exception as exc:  # noqa: BLE001 - the user's model failing on its inputs is the user's to fix
+        shapes = ", ".join(f"{s.name} {list(feeds[s.name].shape)}" for s in recipe.inputs)
+        return None, [], f"({shapes}): {_short(exc)}"
+    if isinstance(raw, torch.Tensor):
+        return None, [raw], ""
+    if isinstance(raw, dict):
+        return [str(k) for k in raw], list(raw.values()), ""
+    if isinstance(raw, tuple | list):
+        return None, list(raw), ""
+    return None, [raw], ""
+
+
+def _output_problems(loaded: LoadedRecipe, names: list[str] | None, outputs: list) -> list[Problem]:
+    import torch
+
+    declared = list(loaded.recipe.outputs)
+    if len(outputs) != len(declared):
+        given = f" ({', '.join(names)})" if names else ""
+        return [
+            loaded.problem(
+                "outputs",
+                f"the model returns {len(outputs)} output(s){given} but outputs names {len(declared)}",
+            )
+        ]
+    problems = []
+    if names and names != declared:
+        if set(names) == set(declared):
+            problems.append(
+                loaded.problem("outputs", f"the model returns its outputs in the order {', '.join(names)}")
+            )
+        else:
+            for i, name in enumerate(declared):
+                if name not in names:
+                    problems.append(
+                        loaded.problem(
+                            f"outputs[{i}]",
+                            f"the model has no output '{name}' (it returns {', '.join(names)})",
+                        )
+                    )
+    for i, value in enumerate(outputs):
+        if not isinstance(value, torch.Tensor):
+            problems.append(
+                loaded.problem(
+                    f"outputs[{i}]", f"the model's output {i} is a {type(value).__name__}, not a tensor"
+                )
+            )
+        elif value.ndim == 0 or value.dtype.is_complex:
+            problems.append(
+                loaded.problem(
+                    f"outputs[{i}]",
+                    f"the model's output {i} is a {'0-d' if value.ndim == 0 else str(value.dtype)} tensor; "
+                    "outputs must be real tensors with at least one dim",
+                )
+            )
+    return problems
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}".rstrip(
+        ": "
+    )
+    return text if len(text) <= 240 else text[:237] + "..."
