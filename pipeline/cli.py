@@ -1,10 +1,9 @@
-"""Command line: deploy · plan · validate · list. Exit codes: 0 signed off / up to date, 1 sign-off failed,
+"""Command line: deploy · plan · validate · list · verify. Exit codes: 0 signed off / up to date, 1 sign-off failed,
 2 user error (one line per problem on stderr), 3 internal error (traceback)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import traceback
 from pathlib import Path
@@ -40,7 +39,47 @@ def _parser() -> argparse.ArgumentParser:
     listing = sub.add_parser("list", help="list the versions of a recipe")
     listing.add_argument("recipe")
     listing.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    _add_verify(sub)
     return parser
+
+
+def _add_verify(sub: argparse._SubParsersAction) -> None:
+    cmd = sub.add_parser(
+        "verify", help="re-hash a version against its manifest (exit 0 intact, 1 damaged: files listed)"
+    )
+    cmd.add_argument(
+        "recipe", help="a recipe path, or a name under recipes/ (names the output root and name)"
+    )
+    cmd.add_argument("version", nargs="?", default="latest", help="vNNNN or latest (default)")
+    cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+
+
+def _verify(args: argparse.Namespace, console: Console) -> int:
+    from pipeline.errors import Problem
+    from pipeline.store import VERSION_RE, Store
+
+    loaded = _load(args)
+    store = Store(Path(loaded.recipe.output.root), loaded.recipe.name)
+    if args.version == "latest":
+        folder = store.latest()
+        if folder is None:
+            raise PipelineError(
+                problems=[Problem(str(store.base / "latest"), "", "no signed-off version to verify")]
+            )
+    else:
+        folder = store.base / args.version
+        if not VERSION_RE.match(args.version) or not folder.is_dir():
+            known = ", ".join(store.versions()) or "none"
+            raise PipelineError(problems=[Problem(str(folder), "", f"no such version (versions: {known})")])
+    damage = store.verify(folder)
+    shown = f"{loaded.recipe.name}/{folder.name}"
+    for line in damage:
+        console.print(f"damaged: {shown}/{line}", highlight=False, soft_wrap=True)
+    if damage:
+        console.print(f"{shown}: {len(damage)} damaged file(s)", highlight=False)
+        return 1
+    console.print(f"ok: {shown} matches its manifest", highlight=False)
+    return 0
 
 
 def _load(args: argparse.Namespace, defer: bool = False):
@@ -51,16 +90,15 @@ def _load(args: argparse.Namespace, defer: bool = False):
 
 
 def _list(args: argparse.Namespace, console: Console) -> int:
-    from pipeline.store import Store
+    from pipeline.store import Store, read_json
 
     loaded = _load(args)
     store = Store(Path(loaded.recipe.output.root), loaded.recipe.name)
     latest = store.latest()
     for version in store.versions():
         manifest_path = store.base / version / "manifest.json"
-        manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
-        winner_path = store.base / version / "winner.json"
-        winner = json.loads(winner_path.read_text())["artifact"] if winner_path.is_file() else "-"
+        manifest = read_json(manifest_path) or {}
+        winner = (read_json(store.base / version / "winner.json") or {}).get("artifact", "-")
         mark = " (latest)" if latest and latest.name == version else ""
         state = "signed off" if manifest.get("signed_off") else "not signed off"
         console.print(
@@ -82,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "list":
             return _list(args, console)
+        if args.command == "verify":
+            return _verify(args, console)
         from pipeline import deploy
 
         loaded = _load(args, defer=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 from pathlib import Path
@@ -15,7 +16,7 @@ from pipeline.executor import Executor, StageRecord, Verdict, read_records
 from pipeline.recipe_loader import LoadedRecipe
 from pipeline.stages import plan_stages
 from pipeline.stages.base import RunContext, Stage
-from pipeline.store import Store
+from pipeline.store import Store, storage_failure
 
 
 def _setup(loaded: LoadedRecipe) -> tuple[list[Stage], Store, Path]:
@@ -44,13 +45,30 @@ def plan(
 def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_failed: bool = False) -> int:
     stages, store, recipe_dir = _setup(loaded)
     name = loaded.recipe.name
+    unwritable = store.write_problem()
+    if unwritable:  # a read-only root: nothing can be published, but "up to date" needs no writing
+        latest = _verified_latest(store, console)
+        executor = Executor(stages, store, [(latest, read_records(latest))] if latest else [], retry_failed)
+        if latest and all(v.fresh for _, v in executor.plan(rebench)):
+            console.print(f"up to date: {name}/{latest.name}")
+            return 0
+        raise PipelineError(
+            problems=[loaded.problem("output.root", f"{unwritable}; a new version cannot be written")]
+        )
     with store.lock(loaded.recipe.output.lock_timeout_s):
-        latest = store.latest()
+        store.clean_temp_files()
+        recovered = store.recover_latest()
+        if recovered:
+            console.print(
+                f"recovered: {name}/latest -> {recovered} (a deploy was stopped after publishing it, before moving latest)"
+            )
+        latest = _verified_latest(store, console)
         from_latest = [(latest, read_records(latest))] if latest else []
         executor = Executor(stages, store, from_latest, retry_failed)
         if latest and all(v.fresh for _, v in executor.plan(rebench)):
             console.print(f"up to date: {name}/{latest.name}")
             return 0
+        latest = store.latest()  # a damaged latest still lends its verified files and its reports' history
         executor.previous = _reuse_candidates(store, latest)
         work = store.new_work_dir()
         try:
@@ -60,18 +78,51 @@ def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_
                 rebench,
                 console,
             )
+            version = store.next_version()
+            from pipeline.bench.environment import capture_environment
+            from pipeline.signoff import write_signoff
+
+            signed_off, reasons = write_signoff(work, loaded, version, records, capture_environment(), latest)
+            target = store.publish(work, version, signed_off)
         except PipelineError:
             shutil.rmtree(work, ignore_errors=True)  # a user error found mid-run: nothing half-made stays
             raise
-        version = store.next_version()
-        from pipeline.bench.environment import capture_environment
-        from pipeline.signoff import write_signoff
-
-        signed_off, reasons = write_signoff(work, loaded, version, records, capture_environment(), latest)
-        target = store.publish(work, version, signed_off)
+        except Exception as exc:
+            failure = storage_failure(exc)
+            if failure is None:
+                raise
+            raise PipelineError(
+                problems=[loaded.problem("output.root", _storage_message(failure, exc, work))]
+            ) from exc
         store.discard_work()
     _print_summary(console, target, records, signed_off, reasons, loaded)
     return 0 if signed_off else 1
+
+
+def _verified_latest(store: Store, console: Console) -> Path | None:
+    """`latest`, re-hashed against its manifest; a damaged one is reported and not trusted for "up to date"
+    (a new version is built; the damaged one is never repaired in place)."""
+    latest = store.latest()
+    if latest is None:
+        return None
+    damage = store.verify(latest)
+    if not damage:
+        return latest
+    console.print(
+        f"[red]damaged[/red]: {latest} ({len(damage)} file(s)): "
+        + "; ".join(damage[:5])
+        + ("; …" if len(damage) > 5 else "")
+        + " — building a new version",
+        highlight=False,
+    )
+    return None
+
+
+def _storage_message(failure: OSError, exc: BaseException, work: Path) -> str:
+    """`no space left on device while writing <file>`: the file from the error (or the work folder)."""
+    filename = failure.filename or getattr(exc, "filename", None) or work
+    what = "no space left on device" if failure.errno != errno.EROFS else "read-only file system"
+    return f"{what} while writing {filename} (free space and re-run: the work folder {work} is resumed)"
 
 
 def _reuse_candidates(store: Store, latest: Path | None) -> list[tuple[Path, dict[str, StageRecord]]]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.stages.base import ArtifactRecord, RunContext, Stage
-from pipeline.store import Store, sha256_file, write_json_atomic
+from pipeline.store import Store, kill_point, read_json, sha256_file, storage_failure, warn, write_json_atomic
 
 RUN_RECORD = "stages.json"
 
@@ -55,14 +55,13 @@ def fingerprint(stage: Stage, inputs: dict[str, str], environment: dict[str, Any
 
 
 def read_records(folder: Path) -> dict[str, StageRecord]:
-    path = folder / RUN_RECORD
-    if not path.is_file():
-        return {}
+    """The run record of an earlier version or killed run; unreadable ones are warned about and skipped."""
+    data = read_json(folder / RUN_RECORD)
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        return {r["name"]: StageRecord.from_json(r) for r in data.get("stages", [])} if data else {}
+    except (AttributeError, KeyError, TypeError):
+        warn(f"{folder / RUN_RECORD}: not a run record; ignored")
         return {}
-    return {r["name"]: StageRecord.from_json(r) for r in data.get("stages", [])}
 
 
 @dataclass
@@ -242,6 +241,7 @@ class Executor:
                 ctx.workdir / RUN_RECORD, {"schema_version": 1, "stages": [asdict(r) for r in records]}
             )
             on_done(record)
+            kill_point(f"stage:{stage.name}")
         return records
 
     @staticmethod
@@ -285,8 +285,8 @@ class Executor:
         try:
             result = stage.run(ctx, inputs)
         except Exception as exc:
-            if stage.critical:
-                raise
+            if stage.critical or storage_failure(exc):
+                raise  # a bug, or a full / read-only disk: the run stops (and can be resumed), no variant failed
             record.status = "failed"
             record.error = f"{type(exc).__name__}: {exc}".strip()
             log = ctx.path(f"logs/{stage.name}.error.txt")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import yaml
 
 from pipeline.executor import RUN_RECORD, StageRecord
 from pipeline.recipe_loader import LoadedRecipe
-from pipeline.store import sha256_file, write_json_atomic, write_text_atomic
+from pipeline.store import read_json, sha256_file, write_json_atomic, write_text_atomic
 
 ARTIFACT_KINDS = ("torchscript", "onnx", "engine")
 
@@ -55,7 +54,7 @@ def git_revision() -> str | None:
 
 
 def _read(path: Path) -> dict[str, Any] | None:
-    return json.loads(path.read_text()) if path.is_file() else None
+    return read_json(path)  # an earlier version's damaged report is warned about and left out
 
 
 def _artifacts(records: list[StageRecord]) -> list[dict[str, Any]]:

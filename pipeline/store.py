@@ -7,12 +7,15 @@ only `.work/<run-id>`, never anything that looks like a version."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import stat
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +26,52 @@ import filelock
 from pipeline.errors import LockHeldError
 
 VERSION_RE = re.compile(r"^v(\d{4,})$")
+MANIFEST = "manifest.json"
+SEAL = "manifest_sha256"  # the manifest's own digest (canonical JSON without this key), added on publish
+KILL_AT = "PIPELINE_TEST_KILL_AT"  # test hook: SIGKILL this process at the named point (README, Development)
+STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+_warned: set[str] = set()
+
+
+def kill_point(point: str) -> None:
+    """Test hook: die at `point` when PIPELINE_TEST_KILL_AT names it, as a killed deploy would there."""
+    if os.environ.get(KILL_AT) == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def warn(message: str) -> None:
+    """One `warning:` line on stderr, once per message (damaged files found while reading old versions)."""
+    if message not in _warned:
+        _warned.add(message)
+        print(f"warning: {message}", file=sys.stderr)
+
+
+def read_json(path: Path) -> Any | None:
+    """A JSON file of an earlier run or version: None when absent, and None with a warning naming the path
+    when it cannot be read or parsed (stored data is never trusted)."""
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        warn(f"{path}: unreadable ({type(exc).__name__}: {str(exc).splitlines()[0][:120]}); ignored")
+        return None
+
+
+def storage_failure(exc: BaseException) -> OSError | None:
+    """The disk-full or read-only error behind an exception (also when a library wrapped it), else None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in STORAGE_ERRNOS:
+            return current
+        text = str(current)
+        for code in STORAGE_ERRNOS:
+            if os.strerror(code) in text:
+                return OSError(code, os.strerror(code))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def sha256_file(path: Path) -> str:
@@ -34,11 +83,16 @@ def sha256_file(path: Path) -> str:
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Readers never see a half-written file: write a sibling temp file, then rename over."""
+    """Readers never see a half-written file: write a sibling temp file, then rename over. A failed write
+    (disk full) removes the temp file and names the file it was writing."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -54,14 +108,26 @@ def _read_only(path: Path) -> None:
     path.chmod(mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
 
 
-def link_or_copy(source: Path, target: Path) -> None:
+FICLONE = 0x40049409  # Linux ioctl: share the source's blocks copy-on-write (btrfs, xfs); else a copy
+
+
+def copy_file(source: Path, target: Path) -> None:
+    """A reflink where the file system can, else a plain copy; never a hard link, so that changing one copy
+    (a cache entry, a version's file) can never change the other."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    if target.exists():
+    if target.exists() or target.is_symlink():
         target.unlink()
     try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
+        with open(source, "rb") as src, open(target, "wb") as dst:
+            try:
+                import fcntl
+
+                fcntl.ioctl(dst.fileno(), FICLONE, src.fileno())
+            except (ImportError, OSError):
+                shutil.copyfileobj(src, dst, 1 << 20)
+    except OSError as exc:
+        target.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(target)) from exc
 
 
 class Store:
@@ -89,6 +155,16 @@ class Store:
         finally:
             lock.release()
 
+    def write_problem(self) -> str | None:
+        """Why nothing can be written under this recipe's folder (a read-only mount, no permission), or None."""
+        path = self.base
+        while not path.exists() and path != path.parent:
+            path = path.parent
+        for folder in (path, self.work_root, self.cache_dir):
+            if folder.is_dir() and not os.access(folder, os.W_OK):
+                return f"{folder} is not writable (read-only file system or no permission)"
+        return None
+
     # ------------------------------------------------------------ versions
 
     def versions(self) -> list[str]:
@@ -98,9 +174,14 @@ class Store:
         return sorted(found, key=lambda v: int(v[1:]))
 
     def latest(self) -> Path | None:
+        """The version `latest` names; a link that points anywhere but a version folder here is ignored."""
         link = self.base / "latest"
-        if link.is_symlink() and link.resolve().is_dir():
-            return link.resolve()
+        if not link.is_symlink():
+            return None
+        target = os.readlink(link)
+        if VERSION_RE.match(target) and (self.base / target).is_dir():
+            return self.base / target
+        warn(f"{link} points to {target}, not a version of {self.base}; ignored")
         return None
 
     def next_version(self) -> str:
@@ -119,19 +200,92 @@ class Store:
         return sorted(p for p in self.work_root.iterdir() if p.is_dir() and p != keep)
 
     def publish(self, work: Path, version: str, signed_off: bool) -> Path:
-        """Freeze the finished work folder and rename it into place; move `latest` only on sign-off."""
+        """Seal the manifest, freeze the finished work folder and rename it into place; move `latest` only on
+        sign-off. A kill between the rename and the `latest` swap is repaired by recover_latest()."""
+        kill_point("publish")
+        manifest = work / MANIFEST
+        if manifest.is_file():
+            data = json.loads(manifest.read_bytes())
+            data[SEAL] = manifest_digest(data)
+            write_json_atomic(manifest, data)
         for path in work.rglob("*"):
             if path.is_file():
                 _read_only(path)
         target = self.base / version
         os.rename(work, target)
+        kill_point("rename")
         if signed_off:
-            tmp = self.base / f".latest.tmp-{os.getpid()}"
-            if tmp.is_symlink() or tmp.exists():
-                tmp.unlink()
-            tmp.symlink_to(version)
-            os.replace(tmp, self.base / "latest")
+            self._point_latest(version)
         return target
+
+    def _point_latest(self, version: str) -> None:
+        tmp = self.base / f".latest.tmp-{os.getpid()}"
+        if tmp.is_symlink() or tmp.exists():
+            tmp.unlink()
+        tmp.symlink_to(version)
+        os.replace(tmp, self.base / "latest")
+
+    def recover_latest(self) -> str | None:
+        """A deploy killed between its version's rename and the `latest` swap left a complete signed-off
+        version newer than `latest`: move `latest` to the newest such version that verifies (under the lock)."""
+        latest = self.latest()
+        floor = int(latest.name[1:]) if latest else 0
+        for version in reversed(self.versions()):
+            if int(version[1:]) <= floor:
+                break
+            manifest = read_json(self.base / version / MANIFEST)
+            if not isinstance(manifest, dict) or manifest.get("signed_off") is not True:
+                continue
+            damage = self.verify(version)
+            if damage:
+                warn(f"{self.base / version} is signed off but damaged ({damage[0]}); latest not moved to it")
+                continue
+            self._point_latest(version)
+            return version
+        return None
+
+    def clean_temp_files(self) -> list[Path]:
+        """Temp files of killed runs: the `latest` swap's link and half-made cache entries (under the lock)."""
+        found = [*self.base.glob(".latest.tmp-*"), *self.cache_dir.glob("*/.*.tmp-*")]
+        for path in found:
+            path.unlink(missing_ok=True)
+        return found
+
+    # ------------------------------------------------------------ verification
+
+    def verify(self, version: str | Path) -> list[str]:
+        """Re-hash a version against its manifest: one `path: problem` per damaged, missing or unlisted file
+        (a manifest that cannot be read, or whose seal does not match, is itself damage); [] when intact."""
+        folder = version if isinstance(version, Path) else self.base / version
+        manifest_path = folder / MANIFEST
+        if not manifest_path.is_file():
+            return [f"{MANIFEST}: missing"]
+        try:
+            manifest = json.loads(manifest_path.read_bytes())
+            entries = [*manifest["artifacts"], *manifest["files"]]
+            listed = {str(e["path"]): str(e["sha256"]) for e in entries}
+        except (ValueError, KeyError, TypeError) as exc:
+            return [f"{MANIFEST}: unreadable ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"]
+        damage = []
+        seal = manifest.get(SEAL)
+        if seal is not None and seal != manifest_digest(manifest):
+            damage.append(f"{MANIFEST}: its content does not match its seal ({SEAL})")
+        if manifest.get("version", folder.name) != folder.name:
+            damage.append(f"{MANIFEST}: names version {manifest.get('version')}, the folder is {folder.name}")
+        root = folder.resolve()
+        for rel, sha in listed.items():
+            path = folder / rel
+            if not path.resolve().is_relative_to(root):
+                damage.append(f"{rel}: outside the version folder")
+            elif not path.is_file():
+                damage.append(f"{rel}: missing")
+            elif (actual := sha256_file(path)) != sha:
+                damage.append(f"{rel}: sha256 {actual[:12]}…, the manifest says {sha[:12]}…")
+        for path in sorted(folder.rglob("*")):
+            rel = path.relative_to(folder).as_posix()
+            if (path.is_file() or path.is_symlink()) and rel != MANIFEST and rel not in listed:
+                damage.append(f"{rel}: not in the manifest")
+        return damage
 
     def discard_work(self, keep: Path | None = None) -> None:
         """Remove folders of earlier killed runs once their reusable outputs are in the cache."""
@@ -144,17 +298,25 @@ class Store:
         return self.cache_dir / sha[:2] / sha
 
     def cache_put(self, path: Path, sha: str) -> None:
+        """Keep a read-only copy (or reflink) of a stage output; never a hard link to a work or version file."""
         target = self.cache_path(sha)
         if target.exists():
             return
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{sha}.tmp-{os.getpid()}")
-        link_or_copy(path, tmp)
-        os.replace(tmp, target)
+        try:
+            copy_file(path, tmp)
+            kill_point("cache-put")
+            _read_only(tmp)
+            os.replace(tmp, target)
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, str(target)) from exc
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def fetch(self, sha: str, target: Path, fallbacks: list[Path]) -> str | None:
-        """Place a file with this sha256 at target (from the cache, else a fallback copy); None on success,
-        else why not (a cached file whose content no longer matches is reported and dropped)."""
+        """Place a copy of the file with this sha256 at target (from the cache, else a fallback copy); None on
+        success, else why not. A cached file whose content no longer matches is reported and dropped."""
         problems = []
         for source in [self.cache_path(sha), *fallbacks]:
             if not source.is_file():
@@ -163,8 +325,15 @@ class Store:
             if actual != sha:
                 problems.append(f"{source} has sha256 {actual[:12]}…, expected {sha[:12]}…")
                 if source == self.cache_path(sha):
+                    warn(f"cache entry {source} is damaged (sha256 {actual[:12]}…); dropped")
                     source.unlink(missing_ok=True)
                 continue
-            link_or_copy(source, target)
+            copy_file(source, target)
             return None
         return "; ".join(problems) or "no cached copy"
+
+
+def manifest_digest(manifest: dict[str, Any]) -> str:
+    """sha256 of the manifest's canonical JSON without its seal: any change to what it says shows."""
+    body = {k: v for k, v in manifest.items() if k != SEAL}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()

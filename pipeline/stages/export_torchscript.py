@@ -3,6 +3,7 @@ data-dependent branches in, so a trace is only trusted where it was compared).""
 
 from __future__ import annotations
 
+import io
 import warnings
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from pipeline.stages.base import (
     model_data_slice,
     package_version,
 )
+from pipeline.store import write_bytes_atomic
 
 
 def corner_args(ctx: RunContext, corner: str, batch: int | None = None) -> tuple[torch.Tensor, ...]:
@@ -59,8 +61,11 @@ def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
             + ", ".join(f"max abs diff {d:.3g} at {c}" for c, d in bad.items())
             + f" (tolerance {cfg.check_atol}); tracer warnings: {len(tracer_warnings)}"
         )
-    target = ctx.path("model.ts")
-    torch.jit.save(traced, str(target))
+    # Serialized in memory and written by Python (temp file in the same folder, then a rename): torch's own
+    # file writer aborts the process on a full disk, a Python write raises an error the deploy reports.
+    buffer = io.BytesIO()
+    torch.jit.save(traced, buffer)
+    write_bytes_atomic(ctx.path("model.ts"), buffer.getvalue())
     details = {"check_max_abs": checks, "tracer_warnings": tracer_warnings, "frozen": cfg.freeze}
     return StageResult(
         outputs=[Output("model.ts", "torchscript", "torchscript-fp32", "fp32", details)], details=details

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pipeline
+from pipeline.children import popen_tied
 from pipeline.errors import StageError
 from pipeline.recipe import Recipe
 from pipeline.stages.base import ArtifactRecord, Output, RunContext, Stage, StageResult
@@ -231,7 +232,7 @@ def run_builder(job: dict[str, Any], tmp: Path, timeout_s: float, report: Any = 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     command = [sys.executable, "-m", "pipeline.trt.build", str(job_path)]
     start = time.perf_counter()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = popen_tied(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     lines: list[str] = []
     pump = threading.Thread(target=_pump, args=(proc, lines, report), daemon=True)
     pump.start()
@@ -241,6 +242,10 @@ def run_builder(job: dict[str, Any], tmp: Path, timeout_s: float, report: Any = 
         proc.kill()
         proc.wait()
         returncode = None
+    except BaseException:  # Ctrl-C or an error here: the build must not go on without us
+        proc.kill()
+        proc.wait()
+        raise
     pump.join(timeout=10)
     _append_output(Path(job["log"]), lines)
     result_path = Path(job["result"])
