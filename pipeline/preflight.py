@@ -145,7 +145,8 @@ def check(loaded: LoadedRecipe) -> None:
     if isinstance(samples, TextData | NpzData):
         path = Path(samples.path) if Path(samples.path).is_absolute() else base / samples.path
         if not path.is_file():
-            data_problems.append(loaded.problem("data.samples.path", f"no such data file: {path}"))
+            what = "not a file" if path.exists() else "no such data file"
+            data_problems.append(loaded.problem("data.samples.path", f"{what}: {path}"))
         else:
             data_problems += sample_file_problems(loaded, path)
     problems += static + data_problems + _package_problems(loaded)
