@@ -60,6 +60,8 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool) -> list[Problem]:
             feeds = _real_feeds(recipe, recipe_dir, model.tokenizer, min_dims)
         except RecipeError as exc:
             return [loaded.problem("inputs", line) for line in exc.lines()]
+        except Exception as exc:  # noqa: BLE001 - the samples (or the tokenizer) cannot make inputs
+            return [loaded.problem("data.samples", f"cannot make inputs from the samples: {_short(exc)}")]
         error = _run(model.module, recipe, feeds)[2]
         if error:
             return [loaded.problem("data.samples", f"the model fails on the recipe's samples {error}")]

@@ -127,10 +127,6 @@ def _root_problems(loaded: LoadedRecipe) -> list[Problem]:
     return []
 
 
-def _touches_model(key: str) -> bool:
-    return key.split(".")[0].split("[")[0] in ("model", "inputs", "dims", "outputs", "benchmark")
-
-
 def check(loaded: LoadedRecipe) -> None:
     """Raise RecipeError listing, in one pass, every problem the recipe has on this machine: the cross-field
     problems the loader deferred, the output root, the model (built and run once), the data, the packages."""
@@ -150,7 +146,7 @@ def check(loaded: LoadedRecipe) -> None:
         else:
             data_problems += sample_file_problems(loaded, path)
     problems += static + data_problems + _package_problems(loaded)
-    if not static and not any(_touches_model(p.key) for p in loaded.deferred):
+    if not static and not loaded.deferred:  # building and running the model needs a consistent recipe
         problems += model_problems(loaded, data_ok=not data_problems)
     if problems:
         raise RecipeError(problems=problems)

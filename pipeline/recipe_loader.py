@@ -136,6 +136,8 @@ def _data_path(data: object, loc: Loc) -> Loc:
     out: list = []
     for i, part in enumerate(loc):
         last = i == len(loc) - 1
+        if isinstance(data, dict) and data.get("source") == part and not last:
+            continue  # a discriminated union's tag (model: {source: entrypoint, entrypoint: ...})
         if (
             isinstance(data, dict)
             and part in data
@@ -319,6 +321,8 @@ def load(
                 )
                 continue
             loc = _data_path(raw, err["loc"])
+            if err["type"] == "union_tag_invalid":  # name the discriminator key, where the bad value is
+                loc = (*loc, str((err.get("ctx") or {}).get("discriminator", "source")).strip("'"))
             problems.append(
                 Problem(
                     locate(loc, key=err["type"] == "extra_forbidden"),

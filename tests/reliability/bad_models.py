@@ -52,13 +52,27 @@ class _Scalar(nn.Module):
         super().__init__()
         self.inner = TinyEncoder(hidden=32, layers=1)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, list]:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         hidden, pooled = self.inner(input_ids, attention_mask)
-        return hidden.sum(), [pooled]
+        return hidden.sum(), pooled
 
 
-def scalar_outputs(**kwargs: int) -> nn.Module:
+def scalar_output(**kwargs: int) -> nn.Module:
     return _Scalar()
+
+
+class _Nested(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = TinyEncoder(hidden=32, layers=1)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple:
+        hidden, pooled = self.inner(input_ids, attention_mask)
+        return hidden, [pooled]
+
+
+def nested_output(**kwargs: int) -> nn.Module:
+    return _Nested()
 
 
 class _OneInput(nn.Module):
