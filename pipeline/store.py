@@ -329,6 +329,8 @@ class Store:
                     source.unlink(missing_ok=True)
                 continue
             copy_file(source, target)
+            if source != self.cache_path(sha):
+                self.cache_put(target, sha)  # a dropped (or never made) entry is made again from a good copy
             return None
         return "; ".join(problems) or "no cached copy"
 
