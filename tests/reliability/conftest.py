@@ -63,6 +63,13 @@ def deploy_args(recipe: Path, root: Path, *overrides: str) -> list[str]:
     return ["deploy", str(recipe), *sets(*FAST, f"output.root={root}", *overrides)]
 
 
+def mount_tmpfs(path: Path, options: str) -> str | None:
+    """Mount a tmpfs at path (None), or say why not (not root, no CAP_SYS_ADMIN): the test then skips."""
+    path.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True)
+    return None if done.returncode == 0 else (done.stderr.decode().strip() or "mount failed")
+
+
 def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

@@ -12,7 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.conftest import FAST, TINY, Reference, deploy_args, run_cli, run_inprocess, sets, sha
+from tests.reliability.conftest import (
+    FAST,
+    TINY,
+    Reference,
+    deploy_args,
+    mount_tmpfs,
+    run_cli,
+    run_inprocess,
+    sets,
+    sha,
+)
 
 KINDS = [
     "model.ts",
@@ -155,15 +165,9 @@ def test_latest_pointing_outside_is_ignored(reference: Reference, tmp_path: Path
     assert "points to" in result.stderr and "ignored" in result.stderr
 
 
-def _mount(path: Path, options: str) -> str | None:
-    path.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True)
-    return None if done.returncode == 0 else (done.stderr.decode().strip() or "mount failed")
-
-
 def test_read_only_root_is_up_to_date_or_a_user_error(reference: Reference, tmp_path: Path) -> None:
     mount = tmp_path / "ro"
-    why = _mount(mount, "size=16m")
+    why = mount_tmpfs(mount, "size=16m")
     if why:
         pytest.skip(f"cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN): {why}")
     try:
