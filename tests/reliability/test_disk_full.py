@@ -16,6 +16,7 @@ from tests.reliability.conftest import TINY, Reference, deploy_args, mount_tmpfs
 SMALL = "size=2m"
 
 
+@pytest.mark.slow
 def test_disk_full_is_a_user_error_and_the_next_deploy_resumes(reference: Reference, tmp_path: Path) -> None:
     root = tmp_path / "small"
     why = mount_tmpfs(root, SMALL)

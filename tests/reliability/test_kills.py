@@ -10,6 +10,8 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
+
 from tests.reliability.conftest import TINY, Reference, deploy_args, run_cli, sha
 
 # In run order: each killed deploy resumes what the previous one left, then dies one boundary later.
@@ -25,6 +27,7 @@ POINTS = [
 ]
 
 
+@pytest.mark.slow
 def test_kills_at_every_boundary_then_resume(reference: Reference, tmp_path: Path) -> None:
     root = tmp_path / "out"
     base = root / "tiny"
@@ -54,6 +57,7 @@ def test_kills_at_every_boundary_then_resume(reference: Reference, tmp_path: Pat
     assert list(base.glob(".cache/*/.*.tmp-*")) == [] and not list(base.glob(".latest.tmp-*"))
 
 
+@pytest.mark.slow
 def test_a_second_version_killed_before_latest_moves_is_recovered(
     reference: Reference, tmp_path: Path
 ) -> None:
