@@ -470,6 +470,12 @@ CASES = [
         overrides=(f"model.entrypoint={BAD}:one_output",),
     ),
     Case(
+        "one output named for two",
+        "model",
+        "outputs: the model returns 2 output(s) but outputs names 1",
+        overrides=("outputs=[pooled]",),
+    ),
+    Case(
         "three outputs for two",
         "model",
         "outputs: the model returns 2 output(s) but outputs names 3",
