@@ -57,6 +57,7 @@ def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_
         )
     with store.lock(loaded.recipe.output.lock_timeout_s):
         store.clean_temp_files()
+        store.separate_cache()
         recovered = store.recover_latest()
         if recovered:
             console.print(

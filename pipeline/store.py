@@ -251,6 +251,19 @@ class Store:
             path.unlink(missing_ok=True)
         return found
 
+    def separate_cache(self) -> int:
+        """Stores made before cache entries were copies hold hard links shared with version files: give each
+        such entry bytes of its own, so that damage to one can never reach the other (under the lock)."""
+        count = 0
+        for entry in self.cache_dir.glob("*/*"):
+            if entry.is_file() and entry.stat().st_nlink > 1:
+                tmp = entry.with_name(f".{entry.name}.tmp-{os.getpid()}")
+                copy_file(entry, tmp)
+                _read_only(tmp)
+                os.replace(tmp, entry)
+                count += 1
+        return count
+
     # ------------------------------------------------------------ verification
 
     def verify(self, version: str | Path) -> list[str]:

@@ -92,3 +92,61 @@ def test_second_deploy_waits_then_names_the_lock(tmp_path: Path) -> None:
         holder.wait()
     with store.lock(0):
         pass
+
+
+def test_cache_entries_never_share_bytes_with_a_version(tmp_path: Path) -> None:
+    store = Store(tmp_path, "m")
+    work = _work(store, b"model bytes")
+    sha = sha256_file(work / "model.onnx")
+    store.cache_put(work / "model.onnx", sha)
+    version = store.publish(work, store.next_version(), signed_off=True)
+    entry = store.cache_path(sha)
+    assert entry.stat().st_nlink == 1 and (version / "model.onnx").stat().st_nlink == 1
+    os.unlink(entry)
+    os.link(version / "model.onnx", entry)  # as stores made by earlier releases have it
+    assert store.separate_cache() == 1
+    assert entry.stat().st_nlink == 1 and (version / "model.onnx").stat().st_nlink == 1
+    assert sha256_file(entry) == sha
+
+
+def test_verify_names_damage_and_the_seal_covers_the_manifest(tmp_path: Path) -> None:
+    import json
+
+    store = Store(tmp_path, "m")
+    work = _work(store, b"model bytes")
+    write_json_atomic(
+        work / "manifest.json",
+        {
+            "version": "v0001",
+            "signed_off": True,
+            "artifacts": [{"path": "model.onnx", "sha256": sha256_file(work / "model.onnx")}],
+            "files": [],
+        },
+    )
+    version = store.publish(work, "v0001", signed_off=True)
+    assert store.verify("v0001") == []
+    manifest = version / "manifest.json"
+    manifest.chmod(0o644)
+    data = json.loads(manifest.read_text())
+    data["signed_off"] = False  # still valid JSON, every listed hash intact
+    manifest.write_text(json.dumps(data))
+    assert store.verify("v0001") == ["manifest.json: its content does not match its seal (manifest_sha256)"]
+
+
+def test_a_signed_off_version_newer_than_latest_is_recovered(tmp_path: Path) -> None:
+    store = Store(tmp_path, "m")
+    for content in (b"a", b"b"):
+        work = _work(store, content)
+        write_json_atomic(
+            work / "manifest.json",
+            {
+                "version": store.next_version(),
+                "signed_off": True,
+                "artifacts": [{"path": "model.onnx", "sha256": sha256_file(work / "model.onnx")}],
+                "files": [],
+            },
+        )
+        store.publish(work, store.next_version(), signed_off=content == b"a")  # as if killed before latest
+    assert store.latest().name == "v0001"
+    assert store.recover_latest() == "v0002" and store.latest().name == "v0002"
+    assert store.recover_latest() is None
