@@ -170,15 +170,16 @@ def test_engine_is_not_run_with_a_reason(validated) -> None:
 
 def test_polygraphy_verdict_is_recorded(validated) -> None:
     report, _, _, _ = validated
-    verdict = report["artifacts"]["onnx-fp32"]["polygraphy"]
+    verdict = report["artifacts"]["onnx-fp32"]["runtimes"]["onnxruntime-cpu"]["polygraphy"]
     assert set(verdict) == {"hidden", "pooled"}
     assert all(v["passed"] for v in verdict.values())
-    assert report["artifacts"]["onnx-optimized-fp32"]["polygraphy"]["hidden"]["passed"] is False
+    corrupted = report["artifacts"]["onnx-optimized-fp32"]["runtimes"]["onnxruntime-cpu"]
+    assert corrupted["polygraphy"]["hidden"]["passed"] is False and corrupted["passed"] is False
 
 
 def test_progress_names_artifact_and_corner(validated) -> None:
     _, _, messages, _ = validated
-    assert any(m.startswith("validate onnx-fp32 at max") for m in messages)
+    assert any(m.startswith("validate onnx-fp32 on onnxruntime-cpu at max") for m in messages)
     assert any(m.startswith("validate torch-fp32 at data") for m in messages)
 
 
