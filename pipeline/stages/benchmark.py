@@ -131,21 +131,28 @@ def run(ctx: RunContext, inputs: dict[str, ArtifactRecord], order: list[str] | N
     candidates, not_run = _candidates(ctx, inputs, order or list(inputs))
     shapes = benchmark_shapes(recipe, _token_lengths(ctx))
     results: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
     for shape in shapes:
         feeds = ctx.dataset().feeds_at(shape.dims(recipe))
         rows, failures = _measure_shape(ctx, shape, feeds, candidates, policy)
         results += rows
-        not_run += failures
+        failed += failures
     report = {
         "schema_version": SCHEMA_VERSION,
         "conditions": _conditions(recipe, policy, shapes),
         "results": results,
-        "not_run": not_run,
+        "not_run": not_run,  # artifacts this host cannot run at all
+        "failed": failed,  # candidates that raised at a shape: (artifact, runtime, io, shape, reason)
         "flags": flags(results),
     }
     target = ctx.path(REPORT)
     target.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    details = {"rows": len(results), "not_run": len(not_run), "flags": len(report["flags"])}
+    details = {
+        "rows": len(results),
+        "not_run": len(not_run),
+        "failed": len(failed),
+        "flags": len(report["flags"]),
+    }
     return StageResult(outputs=[Output(path=REPORT, kind="report")], details=details)
 
 
