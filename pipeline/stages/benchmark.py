@@ -264,7 +264,7 @@ def _row(c: Candidate, m: Measurement, where: dict[str, Any], policy: WindowPoli
         "io": c.runner.io,
         "precision": c.precision,
         **where,
-        **latency_stats(m.ms()),
+        **latency_stats(m.ms(), window_sizes=m.window_sizes),
         "stable": m.stable,
         "stop_reason": m.stop_reason,
         "windows": len(m.window_medians),
@@ -273,6 +273,7 @@ def _row(c: Candidate, m: Measurement, where: dict[str, Any], policy: WindowPoli
         "measured_s": m.elapsed_s,
         "warmup_iters": m.warmup_iters,
         "timer": c.timer.name if c.timer else None,
+        **m.row_fields(),
     }
     if isinstance(c.timer, CudaEventTimer) or on_gpu(c.runner):
         row["wall_p50_ms"] = float(np.median(m.wall_ms()))

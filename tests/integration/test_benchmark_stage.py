@@ -64,6 +64,14 @@ def test_speed_json_has_the_contract_keys(speed: dict) -> None:
     for row in speed["results"]:
         assert set(row) >= ROW_KEYS, ROW_KEYS - set(row)
         assert row["n"] >= 1 and len(row["p50_ci95_ms"]) == 2
+        assert row["p50_ci95_ms"] == row["ci95_ms"]["p50"] and set(row["ci95_ms"]) == {
+            "p50",
+            "p90",
+            "p99",
+            "mean",
+        }
+        assert sum(row["window_sizes"]) == row["n"] and len(row["window_sizes"]) == row["windows"]
+        assert (row["unstable_reason"] is None) == row["stable"]
         assert row["min_ms"] <= row["p50_ms"] <= row["max_ms"]
         assert isinstance(row["stable"], bool)
         assert row["io"] == "host" or GPU  # on the CPU every row is host I/O
