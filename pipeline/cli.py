@@ -61,9 +61,9 @@ def _list(args: argparse.Namespace, console: Console) -> int:
         winner_path = store.base / version / "winner.json"
         winner = json.loads(winner_path.read_text())["artifact"] if winner_path.is_file() else "-"
         mark = " (latest)" if latest and latest.name == version else ""
-        state = "signed off" if manifest.get("signed_off") else "not signed off"
+        state = manifest.get("headline") or ("signed off" if manifest.get("signed_off") else "NOT signed off")
         console.print(
-            f"{version}  {manifest.get('created', '?')}  {state:<14}  winner {winner}{mark}", highlight=False
+            f"{version}  {manifest.get('created', '?')}  {state:<32}  winner {winner}{mark}", highlight=False
         )
     return 0
 

@@ -258,7 +258,14 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
         name="select",
         version=2,  # 2: per-runtime accuracy, the objective metric's own interval, the simplest of the tied
         run=run,
-        config={"selection": recipe.selection.model_dump()},
+        config={
+            "selection": recipe.selection.model_dump(),
+            # read by the verdict that follows: a change must make a new version, not "up to date"
+            "verdict": {
+                "required": list(recipe.variants.required),
+                "allow_failed": recipe.variants.allow_failed,
+            },
+        },
         consumes=("report:accuracy", "report:speed"),
         consumes_any=tuple(artifacts),
         produces=("report:selection",),

@@ -202,7 +202,11 @@ def runtime_runners(runners: list[Runner]) -> list[Runner]:
 
 
 def validate_artifact(
-    ctx: RunContext, record: ArtifactRecord, batches: list[Batch], reference: Any
+    ctx: RunContext,
+    record: ArtifactRecord,
+    batches: list[Batch],
+    reference: Any,
+    onnx_reference: ArtifactRecord | None = None,
 ) -> list[ArtifactAccuracy] | NotRunnable:
     """Run one artifact over the batches on every runtime the benchmark will time it on, and check each; a
     runtime error is that runtime's failure, not a crash."""
@@ -213,7 +217,44 @@ def validate_artifact(
         return found
     if not found:
         return NotRunnable(record.name, "no runner for this artifact kind")
-    return [validate_on(ctx, record, runner, batches, reference) for runner in runtime_runners(found)]
+    results = [validate_on(ctx, record, runner, batches, reference) for runner in runtime_runners(found)]
+    if onnx_reference is not None and record.kind == "onnx" and record.name != onnx_reference.name:
+        for accuracy in results:
+            if not accuracy and accuracy.error is None:
+                accuracy.details["divergence"] = locate(ctx, accuracy, record, onnx_reference, batches)
+    return results
+
+
+DIVERGENCE_METRICS = ("max_abs", "mean_abs", "max_rel", "cosine")
+
+
+def locate(
+    ctx: RunContext,
+    accuracy: ArtifactAccuracy,
+    record: ArtifactRecord,
+    onnx_reference: ArtifactRecord,
+    batches: list[Batch],
+) -> dict[str, Any]:
+    """Where a failing ONNX artifact first departs from the FP32 ONNX graph, on the inputs of its worst failing
+    check, judged by that check's metric and threshold (a non-finite output by any finite difference)."""
+    from pipeline.divergence import locate_divergence
+
+    worst = accuracy.failures()[0]
+    metric, threshold = worst.metric, worst.threshold
+    if metric not in DIVERGENCE_METRICS or threshold is None:
+        metric, threshold = (
+            "max_abs",
+            1e30,
+        )  # NaN/inf or incomparable outputs: find the first non-finite value
+    feeds = next(b.feeds for b in batches if b.inputs == worst.inputs)
+    ctx.report(f"validate {record.name}: locating where it first diverges ({metric} at {worst.inputs})")
+    try:
+        found = locate_divergence(onnx_reference.path, record.path, feeds, metric, threshold)
+    except Exception as err:  # the locator explains a failure; it must never cause one
+        return {"text": None, "error": _one_line(err)}
+    if found is None:
+        return {"text": None, "note": "no ONNX node output exceeds the tolerance on the CPU provider"}
+    return {"text": found.describe(), **found.to_json()}
 
 
 def validate_on(
@@ -283,8 +324,9 @@ def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord], order: tuple[str, .
         reference_runtime = reference_runner.runtime
         reference = run_batches(ctx, reference_runner, batches, REFERENCE)
         del reference_runner
+        onnx_reference = inputs.get("onnx-fp32")
         for record in records:
-            outcome = validate_artifact(ctx, record, batches, reference)
+            outcome = validate_artifact(ctx, record, batches, reference, onnx_reference)
             if isinstance(outcome, NotRunnable):
                 not_run.append(outcome)
             else:
@@ -310,7 +352,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     order = tuple(artifacts)
     return Stage(
         name="validate",
-        version=1,
+        version=2,  # 2: a record per runtime, masked per-token outputs, neighbours, divergence, coverage
         run=lambda ctx, inputs: _run(ctx, inputs, order),
         config={
             "validation": recipe.validation.model_dump(),

@@ -105,7 +105,9 @@ def _row(
         "cv": spread / 2,
         "p50_ci95_ms": [round(p50 * 0.99, 3), round(p50 * 1.01, 3)],
         "stable": stable,
-        "unstable_reason": None if stable else "window medians spread 12.0% over the last 3 windows (limit 5%)",
+        "unstable_reason": None
+        if stable
+        else "window medians spread 12.0% over the last 3 windows (limit 5%)",
     }
 
 

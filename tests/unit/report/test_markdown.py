@@ -130,7 +130,11 @@ def test_failures_and_warnings_come_first_in_the_verdict(inputs):
     header.update(
         requested=["onnx-fp32", "onnx-fp16", "onnx-optimized-fp32", "onnx-int8"],
         failed=[
-            {"artifact": "onnx-optimized-fp32", "stage": "optimize_onnx_fp32", "error": "FileNotFoundError: x"},
+            {
+                "artifact": "onnx-optimized-fp32",
+                "stage": "optimize_onnx_fp32",
+                "error": "FileNotFoundError: x",
+            },
             {"artifact": "onnx-int8", "stage": "validate", "error": "cosine 0.97 < 0.98"},
         ],
         warnings=["dims.sequence.min is not validated (validation.corners leaves out min)"],
