@@ -231,8 +231,7 @@ def _cost_line(winner: Dict, baseline: Dict | None) -> str | None:
     speed = f"{ratio:.2f}× faster than" if ratio >= 1 else f"{1 / ratio:.2f}× slower than"
     text = f"{speed} {baseline.get('artifact')} ({baseline.get('runtime')})"
     if metric:
-        worst = "worst" if metric == "cosine" else "largest"
-        text += f" at {metric} {_figure(mine[metric])} vs {_figure(theirs[metric])} ({worst} over outputs and inputs)"
+        text += f" at {metric} {_figure(mine[metric])} vs {_figure(theirs[metric])}"
     return text + "."
 
 

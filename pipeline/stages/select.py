@@ -178,14 +178,22 @@ def _peer(row: dict[str, Any] | None, metric: str, entries: dict[str, Any]) -> d
 
 
 def accuracy_record(entry: dict[str, Any] | None, row: dict[str, Any]) -> dict[str, Any]:
-    """Where the candidate's own accuracy record is, and its worst figure per metric on that runtime."""
+    """Where the candidate's own accuracy record is, and per metric its worst figure on that runtime: among
+    the checks that gate when there are any (as the accuracy table shows it), else the informational ones."""
     runtime = row["runtime"]
     checks = [c for c in (entry or {}).get("checks", []) if c.get("runtime", runtime) == runtime]
     figures: dict[str, float] = {}
+    gating: set[str] = set()
     for check in checks:
         value, metric = check.get("value"), check.get("metric")
         if not isinstance(value, int | float) or metric in ("finite", "comparable"):
             continue
+        required = not check.get("informational")
+        if metric in gating and not required:
+            continue
+        if required and metric not in gating:
+            gating.add(metric)
+            figures.pop(metric, None)
         worse = min if metric in ("cosine", "neighbours") else max
         figures[metric] = worse(figures.get(metric, value), value)
     return {

@@ -160,3 +160,41 @@ def test_selection_problems_name_what_is_missing() -> None:
     assert selection_problems({"artifacts": {"a": _entry(False)}}, None) == ["no artifact passed validation"]
     assert "no artifact that passed validation" in selection_problems(ACCURACY, None)[0]
     assert selection_problems(ACCURACY, {"artifact": "onnx-fp32"}) == []
+
+
+def test_accuracy_figures_are_the_gating_ones_as_in_the_table() -> None:
+    from pipeline.stages.select import accuracy_record
+
+    entry = _entry(True)
+    entry["checks"] = [
+        {
+            "output": "hidden",
+            "metric": "cosine",
+            "value": 0.95,
+            "informational": True,
+            "runtime": "onnxruntime-cpu",
+        },
+        {
+            "output": "pooled",
+            "metric": "cosine",
+            "value": 0.989,
+            "informational": False,
+            "runtime": "onnxruntime-cpu",
+        },
+        {
+            "output": "pooled",
+            "metric": "max_abs",
+            "value": 0.5,
+            "informational": True,
+            "runtime": "onnxruntime-cpu",
+        },
+        {
+            "output": "hidden",
+            "metric": "max_abs",
+            "value": 0.9,
+            "informational": True,
+            "runtime": "onnxruntime-cpu",
+        },
+    ]
+    figures = accuracy_record(entry, {"artifact": "a", "runtime": "onnxruntime-cpu"})["figures"]
+    assert figures == {"cosine": 0.989, "max_abs": 0.9}
