@@ -160,3 +160,36 @@ def test_data_sequence_lengths_are_median_and_p90_clipped() -> None:
     assert data_sequence_lengths(list(range(1, 101)), 8, 256) == [50, 90]
     assert data_sequence_lengths([3, 3, 3], 8, 256) == [8]
     assert data_sequence_lengths([], 8, 256) == []
+
+
+def test_an_unstable_would_be_winner_is_measured_again(tmp_path: Path) -> None:
+    """With a stability bound nothing can meet, the would-be winner and its rivals get more windows (earlier
+    ones kept) before selection; rows of other shapes and of candidates that cannot win are left alone."""
+    ctx = tiny_context(tmp_path, **(TINY_WINDOWS | {"stable_within": 1e-9}))
+    messages: list[str] = []
+    ctx.report = messages.append
+    inputs = {
+        "onnx-fp32": export_onnx(ctx, tmp_path / "model.onnx"),
+        "torchscript-fp32": export_torchscript(ctx, tmp_path / "model.ts"),
+    }
+    accuracy = {
+        "artifacts": {
+            name: {"passed": True, "runtimes": {runtime: {"passed": True}}}
+            for name, runtime in (("onnx-fp32", "onnxruntime-cpu"), ("torchscript-fp32", "torchscript-cpu"))
+        }
+    }
+    (tmp_path / "accuracy.json").write_text(json.dumps(accuracy))
+    inputs_with_accuracy = {
+        **inputs,
+        "report:accuracy": record("report:accuracy", tmp_path / "accuracy.json", "report", None),
+    }
+    stage(ctx.recipe, ctx.recipe_dir, list(inputs)).run(ctx, inputs_with_accuracy)
+    speed = json.loads((tmp_path / "reports" / "speed.json").read_text())
+    again = {(r["artifact"], r["batch"]) for r in speed["results"] if r.get("remeasured")}
+    assert again and all(batch == 1 for _, batch in again)  # the objective's shape only
+    assert ("torch-fp32", 1) not in again  # the reference cannot win
+    for row in speed["results"]:
+        if row.get("remeasured"):
+            assert row["windows_remeasured"] >= 1 and not row["stable"]
+            assert sum(row["window_sizes"]) == row["n"]
+    assert any("is unstable; measuring" in m for m in messages)
