@@ -16,8 +16,11 @@ import numpy as np
 
 from pipeline.recipe import Tolerance
 
-METRIC_NAMES = ("max_abs", "mean_abs", "max_rel", "cosine")
-LOWER_BOUNDS = frozenset({"cosine"})  # value must be >= threshold; every other metric must be <= threshold
+METRIC_NAMES = ("max_abs", "mean_abs", "max_rel", "cosine")  # measured per batch
+NEIGHBOURS = "neighbours"  # measured over the held-out data as a whole (embedding outputs only)
+LOWER_BOUNDS = frozenset(
+    {"cosine", NEIGHBOURS}
+)  # value must be >= threshold; every other metric must be <= threshold
 FINITE = "finite"  # the check counting NaN/inf in the artifact's output; always required, threshold 0
 COMPARABLE = "comparable"  # the check standing in for all others when outputs cannot be compared at all
 REL_EPSILON = 1e-6
@@ -88,9 +91,13 @@ class Measure:
     problem: str | None = None  # not comparable: missing output, shape mismatch, non-finite reference
 
 
-def measure(reference: np.ndarray, actual: np.ndarray | None) -> Measure:
+def measure(reference: np.ndarray, actual: np.ndarray | None, mask: np.ndarray | None = None) -> Measure:
     """All metrics of one output for one batch; a missing output, a shape mismatch or a non-finite reference
-    make the pair not comparable (a problem, not a crash)."""
+    make the pair not comparable (a problem, not a crash).
+
+    `mask` (batch, sequence), non-zero on real tokens: when the output is per token (at least 3-D, its leading
+    dims those of the mask), padded positions are left out of every metric, since no consumer reads them and
+    variants may compute them differently (or not at all)."""
     reference = np.asarray(reference)
     if actual is None:
         return Measure({}, 0, problem="output missing from the artifact's results")
@@ -99,11 +106,35 @@ def measure(reference: np.ndarray, actual: np.ndarray | None) -> Measure:
         return Measure(
             {}, 0, problem=f"shape {list(actual.shape)} differs from the reference {list(reference.shape)}"
         )
+    keep = per_token_mask(reference, mask)
+    if keep is not None:
+        reference = np.where(keep, reference, 0)
+        actual = np.where(keep, actual, 0)
     ref_nonfinite = _nonfinite(reference)
     if ref_nonfinite:
         return Measure({}, 0, problem=f"the reference itself has {ref_nonfinite} NaN/inf values")
-    values = {name: fn(reference, actual) for name, fn in METRICS.items()}
-    return Measure(values, int(actual.size), _nonfinite(actual))
+    if keep is None:
+        values = {name: fn(reference, actual) for name, fn in METRICS.items()}
+        return Measure(values, int(actual.size), _nonfinite(actual))
+    keep = np.broadcast_to(keep, reference.shape)
+    ref_kept, act_kept = reference[keep], actual[keep]
+    values = {
+        "max_abs": max_abs(ref_kept, act_kept),
+        "mean_abs": mean_abs(ref_kept, act_kept),
+        "max_rel": max_rel(ref_kept, act_kept),
+        "cosine": cosine(reference, actual),  # padded positions are zero in both: they add nothing
+    }
+    return Measure(values, int(act_kept.size), _nonfinite(act_kept))
+
+
+def per_token_mask(output: np.ndarray, mask: np.ndarray | None) -> np.ndarray | None:
+    """The mask broadcastable to a per-token output (True on real tokens), or None when the output is not per
+    token: it must have at least 3 dims whose first two are the mask's (a 2-D output such as a pooled
+    embedding of width equal to the sequence length must not be mistaken for one)."""
+    if mask is None or output.ndim < 3 or output.shape[:2] != mask.shape:
+        return None
+    keep = np.asarray(mask) != 0
+    return keep.reshape(keep.shape + (1,) * (output.ndim - 2))
 
 
 def _nonfinite(a: np.ndarray) -> int:
@@ -131,20 +162,8 @@ def combine(measures: list[Measure]) -> Measure:
 
 
 def thresholds_for(tolerance: Tolerance, output: str) -> dict[str, tuple[float | None, bool]]:
-    """metric -> (threshold, informational) for one output: the precision's tolerance, with the fields the
-    per-output override sets replacing it. A metric without a threshold is informational."""
-    override = tolerance.outputs.get(output)
-    resolved = {}
-    for metric in METRIC_NAMES:
-        threshold = getattr(tolerance, metric)
-        informational = metric in tolerance.informational
-        if override is not None:
-            if metric in override.model_fields_set:
-                threshold = getattr(override, metric)
-            if "informational" in override.model_fields_set:
-                informational = metric in override.informational
-        resolved[metric] = (threshold, informational or threshold is None)
-    return resolved
+    """metric -> (threshold, informational) for one output (the rules live with the Tolerance)."""
+    return tolerance.resolved(output)
 
 
 @dataclass(frozen=True)
@@ -227,6 +246,8 @@ def checks_for(output: str, inputs: str, m: Measure, tolerance: Tolerance) -> li
     finite_reason = f"{m.nonfinite} NaN/inf values in the output" if m.nonfinite else None
     checks = [Check(output, inputs, FINITE, m.nonfinite, 0, m.nonfinite == 0, False, finite_reason)]
     for metric, (threshold, informational) in thresholds_for(tolerance, output).items():
+        if metric not in METRIC_NAMES:
+            continue  # measured over a whole input set, not per batch (neighbours)
         value = m.values.get(metric)
         if value is None or not math.isfinite(value) or m.nonfinite:
             reason = finite_reason or "not a finite number"
@@ -286,7 +307,80 @@ class ArtifactAccuracy:
         }
 
 
+def artifact_entry(results: list[ArtifactAccuracy]) -> dict[str, Any]:
+    """One artifact's accuracy.json entry from its record on each runtime it was validated on.
+
+    `passed` holds when every required check on every runtime passed (the contract's meaning); `runtimes`
+    keeps each runtime's own verdict, which is what selection reads: a benchmark row can only win on a
+    runtime whose record passed. Every check names its runtime."""
+    first = results[0]
+    failing = [r for r in results if not r]
+    reason = None
+    if failing:
+        reason = failing[0].reason
+        if len(results) > 1:
+            reason = f"on {failing[0].runtime}: {reason}"
+    return {
+        "passed": not failing,
+        "reason": reason,
+        "precision": first.precision,
+        "runtime": first.runtime,
+        "runtimes": {
+            r.runtime: {"passed": r.passed, "reason": r.reason, **r.details} for r in results if r.runtime
+        },
+        "checks": [{**c.to_json(), "runtime": r.runtime} for r in results for c in r.checks],
+    }
+
+
+def runtime_passed(entry: Mapping[str, Any] | None, runtime: str) -> bool:
+    """Whether an accuracy.json entry holds a passing record of its own for this runtime."""
+    record = ((entry or {}).get("runtimes") or {}).get(runtime)
+    return bool(record and record.get("passed"))
+
+
 Outputs = Mapping[str, np.ndarray]
+Masks = Mapping[str, list[np.ndarray | None]]
+
+
+def neighbour_agreement(reference: np.ndarray, actual: np.ndarray, k: int) -> float | None:
+    """Mean share of each sample's k nearest neighbours (by cosine, among the other samples) that the
+    candidate's embeddings keep: what a retrieval user sees, with no labels needed. None with too few samples."""
+    r, a = _rows(reference), _rows(actual)
+    if r.shape[0] <= k:
+        return None
+
+    def nearest(x: np.ndarray) -> np.ndarray:
+        unit = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+        sims = unit @ unit.T
+        np.fill_diagonal(sims, -np.inf)
+        return np.argsort(-sims, axis=1, kind="stable")[:, :k]
+
+    ref_nn, act_nn = nearest(r), nearest(a)
+    shared = [len(set(ref_nn[i].tolist()) & set(act_nn[i].tolist())) for i in range(r.shape[0])]
+    return float(np.mean(shared) / k)
+
+
+def neighbour_check(
+    output: str, ref_batches: list[Outputs], got: list[Outputs], tolerance: Tolerance, k: int
+) -> Check | None:
+    """The neighbour-agreement check of an embedding output (2-D: one vector per sample) over one input set's
+    batches taken together; None when the output is not an embedding or the batches cannot be compared."""
+    refs = [np.asarray(b[output]) for b in ref_batches]
+    if not refs or any(r.ndim != 2 for r in refs) or len(got) != len(refs):
+        return None
+    acts = [b.get(output) for b in got]
+    if any(a is None or np.asarray(a).shape != r.shape for a, r in zip(acts, refs, strict=True)):
+        return None
+    reference = np.concatenate(refs)
+    actual = np.concatenate([np.asarray(a, np.float64) for a in acts])
+    if _nonfinite(reference) or _nonfinite(actual):
+        return None  # the finite checks already fail or flag this
+    value = neighbour_agreement(reference, actual, k)
+    if value is None:
+        return None
+    threshold, informational = thresholds_for(tolerance, output)[NEIGHBOURS]
+    passed = True if threshold is None else _passes(NEIGHBOURS, value, threshold)
+    return Check(output, "data", NEIGHBOURS, value, threshold, passed, informational)
 
 
 def evaluate(
@@ -295,15 +389,24 @@ def evaluate(
     actual: Mapping[str, list[Outputs]],
     outputs: Iterable[str],
     tolerance: Tolerance,
+    masks: Masks | None = None,
+    neighbours_k: int = 5,
 ) -> ArtifactAccuracy:
     """Fill `accuracy` with checks: per input set (min/opt/max/data, each a list of batches) and output,
-    the batches are measured, combined, and checked against the tolerance."""
+    the batches are measured (per-token outputs on real tokens only, by `masks`), combined, and checked
+    against the tolerance; embedding outputs also get the neighbour agreement over the held-out data."""
+    masks = masks or {}
     for inputs, ref_batches in reference.items():
         got = actual.get(inputs, [])
+        batch_masks = masks.get(inputs) or [None] * len(ref_batches)
         for output in outputs:
             per_batch = [
-                measure(ref[output], got[i].get(output) if i < len(got) else None)
+                measure(ref[output], got[i].get(output) if i < len(got) else None, batch_masks[i])
                 for i, ref in enumerate(ref_batches)
             ]
             accuracy.checks += checks_for(output, inputs, combine(per_batch), tolerance)
+            if inputs == "data":
+                check = neighbour_check(output, ref_batches, got, tolerance, neighbours_k)
+                if check is not None:
+                    accuracy.checks.append(check)
     return accuracy

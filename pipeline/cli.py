@@ -100,9 +100,9 @@ def _list(args: argparse.Namespace, console: Console) -> int:
         manifest = read_json(manifest_path) or {}
         winner = (read_json(store.base / version / "winner.json") or {}).get("artifact", "-")
         mark = " (latest)" if latest and latest.name == version else ""
-        state = "signed off" if manifest.get("signed_off") else "not signed off"
+        state = manifest.get("headline") or ("signed off" if manifest.get("signed_off") else "NOT signed off")
         console.print(
-            f"{version}  {manifest.get('created', '?')}  {state:<14}  winner {winner}{mark}", highlight=False
+            f"{version}  {manifest.get('created', '?')}  {state:<32}  winner {winner}{mark}", highlight=False
         )
     return 0
 

@@ -14,6 +14,7 @@ from pipeline.errors import RecipeError
 from pipeline.recipe import InputSpec, NpzData, RandomData, Recipe, TextData
 
 Feeds = dict[str, np.ndarray]
+DATA_LAYOUT = 2  # 2: random samples spread over each dynamic dim's range, batches grouped by shape
 NUMPY_DTYPES = {
     "float32": np.float32,
     "float16": np.float16,
@@ -51,6 +52,7 @@ def data_fingerprint(recipe: Recipe, recipe_dir: Path) -> str:
     from pipeline.models import model_fingerprint
 
     settings = {
+        "layout": DATA_LAYOUT,
         "data": recipe.data.model_dump(exclude={"samples": {"path"}}),
         "inputs": [s.model_dump() for s in recipe.inputs],
         "dims": {k: v.model_dump() for k, v in recipe.dims.items()},
@@ -140,12 +142,22 @@ class Dataset:
         return (seq.min, seq.max) if seq else (1, 512)
 
     def _natural_batches(self, index: list[int], batch: int) -> list[Feeds]:
+        """Batches of samples at their own lengths: text is padded to the longest in its batch; other samples
+        are grouped by shape (first appearance first), so a batch never mixes shapes."""
+        if isinstance(self.recipe.data.samples, TextData):
+            return [
+                self._tokenize([self.items[i] for i in index[start : start + batch]], length=None)
+                for start in range(0, len(index), batch)
+            ]
+        groups: dict[tuple, list[int]] = {}
+        for i in index:
+            groups.setdefault(tuple(np.shape(self.items[i][s.name]) for s in self.recipe.inputs), []).append(
+                i
+            )
         out = []
-        for start in range(0, len(index), batch):
-            picks = index[start : start + batch]
-            if isinstance(self.recipe.data.samples, TextData):
-                out.append(self._tokenize([self.items[i] for i in picks], length=None))
-            else:
+        for members in groups.values():
+            for start in range(0, len(members), batch):
+                picks = members[start : start + batch]
                 out.append(
                     {
                         s.name: np.stack([np.asarray(self.items[i][s.name]) for i in picks]).astype(
@@ -183,10 +195,13 @@ class Dataset:
         return self.recipe.corner_shape(spec, "opt", dims)
 
     def _random_sample(self, i: int) -> dict[str, np.ndarray]:
+        """Sample i at its own point of each dynamic dim's range (the batch dim aside): validation and
+        calibration then see short, typical and long inputs, not only the opt shape."""
         rng = np.random.default_rng([self.recipe.data.seed, i])
+        dims = {name: lengths[i % len(lengths)] for name, lengths in self._spread().items()}
         sample = {}
         for spec in self.recipe.inputs:
-            shape = self.recipe.corner_shape(spec, "opt")[1:]
+            shape = self.recipe.corner_shape(spec, "opt", dims)[1:]
             if NUMPY_DTYPES[spec.dtype] in (np.int64, np.int32):
                 arr = rng.integers(int(spec.low), int(spec.high), size=shape, endpoint=True)
             elif spec.dtype == "bool":
@@ -195,6 +210,16 @@ class Dataset:
                 arr = rng.uniform(spec.low, spec.high, size=shape)
             sample[spec.name] = arr.astype(NUMPY_DTYPES[spec.dtype])
         return sample
+
+    def _spread(self) -> dict[str, list[int]]:
+        """Lengths drawn per dynamic dim: min, the quartiles of the range, opt and max."""
+        spread = {}
+        for name, r in self.recipe.dims.items():
+            if name == self.recipe.benchmark.batch_dim:
+                continue
+            points = {r.min, r.opt, r.max} | {round(r.min + (r.max - r.min) * f) for f in (0.25, 0.5, 0.75)}
+            spread[name] = sorted(points)
+        return spread
 
     def _item_key(self, i: int) -> str:
         item = self.items[i]

@@ -8,15 +8,17 @@ import shutil
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from pipeline import preflight
 from pipeline.errors import PipelineError
-from pipeline.executor import Executor, StageRecord, Verdict, read_records
+from pipeline.executor import Executor, Freshness, StageRecord, read_records
 from pipeline.recipe_loader import LoadedRecipe
 from pipeline.stages import plan_stages
 from pipeline.stages.base import RunContext, Stage
 from pipeline.store import Store, storage_failure
+from pipeline.verdict import Verdict
 
 
 def _setup(loaded: LoadedRecipe) -> tuple[list[Stage], Store, Path]:
@@ -28,7 +30,7 @@ def _setup(loaded: LoadedRecipe) -> tuple[list[Stage], Store, Path]:
 
 def plan(
     loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_failed: bool = False
-) -> list[tuple[Stage, Verdict]]:
+) -> list[tuple[Stage, Freshness]]:
     """Print each stage as fresh or stale and why; touches nothing."""
     stages, store, _ = _setup(loaded)
     latest = store.latest()
@@ -38,8 +40,19 @@ def plan(
     console.print(f"plan for {loaded.recipe.name} (against {against}):")
     for stage, verdict in verdicts:
         state = "[green]fresh[/green]" if verdict.fresh else "[yellow]stale[/yellow]"
-        console.print(f"  {state}  {stage.name:<24} {verdict.why}", highlight=False)
+        failed = _failed_error(verdict)
+        if failed:
+            state = f"[red]fresh (failed: {escape(failed)})[/red]"
+        console.print(f"  {state}  {stage.name:<24} {escape(verdict.why)}", highlight=False)
     return verdicts
+
+
+def _failed_error(verdict: Freshness) -> str | None:
+    """A stage reused as failed is fresh, but it will produce nothing: its error, for the plan to say so."""
+    record = verdict.record
+    if not verdict.fresh or record is None or record.status != "failed":
+        return None
+    return (record.error or "unknown error").strip().splitlines()[0][:200]
 
 
 def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_failed: bool = False) -> int:
@@ -83,8 +96,8 @@ def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_
             from pipeline.bench.environment import capture_environment
             from pipeline.signoff import write_signoff
 
-            signed_off, reasons = write_signoff(work, loaded, version, records, capture_environment(), latest)
-            target = store.publish(work, version, signed_off)
+            verdict = write_signoff(work, loaded, version, records, capture_environment(), latest)
+            target = store.publish(work, version, verdict.signed_off)
         except PipelineError:
             shutil.rmtree(work, ignore_errors=True)  # a user error found mid-run: nothing half-made stays
             raise
@@ -96,8 +109,8 @@ def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_
                 problems=[loaded.problem("output.root", _storage_message(failure, exc, work))]
             ) from exc
         store.discard_work()
-    _print_summary(console, target, records, signed_off, reasons, loaded)
-    return 0 if signed_off else 1
+    _print_summary(console, target, verdict, loaded)
+    return 0 if verdict.signed_off else 1
 
 
 def _verified_latest(store: Store, console: Console) -> Path | None:
@@ -177,14 +190,9 @@ def _run_with_progress(
         return executor.run(ctx, rebench, on_start, on_done)
 
 
-def _print_summary(
-    console: Console,
-    target: Path,
-    records: list[StageRecord],
-    signed_off: bool,
-    reasons: list[str],
-    loaded: LoadedRecipe,
-) -> None:
+def _print_summary(console: Console, target: Path, verdict: Verdict, loaded: LoadedRecipe) -> None:
+    """The closing lines: the table of every requested variant (failed ones included), then the verdict with
+    its reasons, failures and warnings, the winner, and where the report is."""
     from pipeline.report.summary import summary_table
 
     def read(rel: str) -> dict | None:
@@ -192,21 +200,25 @@ def _print_summary(
         return json.loads(path.read_text()) if path.is_file() else None
 
     accuracy, speed, winner = read("reports/accuracy.json"), read("reports/speed.json"), read("winner.json")
-    if accuracy and speed:
-        console.print(summary_table(accuracy, speed, winner, loaded.recipe.selection.objective.batch))
-    for record in records:
-        if record.status in ("failed", "skipped") and record.error:
-            console.print(
-                f"[red]{record.status}[/red] {record.name}: {record.error.splitlines()[0][:300]}",
-                highlight=False,
-            )
-    verdict = "[green]signed off[/green]" if signed_off else "[red]NOT signed off[/red]"
-    console.print(f"{verdict}: {target}")
-    for reason in reasons:
-        console.print(f"  - {reason}", highlight=False)
+    failed = [f.to_json() for f in verdict.failures]
+    console.print(
+        summary_table(accuracy, speed, winner, loaded.recipe.selection.objective.batch, failed),
+        highlight=False,
+    )
+    tone = "green" if verdict.signed_off else "red"
+    console.print(f"[{tone}]{escape(verdict.headline())}[/{tone}]: {target}", highlight=False)
+    for reason in verdict.reasons:
+        console.print(f"  - {escape(reason)}", highlight=False)
+    for failure in verdict.failures:
+        console.print(f"  [red]failed[/red] {escape(failure.describe())}", highlight=False)
+    for warning in verdict.warnings:
+        console.print(f"  [yellow]warning[/yellow] {escape(warning)}", highlight=False)
     if winner:
         console.print(
-            f"winner: {winner['artifact']} ({winner['runtime']}, {winner['value']:.3g} {winner['unit']}): {winner['reason']}",
+            escape(
+                f"winner: {winner['artifact']} ({winner['runtime']}, {winner['io']} I/O, "
+                f"{winner['value']:.3g} {winner['unit']}): {winner['reason']}"
+            ),
             highlight=False,
         )
-    console.print(f"report: {target / 'reports' / 'signoff.html'}")
+    console.print(f"report: {target / 'reports' / 'signoff.html'}", highlight=False)

@@ -42,4 +42,9 @@ class LockHeldError(PipelineError):
 
 
 class StageError(Exception):
-    """A stage failed in a way its variant owns (unsupported op, parser error): recorded, the run goes on."""
+    """A stage failed in a way its variant owns (unsupported op, parser error): recorded, the run goes on.
+    `details` land in the stage's record (e.g. that a trace disagreed with eager at some shape)."""
+
+    def __init__(self, message: str, details: dict | None = None):
+        super().__init__(message)
+        self.details = dict(details or {})

@@ -34,6 +34,7 @@ class StageRecord:
     reused_from: str | None = None
     finished: str | None = None
     why: str | None = None  # why it ran (stale reason) or why it could be reused
+    produces: list[str] = field(default_factory=list)  # artifacts it was to make (a failure names them)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> StageRecord:
@@ -65,7 +66,7 @@ def read_records(folder: Path) -> dict[str, StageRecord]:
 
 
 @dataclass
-class Verdict:
+class Freshness:
     """Whether one stage can be reused, and why not."""
 
     fresh: bool
@@ -124,13 +125,13 @@ class Executor:
             self._environments[stage.name] = stage.environment()
         return self._environments[stage.name]
 
-    def judge(self, stage: Stage, inputs: dict[str, str], force_stale: bool = False) -> Verdict:
+    def judge(self, stage: Stage, inputs: dict[str, str], force_stale: bool = False) -> Freshness:
         env = self.environment(stage)
         fp = fingerprint(stage, inputs, env)
         if force_stale:
-            return Verdict(False, "re-measure requested (--rebench)")
+            return Freshness(False, "re-measure requested (--rebench)")
         if stage.always_run:
-            return Verdict(False, "always runs in a new version")
+            return Freshness(False, "always runs in a new version")
         first_reason = "no previous run"
         for folder, records in self.previous:
             prev = records.get(stage.name)
@@ -147,8 +148,8 @@ class Executor:
             if missing:
                 first_reason = missing
                 continue
-            return Verdict(True, f"same fingerprint as {folder.name}", prev, folder)
-        return Verdict(False, first_reason)
+            return Freshness(True, f"same fingerprint as {folder.name}", prev, folder)
+        return Freshness(False, first_reason)
 
     def _unverifiable(self, prev: StageRecord, folder: Path) -> str | None:
         for out in prev.outputs:
@@ -160,7 +161,7 @@ class Executor:
 
     # ------------------------------------------------------------ planning (no side effects)
 
-    def plan(self, rebench: bool = False) -> list[tuple[Stage, Verdict]]:
+    def plan(self, rebench: bool = False) -> list[tuple[Stage, Freshness]]:
         """Predict each stage's freshness, assuming stale stages will produce new files."""
         known: dict[str, str | None] = {}  # artifact -> sha256; None: will be rebuilt; absent: unavailable
         result = []
@@ -169,9 +170,9 @@ class Executor:
             pending = [n for n in names if n in known and known[n] is None]
             absent = [n for n in stage.consumes if n not in known]
             if pending:
-                verdict = Verdict(False, "input will be rebuilt: " + ", ".join(pending))
+                verdict = Freshness(False, "input will be rebuilt: " + ", ".join(pending))
             elif absent:
-                verdict = Verdict(True, "skipped again: input unavailable: " + ", ".join(absent))
+                verdict = Freshness(True, "skipped again: input unavailable: " + ", ".join(absent))
             else:
                 inputs = {n: known[n] for n in names if known.get(n)}
                 verdict = self.judge(stage, inputs, force_stale=rebench and stage.volatile)
@@ -236,6 +237,7 @@ class Executor:
                             stage.name,
                             out.get("details", {}),
                         )
+            record.produces = list(stage.produces)
             records.append(record)
             write_json_atomic(
                 ctx.workdir / RUN_RECORD, {"schema_version": 1, "stages": [asdict(r) for r in records]}
@@ -250,7 +252,7 @@ class Executor:
             unavailable.setdefault(name, f"{stage.name} {why}")
 
     def _reuse(
-        self, stage: Stage, verdict: Verdict, workdir: Path, shas: dict[str, str]
+        self, stage: Stage, verdict: Freshness, workdir: Path, shas: dict[str, str]
     ) -> StageRecord | None:
         prev = verdict.record
         assert prev is not None and verdict.source is not None
@@ -289,6 +291,7 @@ class Executor:
                 raise  # a bug, or a full / read-only disk: the run stops (and can be resumed), no variant failed
             record.status = "failed"
             record.error = f"{type(exc).__name__}: {exc}".strip()
+            record.details = dict(getattr(exc, "details", None) or {})
             log = ctx.path(f"logs/{stage.name}.error.txt")
             log.write_text(traceback.format_exc())
             record.outputs = [self._describe(ctx.workdir, f"logs/{stage.name}.error.txt", {"kind": "log"})]

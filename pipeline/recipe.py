@@ -11,7 +11,8 @@ PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
 Precision = Literal["fp32", "fp16", "int8"]
-Metric = Literal["max_abs", "mean_abs", "max_rel", "cosine"]
+Metric = Literal["max_abs", "mean_abs", "max_rel", "cosine", "neighbours"]
+METRICS: tuple[str, ...] = ("max_abs", "mean_abs", "max_rel", "cosine", "neighbours")
 Runtime = Literal[
     "torch-cpu",
     "torch-cuda",
@@ -199,20 +200,50 @@ class ExportConfig(Strict):
 class VariantsConfig(Strict):
     build: Annotated[list[VariantName], Field(min_length=1)] = ["torchscript-fp32", "onnx-fp32"]
     required: list[VariantName] = []
+    # false: any requested variant that fails to build, validate or benchmark fails the sign-off
+    allow_failed: bool = True
 
 
 # ---------------------------------------------------------------- validation, benchmark, selection, output
 
 
 class Tolerance(Strict):
-    """Thresholds per metric (None: not checked); metrics listed as informational are reported, never gate."""
+    """Thresholds per metric (None: not checked); metrics listed as informational are reported, never gate.
+
+    `neighbours` is the lowest acceptable nearest-neighbour agreement of an embedding output over the held-out
+    data (the share of each sample's top-k neighbours that the candidate's embeddings keep)."""
 
     max_abs: PositiveFloat | None = None
     mean_abs: PositiveFloat | None = None
     max_rel: PositiveFloat | None = None
     cosine: Annotated[float, Field(gt=0, le=1)] | None = None
+    neighbours: Annotated[float, Field(gt=0, le=1)] | None = None
     informational: list[Metric] = []
     outputs: dict[str, Tolerance] = {}
+
+    def resolved(self, output: str) -> dict[str, tuple[float | None, bool]]:
+        """metric -> (threshold, informational) for one output. A per-output override replaces the fields it
+        sets: a threshold written there gates unless that override itself lists the metric as informational,
+        and an informational list written there replaces the precision's. A metric without a threshold is
+        informational."""
+        override = self.outputs.get(output)
+        resolved = {}
+        for metric in METRICS:
+            threshold = getattr(self, metric)
+            informational = metric in self.informational
+            if override is not None:
+                own = override.model_fields_set
+                if metric in own:
+                    threshold = getattr(override, metric)
+                    informational = metric in override.informational
+                elif "informational" in own:
+                    informational = metric in override.informational
+            resolved[metric] = (threshold, informational or threshold is None)
+        return resolved
+
+    def gates(self, outputs: list[str]) -> bool:
+        """Whether any metric of any output can fail an artifact (a tolerance that cannot is a mistake)."""
+        return any(not info for o in outputs for _, info in self.resolved(o).values())
 
 
 def _default_tolerances() -> dict[str, Tolerance]:
@@ -225,9 +256,14 @@ def _default_tolerances() -> dict[str, Tolerance]:
 
 class ValidationConfig(Strict):
     tolerances: dict[Precision, Tolerance] = Field(default_factory=_default_tolerances)
+    # min and max of every dynamic dim are validated unless left out here (the report then warns)
     corners: list[Literal["min", "opt", "max"]] = ["min", "opt", "max"]
     corner_batches: dict[Literal["min", "opt", "max"], PositiveInt] = {"min": 2, "opt": 2, "max": 1}
     data_batch: PositiveInt = 8
+    # the input whose zeros mark padded positions: per-token outputs are compared on real tokens only
+    # (no masking when the recipe has no such input; null turns masking off)
+    padding_mask: str | None = "attention_mask"
+    neighbours_k: PositiveInt = 5  # top-k of the nearest-neighbour agreement of embedding outputs
 
 
 class BenchmarkConfig(Strict):
@@ -252,6 +288,7 @@ class Objective(Strict):
     metric: Literal["p50_ms", "p90_ms", "p99_ms", "mean_ms"] = "p50_ms"
     batch: PositiveInt = 1
     sequence_length: PositiveInt | None = None
+    io: Literal["host", "device"] | None = None  # only rows of this I/O mode compete (None: either)
 
 
 class SelectionConfig(Strict):
@@ -342,6 +379,18 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[str, str]]:
                         f"no such output (outputs: {', '.join(recipe.outputs)})",
                     )
                 )
+    for precision, tolerance in recipe.validation.tolerances.items():
+        if not tolerance.gates(list(recipe.outputs)):
+            problems.append(
+                (
+                    f"validation.tolerances.{precision}",
+                    "no metric gates: every threshold is absent or informational for every output, so nothing "
+                    "could fail this precision (give at least one threshold that is not informational)",
+                )
+            )
+    mask = recipe.validation.padding_mask
+    if "padding_mask" in recipe.validation.model_fields_set and mask is not None and mask not in names:
+        problems.append(("validation.padding_mask", f"no such input '{mask}' (inputs: {', '.join(names)})"))
     batch_rng = recipe.dims.get(recipe.benchmark.batch_dim)
     if batch_rng is not None and batch_rng.min <= batch_rng.max:
         for corner, size in recipe.validation.corner_batches.items():

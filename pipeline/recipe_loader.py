@@ -12,7 +12,16 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from pipeline.errors import Problem, RecipeError
-from pipeline.recipe import Recipe, cross_field_problems, dotted, split_dotted
+from pipeline.recipe import (
+    HuggingFaceSource,
+    NpzData,
+    Recipe,
+    TextData,
+    TorchScriptSource,
+    cross_field_problems,
+    dotted,
+    split_dotted,
+)
 
 Loc = tuple
 
@@ -334,6 +343,7 @@ def load(
     cross = [Problem(locate(tuple(split_dotted(k))), k, m) for k, m in cross_field_problems(recipe)]
     if duplicates or (cross and not defer_cross_field):
         raise RecipeError(problems=duplicates + cross)
+    recipe = absolute_paths(recipe, path.parent.resolve(), Path.cwd())
     return LoadedRecipe(
         recipe=recipe,
         path=path,
@@ -359,6 +369,26 @@ def _yaml_problem(exc: yaml.YAMLError, shown: str, text: str) -> Problem:
     else:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     return Problem(where, "(yaml)", f"invalid YAML: {problem}")
+
+
+def absolute_paths(recipe: Recipe, recipe_dir: Path, cwd: Path) -> Recipe:
+    """The one place where paths are resolved, so that no stage depends on the working directory (some tools
+    change it): files the recipe reads are relative to the recipe's folder, the output root to the working
+    directory the command was started in (an empty root stays empty, for the checks to report)."""
+
+    def under(base: Path, value: str) -> str:
+        return str((base / value).resolve()) if value else value
+
+    updates: dict[str, object] = {}
+    samples = recipe.data.samples
+    if isinstance(samples, TextData | NpzData):
+        moved = samples.model_copy(update={"path": under(recipe_dir, samples.path)})
+        updates["data"] = recipe.data.model_copy(update={"samples": moved})
+    model = recipe.model
+    if isinstance(model, HuggingFaceSource | TorchScriptSource) and model.path:
+        updates["model"] = model.model_copy(update={"path": under(recipe_dir, model.path)})
+    updates["output"] = recipe.output.model_copy(update={"root": under(cwd, recipe.output.root)})
+    return recipe.model_copy(update=updates)
 
 
 def _unique(problems: list[Problem]) -> list[Problem]:

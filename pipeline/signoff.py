@@ -15,27 +15,15 @@ import yaml
 from pipeline.executor import RUN_RECORD, StageRecord
 from pipeline.recipe_loader import LoadedRecipe
 from pipeline.store import read_json, sha256_file, write_json_atomic, write_text_atomic
+from pipeline.verdict import Verdict, decide, shape_warnings, variant_failures
 
 ARTIFACT_KINDS = ("torchscript", "onnx", "engine")
 
 
 def resolved_recipe(loaded: LoadedRecipe) -> dict[str, Any]:
-    """The validated recipe with every default filled in and every path absolute, so that it re-runs from
-    anywhere (reproduce.sh runs it from the version folder)."""
-    data = loaded.recipe.model_dump(mode="json")
-    base = loaded.path.parent.resolve()
-
-    def absolute(value: str) -> str:
-        p = Path(value)
-        return str(p if p.is_absolute() else (base / p).resolve())
-
-    samples = data["data"]["samples"]
-    if "path" in samples:
-        samples["path"] = absolute(samples["path"])
-    if data["model"].get("path"):
-        data["model"]["path"] = absolute(data["model"]["path"])
-    data["output"]["root"] = str(Path(data["output"]["root"]).resolve())
-    return data
+    """The validated recipe with every default filled in; its paths are already absolute (the loader made
+    them so), so it re-runs from anywhere."""
+    return loaded.recipe.model_dump(mode="json")
 
 
 def git_revision() -> str | None:
@@ -89,6 +77,23 @@ def _reproduce_script(loaded: LoadedRecipe) -> str:
     )
 
 
+def judge(loaded: LoadedRecipe, records: list[StageRecord], workdir: Path) -> Verdict:
+    """The verdict from what ran: requested and required variants (contract names), their failures, the
+    selection, and the warnings the validation and the exports raised."""
+    from pipeline.stages import artifact_name
+
+    recipe = loaded.recipe
+    requested = [artifact_name(v, recipe) for v in recipe.variants.build]
+    required = [artifact_name(v, recipe) for v in recipe.variants.required]
+    accuracy = _read(workdir / "reports/accuracy.json")
+    speed = _read(workdir / "reports/speed.json")
+    selection = _read(workdir / "reports/selection.json") or {"reasons": ["selection did not run"]}
+    failures = variant_failures(requested, records, accuracy, speed)
+    built = [out["artifact"] for r in records for out in r.outputs if out.get("kind") in ARTIFACT_KINDS]
+    warnings = [*((accuracy or {}).get("warnings") or []), *shape_warnings(records, built)]
+    return decide(requested, required, recipe.variants.allow_failed, failures, selection, warnings)
+
+
 def write_signoff(
     workdir: Path,
     loaded: LoadedRecipe,
@@ -96,22 +101,30 @@ def write_signoff(
     records: list[StageRecord],
     environment: dict[str, Any],
     previous: Path | None,
-) -> tuple[bool, list[str]]:
-    """Write every sign-off file into the work folder, manifest.json last. Returns (signed_off, reasons)."""
+) -> Verdict:
+    """Write every sign-off file into the work folder, manifest.json last. winner.json only when signed off."""
     started = time.perf_counter()
-    selection = _read(workdir / "reports/selection.json") or {
-        "signed_off": False,
-        "reasons": ["selection did not run"],
-    }
-    signed_off, reasons = bool(selection["signed_off"]), list(selection["reasons"])
+    verdict = judge(loaded, records, workdir)
+    selection = _read(workdir / "reports/selection.json") or {}
+    winner = selection.get("winner") if verdict.signed_off else None
+    if winner:
+        write_json_atomic(workdir / "winner.json", winner)
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     resolved = resolved_recipe(loaded)
+    outcome = {
+        "signed_off": verdict.signed_off,
+        "signoff_reasons": verdict.reasons,
+        "headline": verdict.headline(),
+        "provisional": verdict.provisional,
+        "requested": verdict.requested,
+        "failed": [f.to_json() for f in verdict.failures],
+        "warnings": verdict.warnings,
+    }
     header = {
         "name": loaded.recipe.name,
         "version": version,
         "created": created,
-        "signed_off": signed_off,
-        "signoff_reasons": reasons,
+        **outcome,
         "git_revision": git_revision(),
         "environment": environment,
         "artifacts": _artifacts(records),
@@ -125,7 +138,6 @@ def write_signoff(
         "not_run": [],
     }
     speed = _read(workdir / "reports/speed.json") or {"schema_version": 1, "results": [], "not_run": []}
-    winner = _read(workdir / "winner.json")
     prev = None
     if previous is not None:
         prev = {
@@ -153,7 +165,7 @@ def write_signoff(
         for p in written
     ]
     record.duration_s = round(time.perf_counter() - started, 3)
-    record.details = {"signed_off": signed_off, "reasons": reasons}
+    record.details = {"signed_off": verdict.signed_off, "reasons": verdict.reasons}
     write_json_atomic(
         workdir / RUN_RECORD, {"schema_version": 1, "stages": [asdict(r) for r in [*records, record]]}
     )
@@ -162,8 +174,7 @@ def write_signoff(
         "name": loaded.recipe.name,
         "version": version,
         "created": created,
-        "signed_off": signed_off,
-        "signoff_reasons": reasons,
+        **outcome,
         "git_revision": header["git_revision"],
         "recipe": resolved,
         "overrides": list(loaded.overrides),
@@ -177,4 +188,4 @@ def write_signoff(
         if rel != "manifest.json" and rel not in listed:
             manifest["files"].append({"path": rel, "sha256": sha256_file(path), "bytes": path.stat().st_size})
     write_json_atomic(workdir / "manifest.json", manifest)
-    return signed_off, reasons
+    return verdict

@@ -1,6 +1,8 @@
 """The sign-off report as a neutral document (sections of paragraphs, tables, lists, images, code).
 
-Markdown and HTML render this one structure, so the two pages can never tell different stories.
+Markdown and HTML render this one structure, so the two pages can never tell different stories. It reads as a
+release manager needs: the verdict with what failed and what to watch first, then the winner with its accuracy
+cost beside its speed gain, the evidence, and last, folded, the record (artifacts, stages, conditions).
 Every text here is plain; the renderers escape it.
 """
 
@@ -15,6 +17,7 @@ from pipeline.report.diff import diff_versions
 from pipeline.report.facts import (
     artifacts_of,
     check_text,
+    check_tone,
     failing_checks,
     first_line,
     flag_text,
@@ -27,6 +30,7 @@ from pipeline.report.facts import (
     key_checks,
     metrics_present,
     not_run,
+    runtime_entry,
     scalar_text,
     shape_text,
     sorted_results,
@@ -34,6 +38,22 @@ from pipeline.report.facts import (
 )
 
 Dict = Mapping[str, Any]
+DETAIL_CHARS = 160  # a detail value longer than this is cut in the artifacts table (the JSON keeps it whole)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A table cell with a tone: info (grey: informational, never gates), bad, good."""
+
+    text: str
+    tone: str = ""
+
+
+Text = str | Cell
+
+
+def text_of(value: Text) -> str:
+    return value.text if isinstance(value, Cell) else value
 
 
 @dataclass(frozen=True)
@@ -46,13 +66,14 @@ class Para:
 @dataclass(frozen=True)
 class Table:
     headers: list[str]
-    rows: list[list[str]]
+    rows: list[list[Text]]
     tones: list[str] = field(default_factory=list)  # per row: "" | bad | warn | winner
 
 
 @dataclass(frozen=True)
 class Bullets:
     items: list[str]
+    tone: str = ""  # "" | bad | warn
 
 
 @dataclass(frozen=True)
@@ -74,6 +95,7 @@ Block = Para | Table | Bullets | Image | Code
 class Section:
     title: str
     blocks: list[Block]
+    folded: bool = False  # the record: there for whoever needs it, out of the reader's way
 
 
 @dataclass(frozen=True)
@@ -93,21 +115,20 @@ def build_document(
     previous: Dict | None = None,
     plots: Sequence[str] = (),
 ) -> Document:
-    """Verdict first, then why (winner), the evidence (accuracy, speed), what did not run, and the record."""
+    """Verdict, failures and warnings first; the winner and why; the evidence; what did not run; changes; and
+    folded at the end the artifacts, the stages and the conditions of the measurement."""
     images = {PurePosixPath(p).stem: PurePosixPath(p).name for p in plots}
     sections = [
         _verdict(header),
         _winner(winner),
         _accuracy(accuracy, images.get("accuracy")),
-        _speed(speed, winner, images.get("latency")),
-        _measured(header, speed),
+        _speed(header, speed, winner, images.get("latency")),
         _flags(speed),
         _not_run(accuracy, speed),
         _changes(header, accuracy, speed, winner, previous),
         _artifacts(header),
         _stages(stages),
-        _pairs("Benchmark conditions", (speed or {}).get("conditions")),
-        _pairs("Environment", header.get("environment")),
+        _conditions(speed, header.get("environment")),
     ]
     subtitle = (
         f"created {header.get('created') or '—'} · git revision {header.get('git_revision') or 'unknown'}"
@@ -116,15 +137,44 @@ def build_document(
     return Document(title, subtitle, bool(header.get("signed_off")), [s for s in sections if s.blocks])
 
 
+# ------------------------------------------------------------------ verdict
+
+
 def _verdict(header: Dict) -> Section:
     signed = bool(header.get("signed_off"))
     blocks: list[Block] = [
         Para("SIGNED OFF" if signed else "NOT SIGNED OFF", strong=True, tone="good" if signed else "bad")
     ]
+    failed = list(header.get("failed") or [])
+    requested = list(header.get("requested") or [])
+    names = list(dict.fromkeys(str(f.get("artifact")) for f in failed))
+    if names:
+        blocks.append(
+            Para(f"{len(names)} of {len(requested) or len(names)} requested variants failed.", tone="bad")
+        )
+    if header.get("provisional"):
+        blocks.append(
+            Para(
+                "Provisional: winner did not stabilize. Its latency is a spread, not a clean number; "
+                "measure again (--rebench) on a quieter machine before relying on the ranking.",
+                tone="bad",
+            )
+        )
     reasons = [str(r) for r in header.get("signoff_reasons") or []]
     if reasons:
-        blocks.append(Bullets(reasons))
+        blocks.append(Bullets(reasons, tone="bad"))
+    if failed:
+        rows = [
+            [str(f.get("artifact")), str(f.get("stage")), first_line(f.get("error"), 300)] for f in failed
+        ]
+        blocks += [Para("Failed variants:"), Table(["artifact", "stage", "error"], rows, ["bad"] * len(rows))]
+    warnings = [str(w) for w in header.get("warnings") or []]
+    if warnings:
+        blocks += [Para("Warnings:"), Bullets(warnings, tone="warn")]
     return Section("Verdict", blocks)
+
+
+# ------------------------------------------------------------------ winner
 
 
 def _winner(winner: Dict | None) -> Section:
@@ -135,19 +185,25 @@ def _winner(winner: Dict | None) -> Section:
         )
     objective = winner.get("objective") or {}
     goal = ", ".join(f"{k} {scalar_text(v)}" for k, v in objective.items() if v is not None)
+    graph = ", CUDA graph" if winner.get("cuda_graph") else ""
     value = _value(winner.get("value"), winner.get("unit"))
+    span = winner.get("interval")
+    within = f" (95% interval {fmt_ci(span)})" if span else ""
     blocks: list[Block] = [
         Para(
-            f"{winner.get('artifact')} on {winner.get('runtime')} ({winner.get('io')} I/O): {value}",
+            f"{winner.get('artifact')} on {winner.get('runtime')} ({winner.get('io')} I/O{graph}): {value}{within}",
             strong=True,
         ),
-        Para(f"Objective: {goal or '—'}."),
+        Para(f"File: {winner.get('file') or '—'}. Objective: {goal or '—'}."),
     ]
+    cost = _cost_line(winner, winner.get("baseline"))
+    if cost:
+        blocks.append(Para(cost))
     runner_up = winner.get("runner_up")
     if runner_up:
         blocks.append(
             Para(
-                f"Runner-up: {runner_up.get('artifact')} at "
+                f"Runner-up: {runner_up.get('artifact')} on {runner_up.get('runtime')} at "
                 f"{_value(runner_up.get('value'), winner.get('unit'))}{_ratio(winner, runner_up)}."
             )
         )
@@ -155,20 +211,64 @@ def _winner(winner: Dict | None) -> Section:
         blocks.append(Para("No runner-up: it was the only candidate that passed validation."))
     if winner.get("reason"):
         blocks.append(Para(f"Why: {winner['reason']}"))
+    record = winner.get("accuracy") or {}
+    if record.get("record"):
+        blocks.append(Para(f"Accuracy record it passed: {record['record']}.", tone="note"))
     return Section("Winner", blocks)
 
 
+def _cost_line(winner: Dict, baseline: Dict | None) -> str | None:
+    """'1.27× faster than onnx-fp32 (onnxruntime-cpu) at cosine 0.9891 vs 1.0000': the speed gain and what it
+    costs in accuracy, against the plain export a release manager would otherwise ship."""
+    if not baseline:
+        return None
+    ratio = _speedup(winner.get("value"), baseline.get("value"), winner.get("unit"))
+    if ratio is None:
+        return None
+    mine = (winner.get("accuracy") or {}).get("figures") or {}
+    theirs = baseline.get("accuracy") or {}
+    metric = next((m for m in ("cosine", "max_abs") if m in mine and m in theirs), None)
+    speed = f"{ratio:.2f}× faster than" if ratio >= 1 else f"{1 / ratio:.2f}× slower than"
+    text = f"{speed} {baseline.get('artifact')} ({baseline.get('runtime')})"
+    if metric:
+        text += f" at {metric} {_figure(mine[metric])} vs {_figure(theirs[metric])}"
+    return text + "."
+
+
+def _figure(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, int | float) and abs(value) <= 1 else f"{value:.3g}"
+
+
+def _speedup(value: Any, other: Any, unit: Any) -> float | None:
+    if not (isinstance(value, int | float) and isinstance(other, int | float) and value > 0 and other > 0):
+        return None
+    return other / value if (unit or "ms") == "ms" else value / other
+
+
 def _ratio(winner: Dict, runner_up: Dict) -> str:
-    a, b = winner.get("value"), runner_up.get("value")
-    if not (isinstance(a, int | float) and isinstance(b, int | float) and a > 0 and b > 0):
-        return ""
-    ratio = b / a if (winner.get("unit") or "ms") == "ms" else a / b
-    return f" (the winner is {ratio:.2f}× faster)"
+    ratio = _speedup(winner.get("value"), runner_up.get("value"), winner.get("unit"))
+    return f" (the winner is {ratio:.2f}× faster)" if ratio else ""
 
 
 def _value(value: Any, unit: Any) -> str:
     unit = unit or "ms"
     return f"{fmt_ms(value) if unit == 'ms' else scalar_text(value)} {unit}"
+
+
+# ------------------------------------------------------------------ accuracy
+
+
+def _accuracy_lines(entries: Dict) -> list[tuple[str, str | None, Dict]]:
+    """(artifact, runtime, entry as seen on that runtime): one line per runtime an artifact was validated on."""
+    lines = []
+    for name, entry in entries.items():
+        runtimes = list((entry.get("runtimes") or {}).keys())
+        if len(runtimes) <= 1:
+            lines.append((name, runtimes[0] if runtimes else entry.get("runtime"), entry))
+            continue
+        for runtime in runtimes:
+            lines.append((name, runtime, runtime_entry(entry, runtime) or entry))
+    return lines
 
 
 def _accuracy(accuracy: Dict | None, image: str | None) -> Section:
@@ -178,43 +278,65 @@ def _accuracy(accuracy: Dict | None, image: str | None) -> Section:
             "Accuracy", [Para("No artifact was validated.", tone="bad")] if accuracy is not None else []
         )
     metrics = metrics_present(accuracy)
-    headers = ["artifact", "precision", "verdict", "required checks passed", *metrics, "reason"]
-    rows, tones = [], []
-    for name, entry in entries.items():
+    headers = ["artifact", "runtime", "precision", "verdict", "required checks passed", *metrics, "reason"]
+    rows: list[list[Text]] = []
+    tones = []
+    for name, runtime, entry in _accuracy_lines(entries):
         picked = key_checks(entry)
         required = [c for c in entry.get("checks") or [] if not is_informational(c)]
-        rows.append(
-            [
-                name,
-                str(entry.get("precision") or "—"),
-                "pass" if entry.get("passed") else "FAIL",
-                f"{sum(bool(c.get('passed')) for c in required)}/{len(required)}",
-                *[check_text(picked[m]) if m in picked else "—" for m in metrics],
-                str(entry.get("reason") or ""),
-            ]
-        )
+        cells: list[Text] = [
+            name,
+            str(runtime or "—"),
+            str(entry.get("precision") or "—"),
+            "pass" if entry.get("passed") else "FAIL",
+            f"{sum(bool(c.get('passed')) for c in required)}/{len(required)}",
+        ]
+        cells += [Cell(check_text(picked[m]), check_tone(picked[m])) if m in picked else "—" for m in metrics]
+        cells.append(str(entry.get("reason") or ""))
+        rows.append(cells)
         tones.append("" if entry.get("passed") else "bad")
     reference = (accuracy or {}).get("reference", "the reference")
     blocks: list[Block] = [
         Para(
-            f"Every artifact against {reference}. Each figure is the worst check of that metric over outputs and "
-            "inputs (shape corners min/opt/max and the held-out data); (info) marks a check that is reported but does not gate."
+            f"Every artifact against {reference}, on every runtime it is benchmarked on. Each figure is the worst "
+            "check of that metric over outputs and inputs (shape corners min/opt/max and the held-out data); "
+            "per-token outputs are compared on real tokens only. (info) marks a check that is reported but "
+            "does not gate; neighbours is the share of each held-out sample's nearest neighbours an embedding keeps."
         ),
         Table(headers, rows, tones),
     ]
     failures = [
-        f"{name}: {where(c)}: {check_text(c, with_metric=True)}"
-        for name, entry in entries.items()
+        f"{name}{f' on {runtime}' if runtime else ''}: {where(c)}: {check_text(c, with_metric=True)}"
+        for name, runtime, entry in _accuracy_lines(entries)
         for c in failing_checks(entry)[:5]
     ]
     if failures:
-        blocks += [Para("Failing checks (worst first, at most five per artifact):"), Bullets(failures)]
+        blocks += [
+            Para("Failing checks (worst first, at most five per artifact and runtime):"),
+            Bullets(failures),
+        ]
+    located = _divergences(entries)
+    if located:
+        blocks += [Para("Where failing artifacts first diverge from the FP32 ONNX graph:"), Bullets(located)]
     if image:
         blocks.append(Image(image, "Accuracy: key error figures against thresholds"))
     return Section("Accuracy", blocks)
 
 
-def _speed(speed: Dict | None, winner: Dict | None, image: str | None) -> Section:
+def _divergences(entries: Dict) -> list[str]:
+    lines = []
+    for name, entry in entries.items():
+        for runtime, record in (entry.get("runtimes") or {}).items():
+            found = record.get("divergence")
+            if isinstance(found, Mapping) and found.get("text"):
+                lines.append(f"{name} on {runtime}: {found['text']}")
+    return lines
+
+
+# ------------------------------------------------------------------ speed
+
+
+def _speed(header: Dict, speed: Dict | None, winner: Dict | None, image: str | None) -> Section:
     rows_in = sorted_results(speed)
     if not rows_in:
         return Section(
@@ -233,13 +355,15 @@ def _speed(speed: Dict | None, winner: Dict | None, image: str | None) -> Sectio
         "n",
         "stable",
     ]
-    rows, tones = [], []
+    rows: list[list[Text]] = []
+    tones = []
     for r in rows_in:
         won = is_winner_row(r, winner)
+        graph = " (CUDA graph)" if r.get("cuda_graph") else ""
         rows.append(
             [
                 f"{r.get('artifact')} ★" if won else str(r.get("artifact")),
-                str(r.get("runtime")),
+                f"{r.get('runtime')}{graph}",
                 str(r.get("io")),
                 str(r.get("batch")),
                 shape_text(r.get("shapes")),
@@ -248,17 +372,22 @@ def _speed(speed: Dict | None, winner: Dict | None, image: str | None) -> Sectio
                 fmt_ci(r.get("p50_ci95_ms")),
                 f"{r['cv']:.3f}" if isinstance(r.get("cv"), int | float) else "—",
                 scalar_text(r.get("n")),
-                "yes" if r.get("stable") else "NO",
+                "yes"
+                if r.get("stable")
+                else Cell(f"NO: {r.get('unstable_reason') or r.get('stop_reason') or '?'}", "bad"),
             ]
         )
         tones.append("winner" if won else ("warn" if not r.get("stable") else ""))
-    blocks: list[Block] = [Table(headers, rows, tones)]
-    notes = "Same inputs, timer, warm-up and window policy for every row."
+    blocks: list[Block] = [
+        Para(_measured(header, speed), tone="note" if header.get("benchmark_reused_from") else "")
+    ]
+    blocks.append(Table(headers, rows, tones))
+    notes = "Same inputs, timer, warm-up and window policy for every row; confidence intervals resample whole windows."
     if any(tone == "winner" for tone in tones):
         notes += " ★ marks the winner at the objective's shape."
     if any(not r.get("stable") for r in rows_in):
         notes += (
-            " Rows with stable NO hit the window cap before their window medians agreed: read their spread "
+            " Rows with stable NO never had their window medians agree within the policy: read their spread "
             "(p50 to p99), not a clean number."
         )
     blocks.append(Para(notes, tone="note"))
@@ -269,16 +398,14 @@ def _speed(speed: Dict | None, winner: Dict | None, image: str | None) -> Sectio
     return Section("Speed", blocks)
 
 
-def _measured(header: Dict, speed: Dict | None) -> Section:
+def _measured(header: Dict, speed: Dict | None) -> str:
     """A benchmark is never served from cache silently: say when and where it was measured."""
     conditions = (speed or {}).get("conditions") or {}
-    if not conditions:
-        return Section("Measured", [])
     text = f"Measured at {conditions.get('measured_at', '?')} on {conditions.get('host', '?')}."
     reused = header.get("benchmark_reused_from")
     if reused:
         text += f" These numbers were reused from {reused}, not measured again; deploy with --rebench to re-measure."
-    return Section("Measured", [Para(text, tone="note" if reused else "")])
+    return text
 
 
 def _flags(speed: Dict | None) -> Section:
@@ -290,11 +417,11 @@ def _not_run(accuracy: Dict | None, speed: Dict | None) -> Section:
     items = not_run(accuracy, speed)
     if not items:
         return Section("Not run", [])
-    rows = [[artifact, reason, stages] for artifact, reason, stages in items]
+    rows: list[list[Text]] = [[artifact, reason, stages] for artifact, reason, stages in items]
     return Section(
         "Not run",
         [
-            Para("Built or requested, but not runnable on this host:"),
+            Para("Built or requested, but not runnable on this host (no number is reported for these):"),
             Table(["artifact", "reason", "skipped by"], rows),
         ],
     )
@@ -317,9 +444,12 @@ def _changes(
     return Section(title, [Bullets(lines)] if lines else [Para("No changes.")])
 
 
+# ------------------------------------------------------------------ the record (folded)
+
+
 def _artifacts(header: Dict) -> Section:
     items = header.get("artifacts") or []
-    rows = [
+    rows: list[list[Text]] = [
         [
             str(a.get("name")),
             str(a.get("kind") or "—"),
@@ -327,15 +457,21 @@ def _artifacts(header: Dict) -> Section:
             str(a.get("path") or "—"),
             _size(a.get("bytes")),
             str(a.get("sha256") or "—")[:12],
-            ", ".join(f"{k} {v}" for k, v in flatten(a.get("details") or {})),
         ]
         for a in items
     ]
     if not rows:
         return Section("Artifacts", [])
-    return Section(
-        "Artifacts", [Table(["artifact", "kind", "precision", "file", "size", "sha256", "details"], rows)]
-    )
+    blocks: list[Block] = [Table(["artifact", "kind", "precision", "file", "size", "sha256"], rows)]
+    for a in items:
+        details = [f"{k}: {_cut(v)}" for k, v in flatten(a.get("details") or {})]
+        if details:
+            blocks += [Para(f"{a.get('name')} details:", tone="note"), Bullets(details)]
+    return Section("Artifacts", blocks, folded=True)
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= DETAIL_CHARS else text[: DETAIL_CHARS - 1] + "…"
 
 
 def _size(value: Any) -> str:
@@ -350,7 +486,8 @@ def _size(value: Any) -> str:
 def _stages(stages: Sequence[Dict]) -> Section:
     if not stages:
         return Section("Stages", [])
-    rows, tones = [], []
+    rows: list[list[Text]] = []
+    tones = []
     for s in stages:
         status = str(s.get("status"))
         rows.append(
@@ -362,13 +499,21 @@ def _stages(stages: Sequence[Dict]) -> Section:
         error = str(s.get("error") or "")
         if "\n" in error.strip() or len(error) > 160:
             blocks.append(Code(f"{s.get('name')}: full error", error.strip()))
-        warnings = (s.get("details") or {}).get("warnings")
+        warnings = (s.get("details") or {}).get("warnings") or (s.get("details") or {}).get("tracer_warnings")
         if isinstance(warnings, list) and warnings:
             blocks.append(Para(f"{s.get('name')} warnings:", tone="note"))
             blocks.append(Bullets([first_line(w, 400) for w in warnings]))
-    return Section("Stages", blocks)
+    return Section("Stages", blocks, folded=True)
 
 
-def _pairs(title: str, data: Any) -> Section:
-    pairs = flatten(data) if isinstance(data, Mapping) else []
-    return Section(title, [Table(["key", "value"], [[k, v] for k, v in pairs])] if pairs else [])
+def _conditions(speed: Dict | None, environment: Any) -> Section:
+    """One table: how the benchmark measured (policy, threads, timer, inputs) and the machine and libraries,
+    each fact once."""
+    conditions = dict((speed or {}).get("conditions") or {})
+    pairs = flatten({k: v for k, v in conditions.items() if k not in ("device", "versions")}, "benchmark")
+    if isinstance(environment, Mapping):
+        pairs += flatten(environment, "environment")
+    else:
+        pairs += flatten({k: conditions[k] for k in ("device", "versions") if k in conditions}, "benchmark")
+    rows: list[list[Text]] = [[k, _cut(v)] for k, v in pairs]
+    return Section("Conditions", [Table(["key", "value"], rows)] if rows else [], folded=True)

@@ -9,7 +9,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-METRIC_ORDER = ("cosine", "max_abs", "mean_abs", "max_rel")
+METRIC_ORDER = ("cosine", "neighbours", "max_abs", "mean_abs", "max_rel")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 Row = Mapping[str, Any]
 
@@ -78,7 +78,7 @@ def margin(check: Row) -> float:
         return math.inf
     if not isinstance(threshold, int | float):
         return 0.0
-    if check.get("metric") == "cosine":
+    if check.get("metric") in LOWER_BOUNDS:
         return (1.0 - value) / max(1.0 - threshold, 1e-30)
     return value / threshold if threshold > 0 else (math.inf if value > 0 else 0.0)
 
@@ -115,21 +115,37 @@ def metrics_present(accuracy: Row | None) -> list[str]:
     return sorted((m for m in found if m), key=metric_sort_key)
 
 
+LOWER_BOUNDS = ("cosine", "neighbours")
+
+
 def relation(check: Row) -> str:
-    return "≥" if check.get("metric") == "cosine" else "≤"
+    """The relation that holds: '≥'/'≤' when the check passed, '<'/'>' when it did not."""
+    lower = check.get("metric") in LOWER_BOUNDS
+    if check.get("passed"):
+        return "≥" if lower else "≤"
+    return "<" if lower else ">"
 
 
 def check_text(check: Row, with_metric: bool = False) -> str:
-    """'0.999871 ≥ 0.9999 ✗ (info)': the value against its threshold, and whether it held."""
+    """'0.971200 < 0.98 ✗' for a failing required check, '1.85 > 1 (info)' for an informational one that is
+    over its threshold (it never gates, so it never gets a ✗), '0.999871 ≥ 0.9999 ✓' when it holds."""
     metric = str(check.get("metric"))
     threshold = check.get("threshold")
     text = fmt_metric(metric, check.get("value"))
     if isinstance(threshold, int | float):
         text += f" {relation(check)} {threshold:g}"
-    text += " ✓" if check.get("passed") else " ✗"
     if is_informational(check):
         text += " (info)"
+    else:
+        text += " ✓" if check.get("passed") else " ✗"
     return f"{metric} {text}" if with_metric else text
+
+
+def check_tone(check: Row) -> str:
+    """How a check's cell looks: failing required ones are bad, informational ones grey, the rest plain."""
+    if is_informational(check):
+        return "info"
+    return "" if check.get("passed") else "bad"
 
 
 def failing_checks(entry: Row) -> list[Row]:
@@ -144,6 +160,18 @@ def where(check: Row) -> str:
 
 def artifacts_of(accuracy: Row | None) -> dict[str, Row]:
     return dict((accuracy or {}).get("artifacts") or {})
+
+
+def runtime_entry(entry: Row | None, runtime: str | None) -> Row | None:
+    """An artifact's accuracy entry as seen on one runtime: that runtime's verdict and checks (entries
+    written before per-runtime records existed are returned whole)."""
+    if entry is None or runtime is None:
+        return entry
+    record = (entry.get("runtimes") or {}).get(runtime)
+    if record is None:
+        return entry if not entry.get("runtimes") else None
+    checks = [c for c in entry.get("checks") or [] if c.get("runtime", runtime) == runtime]
+    return {**entry, **record, "checks": checks}
 
 
 def precision_of(name: str, accuracy: Row | None = None) -> str:

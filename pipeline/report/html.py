@@ -1,27 +1,23 @@
-"""signoff.html: the same document as signoff.md, as one self-contained page (inline CSS, PNGs beside it)."""
+"""signoff.html: the same document as signoff.md, as one self-contained page (inline CSS, PNGs beside it),
+rendered from a Jinja2 template with autoescaping, so no error text can inject markup."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
-from html import escape
 from typing import Any
 
-from pipeline.report.document import Block, Bullets, Code, Document, Image, Para, Table, build_document
-
-_CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:2em auto;max-width:72em;padding:0 1em;color:#1d1d1f}
-h1{font-size:1.6em;margin-bottom:.1em}h2{font-size:1.2em;margin-top:1.8em;border-bottom:1px solid #ddd}
-.sub{color:#666;margin-top:0}
-.verdict{display:inline-block;padding:.3em .8em;border-radius:4px;font-weight:700;font-size:1.2em}
-.good.verdict{background:#dff3e3;color:#11612b}.bad.verdict{background:#fbe1e1;color:#9b1c1c}
-p.bad{color:#9b1c1c}p.note{color:#555;font-size:.92em}
-table{border-collapse:collapse;margin:.6em 0;font-variant-numeric:tabular-nums}
-th,td{border:1px solid #ddd;padding:.25em .6em;text-align:left;vertical-align:top}
-th{background:#f4f4f6}tr.bad td{background:#fdeeee}tr.warn td{background:#fff7e0}
-tr.winner td{background:#e6f4ea;font-weight:600}
-pre{background:#f6f8fa;padding:.8em;overflow-x:auto;font-size:.9em}
-img{max-width:100%;border:1px solid #eee;margin:.6em 0}
-"""
+from pipeline.report.document import (
+    Block,
+    Bullets,
+    Cell,
+    Code,
+    Document,
+    Image,
+    Para,
+    Table,
+    build_document,
+)
 
 
 def render_html(
@@ -37,42 +33,43 @@ def render_html(
     return html_from(build_document(header, accuracy, speed, winner, stages, previous, plots))
 
 
-def html_from(doc: Document) -> str:
-    body = [f"<h1>{escape(doc.title)}</h1>", f'<p class="sub">{escape(doc.subtitle)}</p>']
-    for section in doc.sections:
-        body.append(f"<h2>{escape(section.title)}</h2>")
-        body.extend(_block(block) for block in section.blocks)
-    return (
-        "<!DOCTYPE html>\n"
-        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f"<title>{escape(doc.title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-        + "\n".join(body)
-        + "\n</body>\n</html>\n"
+@functools.cache
+def _template() -> Any:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("pipeline.report", "templates"),
+        autoescape=True,
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
     )
+    return env.get_template("signoff.html.j2")
 
 
-def _block(block: Block) -> str:
+def html_from(doc: Document) -> str:
+    sections = [
+        {"title": s.title, "folded": s.folded, "blocks": [_view(b) for b in s.blocks]} for s in doc.sections
+    ]
+    return _template().render(doc=doc, sections=sections)
+
+
+def _view(block: Block) -> dict[str, Any]:
+    """A block as the template reads it: a kind plus plain fields (cells always with a tone)."""
     if isinstance(block, Para):
-        if block.strong and block.tone in ("good", "bad"):
-            return f'<p><span class="verdict {block.tone}">{escape(block.text)}</span></p>'
-        text = f"<strong>{escape(block.text)}</strong>" if block.strong else escape(block.text)
-        return f'<p class="{block.tone}">{text}</p>' if block.tone else f"<p>{text}</p>"
+        return {"kind": "para", "text": block.text, "strong": block.strong, "tone": block.tone}
     if isinstance(block, Table):
-        return _table(block)
+        rows = [
+            {
+                "tone": block.tones[i] if i < len(block.tones) else "",
+                "cells": [c if isinstance(c, Cell) else Cell(c) for c in row],
+            }
+            for i, row in enumerate(block.rows)
+        ]
+        return {"kind": "table", "headers": block.headers, "rows": rows}
     if isinstance(block, Bullets):
-        return "<ul>\n" + "\n".join(f"<li>{escape(item)}</li>" for item in block.items) + "\n</ul>"
+        return {"kind": "bullets", "entries": block.items, "tone": block.tone}
     if isinstance(block, Image):
-        return f'<img src="{escape(block.src)}" alt="{escape(block.alt)}">'
+        return {"kind": "image", "src": block.src, "alt": block.alt}
     if isinstance(block, Code):
-        return f"<p>{escape(block.caption)}</p>\n<pre>{escape(block.text)}</pre>"
+        return {"kind": "code", "caption": block.caption, "text": block.text}
     raise TypeError(f"unknown block {type(block).__name__}")
-
-
-def _table(table: Table) -> str:
-    head = "<tr>" + "".join(f"<th>{escape(h)}</th>" for h in table.headers) + "</tr>"
-    rows = []
-    for i, row in enumerate(table.rows):
-        tone = table.tones[i] if i < len(table.tones) else ""
-        attr = f' class="{tone}"' if tone else ""
-        rows.append(f"<tr{attr}>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>")
-    return "<table>\n<thead>" + head + "</thead>\n<tbody>\n" + "\n".join(rows) + "\n</tbody>\n</table>"

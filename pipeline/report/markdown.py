@@ -6,7 +6,18 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipeline.report.document import Block, Bullets, Code, Document, Image, Para, Table, build_document
+from pipeline.report.document import (
+    Block,
+    Bullets,
+    Code,
+    Document,
+    Image,
+    Para,
+    Table,
+    Text,
+    build_document,
+    text_of,
+)
 
 # '>' only opens a block quote at a line start, and cannot close a tag once every '<' is escaped.
 # '[' and ']' stay: without a '(url)' or a reference definition after them they are literal text.
@@ -27,10 +38,16 @@ def render_markdown(
 
 
 def markdown_from(doc: Document) -> str:
+    """Sections in order; folded ones (the record) as <details> blocks, which GitHub and most viewers fold."""
     parts = [f"# {escape(doc.title)}", escape(doc.subtitle)]
     for section in doc.sections:
-        parts.append(f"## {escape(section.title)}")
+        if section.folded:
+            parts.append(f"<details>\n<summary><b>{escape(section.title)}</b></summary>")
+        else:
+            parts.append(f"## {escape(section.title)}")
         parts.extend(_block(block) for block in section.blocks)
+        if section.folded:
+            parts.append("</details>")
     return "\n\n".join(parts) + "\n"
 
 
@@ -39,7 +56,8 @@ def escape(text: str) -> str:
     return _SPECIAL.sub(lambda m: "\\" + m.group(0), text)
 
 
-def _cell(text: str) -> str:
+def _cell(value: Text) -> str:
+    text = text_of(value)
     return escape(" ".join(text.split())) if text else " "
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.report.facts import (
+    LOWER_BOUNDS,
     artifacts_of,
     fmt_metric,
     group_key,
@@ -188,7 +189,7 @@ def _error(metric: str, value: Any) -> float:
     """The plotted error: 1 - cosine for cosine (so lower is better everywhere), the value otherwise."""
     if not isinstance(value, int | float) or math.isnan(value):
         return math.nan
-    return 1.0 - value if metric == "cosine" else float(value)
+    return 1.0 - value if metric in LOWER_BOUNDS else float(value)
 
 
 def _accuracy_panel(ax: Any, metric: str, checks: Sequence[Dict | None], y: list[int]) -> None:
@@ -217,7 +218,7 @@ def _accuracy_panel(ax: Any, metric: str, checks: Sequence[Dict | None], y: list
     ax.minorticks_off()  # a decade grid reads as well, and unlabelled minor ticks cost seconds of layout
     ax.set_xlim(floor / 2, top)
     ax.set_ylim(-0.7, len(y) - 0.3)
-    title = "1 − cosine (worst)" if metric == "cosine" else f"{metric} (worst)"
+    title = f"1 − {metric} (worst)" if metric in LOWER_BOUNDS else f"{metric} (worst)"
     ax.set_title(title + ", lower is better", fontsize=9)
     ax.grid(axis="x", color="#eee")
     ax.set_axisbelow(True)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.report.facts import (
     artifacts_of,
     failing_checks,
+    first_line,
     fmt_metric,
     fmt_ms,
     group_key,
@@ -17,6 +18,7 @@ from pipeline.report.facts import (
     not_run,
     precision_of,
     results_of,
+    runtime_entry,
     unique,
 )
 
@@ -27,13 +29,18 @@ Dict = Mapping[str, Any]
 
 
 def summary_table(
-    accuracy: Dict | None, speed: Dict | None, winner: Dict | None, objective_batch: int | None
+    accuracy: Dict | None,
+    speed: Dict | None,
+    winner: Dict | None,
+    objective_batch: int | None,
+    failed: list[Dict] | None = None,
 ) -> Table:
     """Artifact, precision, accuracy verdict with its deciding figure, p50 / p99 per benchmarked shape.
 
     Lines are ordered by p50 in the first latency column (fastest first), unmeasured ones last.
     With objective_batch, only that batch's shapes get columns (the ones selection judged); the winner's
-    line is starred, and artifacts this host cannot run say so with the reason.
+    line is starred, and artifacts this host cannot run say so with the reason. Requested variants that failed
+    to build (`failed`: manifest.json's list) get a line of their own, last, with the stage and the error.
     """
     from rich.table import Table
 
@@ -48,7 +55,18 @@ def summary_table(
         batch, shape = column.split("|", 1)
         table.add_column(f"p50 / p99 ms\nbatch {batch}, {shape}", justify="right", no_wrap=True)
     table.add_column("note", ratio=1, overflow="fold")
-    for line in sorted(_lines(accuracy, speed, winner, columns), key=lambda line: line["order"]):
+    lines = _lines(accuracy, speed, winner, columns)
+    shown = {line["name"] for line in lines}
+    for failure in failed or []:
+        if failure["artifact"] in shown:
+            continue
+        shown.add(failure["artifact"])
+        cells = [failure["artifact"], "—", precision_of(failure["artifact"]), f"FAILED ({failure['stage']})"]
+        cells += ["—"] * len(columns) + [first_line(failure["error"], 300)]
+        lines.append(
+            {"name": failure["artifact"], "order": (math.inf, len(lines)), "cells": cells, "style": "red"}
+        )
+    for line in sorted(lines, key=lambda line: line["order"]):
         table.add_row(*line["cells"], style=line["style"])
     return table
 
@@ -99,7 +117,7 @@ def _lines(accuracy: Dict | None, speed: Dict | None, winner: Dict | None, colum
         won = any(is_winner_row(r, winner) for r in mine)
         cells_by_column = {"|".join(map(str, group_key(r))): _latency(r) for r in mine}
         runtime_text = runtime if io in (None, "host") else f"{runtime} ({io} I/O)"
-        entry = entries.get(name)
+        entry = runtime_entry(entries.get(name), runtime)
         note = _note(entry, reasons.get(name), bool(mine))
         first = [r for r in mine if columns and "|".join(map(str, group_key(r))) == columns[0]]
         order = (
@@ -109,6 +127,7 @@ def _lines(accuracy: Dict | None, speed: Dict | None, winner: Dict | None, colum
         )
         lines.append(
             {
+                "name": name,
                 "order": (order, len(lines)),
                 "cells": [
                     f"★ {name}" if won else name,
@@ -151,6 +170,8 @@ def _accuracy_cell(name: str, entry: Dict | None) -> str:
 
 def _note(entry: Dict | None, not_run_reason: str | None, benchmarked: bool) -> str:
     if not benchmarked and not_run_reason:
+        if "not runnable" in not_run_reason:
+            return not_run_reason
         return f"not runnable on this host: {not_run_reason}"
     if entry is not None and not entry.get("passed") and entry.get("reason"):
         return str(entry["reason"])

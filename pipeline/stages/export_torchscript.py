@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from pipeline.errors import StageError
 from pipeline.recipe import Recipe
 from pipeline.stages.base import (
     ArtifactRecord,
@@ -20,6 +21,7 @@ from pipeline.stages.base import (
     package_version,
 )
 from pipeline.store import write_bytes_atomic
+from pipeline.verdict import SHAPE_DEPENDENT
 
 
 def corner_args(ctx: RunContext, corner: str, batch: int | None = None) -> tuple[torch.Tensor, ...]:
@@ -56,10 +58,11 @@ def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
             checks[corner] = _max_diff(traced(*args), module(*args))
     bad = {c: d for c, d in checks.items() if not d <= cfg.check_atol}
     if bad:
-        raise RuntimeError(
+        raise StageError(
             "traced module disagrees with eager: "
             + ", ".join(f"max abs diff {d:.3g} at {c}" for c, d in bad.items())
-            + f" (tolerance {cfg.check_atol}); tracer warnings: {len(tracer_warnings)}"
+            + f" (tolerance {cfg.check_atol}); tracer warnings: {len(tracer_warnings)}",
+            details={SHAPE_DEPENDENT: True, "check_max_abs": checks, "tracer_warnings": tracer_warnings},
         )
     # Serialized in memory and written by Python (temp file in the same folder, then a rename): torch's own
     # file writer aborts the process on a full disk, a Python write raises an error the deploy reports.
@@ -79,6 +82,7 @@ def stage(recipe: Recipe, recipe_dir: Path) -> Stage:
         run=_run,
         config={
             "torchscript": recipe.export.torchscript.model_dump(),
+            "max_corner_batch": recipe.validation.corner_batches.get("max", 1),
             **model_data_slice(recipe, recipe_dir),
         },
         environment=lambda: {"torch": torch.__version__, "transformers": package_version("transformers")},

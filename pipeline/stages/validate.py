@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.accuracy import ArtifactAccuracy, evaluate
+from pipeline.accuracy import ArtifactAccuracy, artifact_entry, evaluate
 from pipeline.recipe import Recipe, Tolerance, ValidationConfig
 from pipeline.runners.base import Feeds, NotRunnable, Runner
 from pipeline.runners.polygraphy_adapter import PolygraphyRunner
@@ -122,6 +122,27 @@ def _by_inputs(run_results: Any, batches: list[Batch]) -> dict[str, list[dict[st
     return grouped
 
 
+def padding_masks(recipe: Recipe, batches: list[Batch]) -> dict[str, list[np.ndarray | None]]:
+    """Per input set, each batch's padding mask (the recipe's padding_mask input), so that per-token outputs
+    are judged on real tokens only."""
+    name = recipe.validation.padding_mask
+    grouped: dict[str, list[np.ndarray | None]] = {}
+    for batch in batches:
+        grouped.setdefault(batch.inputs, []).append(batch.feeds.get(name) if name else None)
+    return grouped
+
+
+def coverage_warnings(recipe: Recipe) -> list[str]:
+    """What the validation does not cover of the shape space the recipe declares (said in the report and on
+    the console, never silently)."""
+    skipped = [c for c in ("min", "max") if c not in recipe.validation.corners]
+    return [
+        f"dims.{dim}.{corner} is not validated (validation.corners leaves out {corner})"
+        for dim in recipe.dims
+        for corner in skipped
+    ]
+
+
 def polygraphy_verdict(reference: Any, actual: Any, recipe: Recipe, tolerance: Tolerance) -> dict[str, Any]:
     """Polygraphy's own elementwise verdict per output (CompareFunc.simple with the recipe's max_abs as atol and
     max_rel as rtol): recorded beside our checks for cross-reference; it never gates."""
@@ -170,14 +191,25 @@ def tolerance_for(recipe: Recipe, precision: str | None) -> Tolerance:
     return recipe.validation.tolerances.get(key) or ValidationConfig().tolerances[key]
 
 
-def _host_runner(runners: list[Runner]) -> Runner:
-    return next((r for r in runners if r.io == "host"), runners[0])
+def runtime_runners(runners: list[Runner]) -> list[Runner]:
+    """One runner per runtime, host I/O preferred: device and host I/O of a runtime share one validation,
+    since they run the same kernels and differ only in where inputs and outputs live."""
+    chosen: dict[str, Runner] = {}
+    for runner in runners:
+        if runner.runtime not in chosen or (runner.io == "host" and chosen[runner.runtime].io != "host"):
+            chosen[runner.runtime] = runner
+    return list(chosen.values())
 
 
 def validate_artifact(
-    ctx: RunContext, record: ArtifactRecord, batches: list[Batch], reference: Any
-) -> ArtifactAccuracy | NotRunnable:
-    """Run one artifact over the batches and check it; a runtime error is a failed artifact, not a crash."""
+    ctx: RunContext,
+    record: ArtifactRecord,
+    batches: list[Batch],
+    reference: Any,
+    onnx_reference: ArtifactRecord | None = None,
+) -> list[ArtifactAccuracy] | NotRunnable:
+    """Run one artifact over the batches on every runtime the benchmark will time it on, and check each; a
+    runtime error is that runtime's failure, not a crash."""
     from pipeline.runners.registry import runners_for
 
     found = runners_for(record, ctx)
@@ -185,19 +217,65 @@ def validate_artifact(
         return found
     if not found:
         return NotRunnable(record.name, "no runner for this artifact kind")
-    runner = _host_runner(found)
-    del found
+    results = [validate_on(ctx, record, runner, batches, reference) for runner in runtime_runners(found)]
+    if onnx_reference is not None and record.kind == "onnx" and record.name != onnx_reference.name:
+        for accuracy in results:
+            if not accuracy and accuracy.error is None:
+                accuracy.details["divergence"] = locate(ctx, accuracy, record, onnx_reference, batches)
+    return results
+
+
+DIVERGENCE_METRICS = ("max_abs", "mean_abs", "max_rel", "cosine")
+
+
+def locate(
+    ctx: RunContext,
+    accuracy: ArtifactAccuracy,
+    record: ArtifactRecord,
+    onnx_reference: ArtifactRecord,
+    batches: list[Batch],
+) -> dict[str, Any]:
+    """Where a failing ONNX artifact first departs from the FP32 ONNX graph, on the inputs of its worst failing
+    check, judged by that check's metric and threshold (a non-finite output by any finite difference)."""
+    from pipeline.divergence import locate_divergence
+
+    worst = accuracy.failures()[0]
+    metric, threshold = worst.metric, worst.threshold
+    if metric not in DIVERGENCE_METRICS or threshold is None:
+        metric, threshold = (
+            "max_abs",
+            1e30,
+        )  # NaN/inf or incomparable outputs: find the first non-finite value
+    feeds = next(b.feeds for b in batches if b.inputs == worst.inputs)
+    ctx.report(f"validate {record.name}: locating where it first diverges ({metric} at {worst.inputs})")
+    try:
+        found = locate_divergence(onnx_reference.path, record.path, feeds, metric, threshold)
+    except Exception as err:  # the locator explains a failure; it must never cause one
+        return {"text": None, "error": _one_line(err)}
+    if found is None:
+        return {"text": None, "note": "no ONNX node output exceeds the tolerance on the CPU provider"}
+    return {"text": found.describe(), **found.to_json()}
+
+
+def validate_on(
+    ctx: RunContext, record: ArtifactRecord, runner: Runner, batches: list[Batch], reference: Any
+) -> ArtifactAccuracy:
     tolerance = tolerance_for(ctx.recipe, record.precision)
     accuracy = ArtifactAccuracy(record.name, record.precision, runner.runtime)
+    label = f"{record.name} on {runner.runtime}"
     try:
-        actual = run_batches(ctx, runner, batches, record.name)
+        actual = run_batches(ctx, runner, batches, label)
     except BatchFailure as err:  # the artifact's runtime failed: its failure, recorded with the reason
         accuracy.error = f"{runner.runtime} failed {err}"
         return accuracy
-    finally:
-        del runner  # run_batches already deactivated it and collected
     evaluate(
-        accuracy, _by_inputs(reference, batches), _by_inputs(actual, batches), ctx.recipe.outputs, tolerance
+        accuracy,
+        _by_inputs(reference, batches),
+        _by_inputs(actual, batches),
+        ctx.recipe.outputs,
+        tolerance,
+        padding_masks(ctx.recipe, batches),
+        ctx.recipe.validation.neighbours_k,
     )
     try:
         accuracy.details["polygraphy"] = polygraphy_verdict(reference, actual, ctx.recipe, tolerance)
@@ -216,16 +294,20 @@ def _one_line(err: BaseException) -> str:
 
 
 def accuracy_report(
-    results: list[ArtifactAccuracy], not_run: list[NotRunnable], reference_runtime: str | None = None
+    results: dict[str, list[ArtifactAccuracy]],
+    not_run: list[NotRunnable],
+    reference_runtime: str | None = None,
+    warnings: list[str] | None = None,
 ) -> dict[str, Any]:
-    """accuracy.json exactly per the contract (plus the reference's runtime, each artifact's precision and
-    runtime, and Polygraphy's verdict)."""
+    """accuracy.json per the contract, each artifact with its record per runtime (plus the reference's
+    runtime and what the validation does not cover)."""
     return {
         "schema_version": 1,
         "reference": REFERENCE,
         "reference_runtime": reference_runtime,
-        "artifacts": {r.artifact: r.to_json() for r in results},
+        "artifacts": {name: artifact_entry(records) for name, records in results.items()},
         "not_run": [{"artifact": n.artifact, "reason": n.reason} for n in not_run],
+        "warnings": list(warnings or []),
     }
 
 
@@ -233,7 +315,7 @@ def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord], order: tuple[str, .
     from pipeline.runners.registry import reference_runners
 
     records = [inputs[name] for name in order if name in inputs]
-    results: list[ArtifactAccuracy] = []
+    results: dict[str, list[ArtifactAccuracy]] = {}
     not_run: list[NotRunnable] = []
     reference_runtime = None
     if records:
@@ -242,19 +324,25 @@ def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord], order: tuple[str, .
         reference_runtime = reference_runner.runtime
         reference = run_batches(ctx, reference_runner, batches, REFERENCE)
         del reference_runner
+        onnx_reference = inputs.get("onnx-fp32")
         for record in records:
-            outcome = validate_artifact(ctx, record, batches, reference)
-            (not_run if isinstance(outcome, NotRunnable) else results).append(outcome)
+            outcome = validate_artifact(ctx, record, batches, reference, onnx_reference)
+            if isinstance(outcome, NotRunnable):
+                not_run.append(outcome)
+            else:
+                results[record.name] = outcome
         del reference
         gc.collect()
-    report = accuracy_report(results, not_run, reference_runtime)
+    report = accuracy_report(results, not_run, reference_runtime, coverage_warnings(ctx.recipe))
     target = ctx.path(REPORT)
     target.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    entries = report["artifacts"]
     summary = {
-        "passed": [r.artifact for r in results if r],
-        "failed": {r.artifact: r.reason for r in results if not r},
+        "passed": [name for name, e in entries.items() if e["passed"]],
+        "failed": {name: e["reason"] for name, e in entries.items() if not e["passed"]},
         "not_run": {n.artifact: n.reason for n in not_run},
         "absent": [name for name in order if name not in inputs],
+        "warnings": report["warnings"],
     }
     return StageResult(outputs=[Output(REPORT, "report", details=summary)], details=summary)
 
@@ -264,7 +352,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     order = tuple(artifacts)
     return Stage(
         name="validate",
-        version=1,
+        version=2,  # 2: a record per runtime, masked per-token outputs, neighbours, divergence, coverage
         run=lambda ctx, inputs: _run(ctx, inputs, order),
         config={
             "validation": recipe.validation.model_dump(),

@@ -44,7 +44,7 @@ def speed(tmp_path_factory: pytest.TempPathFactory) -> dict:
     }
     bench = stage(ctx.recipe, ctx.recipe_dir, list(inputs))
     assert bench.name == "benchmark" and bench.critical and bench.volatile
-    assert bench.consumes_any == tuple(inputs)
+    assert bench.consumes_any == (*inputs, "report:accuracy")  # to measure an unstable winner again
     json.dumps(bench.config)
     result = bench.run(ctx, inputs)
     assert [o.path for o in result.outputs] == ["reports/speed.json"] and result.outputs[0].kind == "report"
@@ -64,6 +64,14 @@ def test_speed_json_has_the_contract_keys(speed: dict) -> None:
     for row in speed["results"]:
         assert set(row) >= ROW_KEYS, ROW_KEYS - set(row)
         assert row["n"] >= 1 and len(row["p50_ci95_ms"]) == 2
+        assert row["p50_ci95_ms"] == row["ci95_ms"]["p50"] and set(row["ci95_ms"]) == {
+            "p50",
+            "p90",
+            "p99",
+            "mean",
+        }
+        assert sum(row["window_sizes"]) == row["n"] and len(row["window_sizes"]) == row["windows"]
+        assert (row["unstable_reason"] is None) == row["stable"]
         assert row["min_ms"] <= row["p50_ms"] <= row["max_ms"]
         assert isinstance(row["stable"], bool)
         assert row["io"] == "host" or GPU  # on the CPU every row is host I/O
@@ -82,7 +90,7 @@ def test_one_row_per_artifact_runner_and_shape(speed: dict) -> None:
         for batch in (1, 2)
     }
     # a TorchScript traced on the CPU may bake the CPU device in: on CUDA it then fails, and says so
-    failed = {(e["artifact"], e["runtime"], e["io"], e["batch"]) for e in speed["not_run"] if "runtime" in e}
+    failed = {(e["artifact"], e["runtime"], e["io"], e["batch"]) for e in speed["failed"]}
     assert all(f[1] == "torchscript-cuda" for f in failed)
     assert set(rows) | failed == expected and len(rows) + len(failed) == len(expected)
     for row in speed["results"]:
@@ -152,3 +160,36 @@ def test_data_sequence_lengths_are_median_and_p90_clipped() -> None:
     assert data_sequence_lengths(list(range(1, 101)), 8, 256) == [50, 90]
     assert data_sequence_lengths([3, 3, 3], 8, 256) == [8]
     assert data_sequence_lengths([], 8, 256) == []
+
+
+def test_an_unstable_would_be_winner_is_measured_again(tmp_path: Path) -> None:
+    """With a stability bound nothing can meet, the would-be winner and its rivals get more windows (earlier
+    ones kept) before selection; rows of other shapes and of candidates that cannot win are left alone."""
+    ctx = tiny_context(tmp_path, **(TINY_WINDOWS | {"stable_within": 1e-9}))
+    messages: list[str] = []
+    ctx.report = messages.append
+    inputs = {
+        "onnx-fp32": export_onnx(ctx, tmp_path / "model.onnx"),
+        "torchscript-fp32": export_torchscript(ctx, tmp_path / "model.ts"),
+    }
+    accuracy = {
+        "artifacts": {
+            name: {"passed": True, "runtimes": {runtime: {"passed": True}}}
+            for name, runtime in (("onnx-fp32", "onnxruntime-cpu"), ("torchscript-fp32", "torchscript-cpu"))
+        }
+    }
+    (tmp_path / "accuracy.json").write_text(json.dumps(accuracy))
+    inputs_with_accuracy = {
+        **inputs,
+        "report:accuracy": record("report:accuracy", tmp_path / "accuracy.json", "report", None),
+    }
+    stage(ctx.recipe, ctx.recipe_dir, list(inputs)).run(ctx, inputs_with_accuracy)
+    speed = json.loads((tmp_path / "reports" / "speed.json").read_text())
+    again = {(r["artifact"], r["batch"]) for r in speed["results"] if r.get("remeasured")}
+    assert again and all(batch == 1 for _, batch in again)  # the objective's shape only
+    assert ("torch-fp32", 1) not in again  # the reference cannot win
+    for row in speed["results"]:
+        if row.get("remeasured"):
+            assert row["windows_remeasured"] >= 1 and not row["stable"]
+            assert sum(row["window_sizes"]) == row["n"]
+    assert any("is unstable; measuring" in m for m in messages)

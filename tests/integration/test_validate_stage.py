@@ -170,15 +170,16 @@ def test_engine_is_not_run_with_a_reason(validated) -> None:
 
 def test_polygraphy_verdict_is_recorded(validated) -> None:
     report, _, _, _ = validated
-    verdict = report["artifacts"]["onnx-fp32"]["polygraphy"]
+    verdict = report["artifacts"]["onnx-fp32"]["runtimes"]["onnxruntime-cpu"]["polygraphy"]
     assert set(verdict) == {"hidden", "pooled"}
     assert all(v["passed"] for v in verdict.values())
-    assert report["artifacts"]["onnx-optimized-fp32"]["polygraphy"]["hidden"]["passed"] is False
+    corrupted = report["artifacts"]["onnx-optimized-fp32"]["runtimes"]["onnxruntime-cpu"]
+    assert corrupted["polygraphy"]["hidden"]["passed"] is False and corrupted["passed"] is False
 
 
 def test_progress_names_artifact_and_corner(validated) -> None:
     _, _, messages, _ = validated
-    assert any(m.startswith("validate onnx-fp32 at max") for m in messages)
+    assert any(m.startswith("validate onnx-fp32 on onnxruntime-cpu at max") for m in messages)
     assert any(m.startswith("validate torch-fp32 at data") for m in messages)
 
 
@@ -202,3 +203,33 @@ def test_adapter_exposes_recipe_io_to_polygraphy(validated) -> None:
     assert list(iterations[0]) == ["hidden", "pooled"]
     assert iterations[1]["hidden"].shape == (3, 5, 64)
     assert calls == [0, 1] and not adapter.is_active
+
+
+def test_a_failing_onnx_artifact_says_where_it_first_diverges(validated) -> None:
+    report, _, _, _ = validated
+    found = report["artifacts"]["onnx-optimized-fp32"]["runtimes"]["onnxruntime-cpu"]["divergence"]
+    # the corruption scaled the token embedding: the embedding lookup is the first node to differ
+    assert found["op_type"] == "Gather" and found["text"].startswith("first diverges at")
+    assert "divergence" not in report["artifacts"]["onnx-fp32"]["runtimes"]["onnxruntime-cpu"]
+
+
+def test_per_runtime_records_and_coverage(validated) -> None:
+    report, _, _, _ = validated
+    entry = report["artifacts"]["onnx-fp32"]
+    assert set(entry["runtimes"]) == {"onnxruntime-cpu"} and entry["runtimes"]["onnxruntime-cpu"]["passed"]
+    assert all(c["runtime"] == "onnxruntime-cpu" for c in entry["checks"])
+    pooled = [c for c in entry["checks"] if c["metric"] == "neighbours"]
+    assert [c["output"] for c in pooled] == ["pooled"] and pooled[0]["value"] == 1.0
+    assert pooled[0]["informational"] and report["warnings"] == []
+
+
+def test_narrowed_corners_warn_for_every_dim() -> None:
+    from pipeline.stages.validate import coverage_warnings
+
+    recipe = load(RECIPE, ["validation.corners=[opt]"]).recipe
+    assert coverage_warnings(recipe) == [
+        "dims.batch.min is not validated (validation.corners leaves out min)",
+        "dims.batch.max is not validated (validation.corners leaves out max)",
+        "dims.sequence.min is not validated (validation.corners leaves out min)",
+        "dims.sequence.max is not validated (validation.corners leaves out max)",
+    ]

@@ -13,6 +13,7 @@ from pipeline.accuracy import (
     FINITE,
     ArtifactAccuracy,
     Check,
+    artifact_entry,
     checks_for,
     combine,
     cosine,
@@ -21,6 +22,8 @@ from pipeline.accuracy import (
     max_rel,
     mean_abs,
     measure,
+    neighbour_agreement,
+    runtime_passed,
     thresholds_for,
 )
 from pipeline.recipe import Tolerance
@@ -103,6 +106,16 @@ def test_per_output_override_replaces_only_fields_it_sets() -> None:
     informational = Tolerance(max_abs=1e-3, outputs={"pooled": Tolerance(informational=["max_abs"])})
     assert thresholds_for(informational, "pooled")["max_abs"] == (1e-3, True)
     assert thresholds_for(informational, "hidden")["max_abs"] == (1e-3, False)
+
+
+def test_a_threshold_written_for_an_output_gates_unless_that_output_says_informational() -> None:
+    tol = Tolerance(
+        max_abs=1.0, cosine=0.9, informational=["max_abs"], outputs={"pooled": Tolerance(max_abs=0.5)}
+    )
+    assert thresholds_for(tol, "pooled")["max_abs"] == (0.5, False)
+    assert thresholds_for(tol, "hidden")["max_abs"] == (1.0, True)
+    own = Tolerance(max_abs=1.0, outputs={"pooled": Tolerance(max_abs=0.5, informational=["max_abs"])})
+    assert thresholds_for(own, "pooled")["max_abs"] == (0.5, True)
 
 
 def test_override_changes_the_verdict() -> None:
@@ -189,3 +202,61 @@ def test_nan_in_one_data_batch_fails_the_aggregate() -> None:
     assert not acc
     assert acc.reason.startswith("y has 1 NaN/inf values at data")
     assert all(c.value is None for c in acc.checks if c.metric in ("max_abs", "cosine"))
+
+
+def test_masked_comparison_ignores_padded_positions() -> None:
+    ref = np.ones((2, 4, 3))
+    got = ref.copy()
+    got[0, 3] = 50.0  # garbage where sample 0 is padding
+    got[1, 2:] = -7.0  # and where sample 1 is
+    mask = np.array([[1, 1, 1, 0], [1, 1, 0, 0]])
+    masked = measure(ref, got, mask)
+    assert masked.values["max_abs"] == 0.0 and masked.values["cosine"] == pytest.approx(1.0)
+    assert masked.elements == 5 * 3
+    unmasked = measure(ref, got)
+    assert unmasked.values["max_abs"] == pytest.approx(49.0)
+    got[1, 1] = 2.0  # a real token that differs is still seen
+    assert measure(ref, got, mask).values["max_abs"] == pytest.approx(1.0)
+
+
+def test_mask_applies_only_to_per_token_outputs() -> None:
+    mask = np.array([[1, 0, 0, 0]])
+    pooled = np.ones((1, 4))  # 2-D, width equal to the sequence length: not per token
+    assert measure(pooled, pooled * 2, mask).values["max_abs"] == pytest.approx(1.0)
+
+
+def test_neighbour_agreement_counts_kept_neighbours() -> None:
+    rng = np.random.default_rng(0)
+    emb = rng.normal(size=(12, 8))
+    assert neighbour_agreement(emb, emb * 2.0, k=3) == 1.0
+    shuffled = rng.normal(size=(12, 8))
+    assert neighbour_agreement(emb, shuffled, k=3) < 0.6
+    assert neighbour_agreement(emb[:3], emb[:3], k=3) is None
+
+
+def test_neighbour_check_is_informational_unless_a_threshold_is_set() -> None:
+    rng = np.random.default_rng(1)
+    emb = rng.normal(size=(8, 4))
+    ref = {"data": [{"pooled": emb[:4]}, {"pooled": emb[4:]}]}
+    got = {"data": [{"pooled": emb[:4]}, {"pooled": rng.normal(size=(4, 4))}]}
+    info = evaluate(ArtifactAccuracy("a", "int8", "x"), ref, got, ["pooled"], Tolerance(max_abs=100.0))
+    (check,) = [c for c in info.checks if c.metric == "neighbours"]
+    assert check.informational and check.threshold is None and 0 <= check.value < 1
+    gated = evaluate(
+        ArtifactAccuracy("a", "int8", "x"), ref, got, ["pooled"], Tolerance(max_abs=100.0, neighbours=0.99)
+    )
+    assert not gated and "neighbours" in gated.reason
+
+
+def test_artifact_entry_keeps_a_verdict_per_runtime() -> None:
+    good = ArtifactAccuracy(
+        "a", "fp16", "onnxruntime-cpu", [Check("y", "opt", "cosine", 1.0, 0.9, True, False)]
+    )
+    bad = ArtifactAccuracy(
+        "a", "fp16", "onnxruntime-cuda", [Check("y", "opt", "cosine", 0.5, 0.9, False, False)]
+    )
+    entry = artifact_entry([good, bad])
+    assert entry["passed"] is False and entry["reason"].startswith("on onnxruntime-cuda: y cosine 0.5 < 0.9")
+    assert runtime_passed(entry, "onnxruntime-cpu") and not runtime_passed(entry, "onnxruntime-cuda")
+    assert not runtime_passed(entry, "tensorrt")
+    assert {c["runtime"] for c in entry["checks"]} == {"onnxruntime-cpu", "onnxruntime-cuda"}

@@ -123,3 +123,35 @@ def test_a_recipe_that_is_not_text_is_a_user_error(tmp_path: Path) -> None:
     assert info.value.lines() == [
         f"{path}:1:1: (file): not UTF-8 text: byte 0xff at byte offset 0 (invalid start byte)"
     ]
+
+
+def test_a_tolerance_that_cannot_fail_anything_is_a_located_error(tmp_path: Path) -> None:
+    text = TINY.replace(
+        "validation:\n",
+        "validation:\n  tolerances:\n    fp16: {max_abs: 0.1, informational: [max_abs]}\n",
+    )
+    [line] = _problems(tmp_path, text)
+    line_no = text.splitlines().index("    fp16: {max_abs: 0.1, informational: [max_abs]}") + 1
+    assert line.startswith(f"{tmp_path / 'r.yaml'}:{line_no}:11: validation.tolerances.fp16: no metric gates")
+
+
+def test_an_output_threshold_alone_makes_a_tolerance_gate(tmp_path: Path) -> None:
+    text = TINY.replace(
+        "validation:\n",
+        "validation:\n  tolerances:\n    fp16: {informational: [cosine], cosine: 0.9, outputs: {pooled: {cosine: 0.99}}}\n",
+    )
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    tolerance = load(path).recipe.validation.tolerances["fp16"]
+    assert tolerance.resolved("pooled")["cosine"] == (0.99, False)
+    assert tolerance.resolved("hidden")["cosine"] == (0.9, True)
+
+
+def test_paths_are_absolute_once_loaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "recipes").mkdir()
+    path = tmp_path / "recipes" / "r.yaml"
+    path.write_text(TINY.replace("{source: random, samples: 24}", "{source: npz, path: data/x.npz}"))
+    monkeypatch.chdir(tmp_path / "recipes")
+    recipe = load("r.yaml", ["output.root=out"]).recipe
+    assert recipe.data.samples.path == str(tmp_path / "recipes" / "data" / "x.npz")
+    assert recipe.output.root == str(tmp_path / "recipes" / "out")

@@ -1,19 +1,28 @@
-"""Selection: objective shape, noise-aware ranking, sign-off verdict (on report dicts as the stages write them)."""
+"""Selection: objective shape, per-runtime accuracy, the objective metric's own interval, the simplest of the
+tied, and reasons that tell the truth (on report dicts as the stages write them)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from pipeline.recipe_loader import load
-from pipeline.stages.select import choose, signoff_verdict
+from pipeline.stages.select import choose, overlap, selection_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _row(artifact: str, p50: float, ci: tuple[float, float], seq: int = 16, batch: int = 1) -> dict:
+def _row(
+    artifact: str,
+    p50: float,
+    ci: tuple[float, float],
+    seq: int = 16,
+    batch: int = 1,
+    runtime: str = "onnxruntime-cpu",
+    **extra: object,
+) -> dict:
     return {
         "artifact": artifact,
-        "runtime": "onnxruntime-cpu",
+        "runtime": runtime,
         "io": "host",
         "batch": batch,
         "sequence_length": seq,
@@ -21,15 +30,31 @@ def _row(artifact: str, p50: float, ci: tuple[float, float], seq: int = 16, batc
         "p50_ms": p50,
         "p99_ms": p50 * 2,
         "p50_ci95_ms": list(ci),
+        "ci95_ms": {"p50": list(ci)},
         "stable": True,
+        **extra,
+    }
+
+
+def _entry(passed: bool, runtimes: dict[str, bool] | None = None) -> dict:
+    runtimes = runtimes or {"onnxruntime-cpu": passed}
+    return {
+        "passed": passed,
+        "reason": None if passed else "x",
+        "runtimes": {rt: {"passed": ok, "reason": None if ok else "x"} for rt, ok in runtimes.items()},
+        "checks": [
+            {"output": "pooled", "inputs": "data", "metric": "cosine", "value": 0.99, "runtime": rt}
+            for rt in runtimes
+        ],
     }
 
 
 ACCURACY = {
     "artifacts": {
-        "onnx-fp32": {"passed": True},
-        "onnx-int8": {"passed": True},
-        "onnx-fp16": {"passed": False, "reason": "x"},
+        "onnx-fp32": _entry(True),
+        "onnx-int8": _entry(True),
+        "onnx-fp16": _entry(False),
+        "onnx-optimized-fp32": _entry(True),
     }
 }
 
@@ -43,17 +68,84 @@ def test_fastest_passing_artifact_wins_when_beyond_noise() -> None:
         "results": [
             _row("onnx-fp32", 10, (9.5, 10.5)),
             _row("onnx-int8", 5, (4.8, 5.2)),
-            _row("onnx-fp16", 1, (0.9, 1.1)),
+            _row("onnx-fp16", 1, (0.9, 1.1)),  # failed validation: never a candidate
+        ]
+    }
+    winner = choose(_recipe(), speed, ACCURACY, {"onnx-int8": "model.int8.onnx"})
+    assert winner["artifact"] == "onnx-int8" and winner["runner_up"]["artifact"] == "onnx-fp32"
+    assert winner["file"] == "model.int8.onnx" and winner["within_noise_of"] == []
+    assert "do not overlap" in winner["reason"] and winner["accuracy"]["passed"] is True
+    assert winner["accuracy"]["figures"] == {"cosine": 0.99}
+    assert winner["baseline"]["artifact"] == "onnx-fp32"
+
+
+def test_within_noise_the_simpler_artifact_wins_and_says_so() -> None:
+    """Fastest is not the simplest: the simplest of those tied with the fastest wins."""
+    speed = {"results": [_row("onnx-fp32", 10, (9.0, 11.0)), _row("onnx-int8", 9.8, (9.5, 10.5))]}
+    winner = choose(_recipe(), speed, ACCURACY)
+    assert winner["artifact"] == "onnx-fp32"
+    assert "within noise" in winner["reason"] and "simplest" in winner["reason"]
+    assert winner["within_noise_of"] == ["onnx-int8 (onnxruntime-cpu)"]
+    assert "do not overlap" not in winner["reason"]
+
+
+def test_fastest_and_simplest_but_overlapping_never_claims_separation() -> None:
+    """The CNN case from review: the winner's interval overlaps another; the reason must say so."""
+    speed = {
+        "results": [
+            _row("onnx-fp32", 1.2437, (1.2319, 1.2526)),
+            _row("onnx-optimized-fp32", 1.2420, (1.2374, 1.2471)),
         ]
     }
     winner = choose(_recipe(), speed, ACCURACY)
-    assert winner["artifact"] == "onnx-int8" and winner["runner_up"]["artifact"] == "onnx-fp32"
-
-
-def test_within_noise_the_simpler_artifact_wins() -> None:
-    speed = {"results": [_row("onnx-fp32", 10, (9.0, 11.0)), _row("onnx-int8", 9.8, (9.5, 10.5))]}
+    assert winner["artifact"] == "onnx-fp32"  # simplest of the tied, though not the fastest
+    assert "overlap" in winner["reason"] and "do not overlap" not in winner["reason"]
+    speed["results"][1]["artifact"] = "onnx-int8"
+    speed["results"][0]["p50_ms"] = 1.2400  # now onnx-fp32 is the fastest and the simplest, still overlapping
     winner = choose(_recipe(), speed, ACCURACY)
-    assert winner["artifact"] == "onnx-fp32" and "simpler" in winner["reason"]
+    assert winner["artifact"] == "onnx-fp32" and "within noise of onnx-int8" in winner["reason"]
+    assert "do not overlap" not in winner["reason"]
+
+
+def test_p99_objective_uses_the_p99_interval() -> None:
+    rows = [
+        _row("onnx-fp32", 10, (9.9, 10.1), p99_ms=30.0, ci95_ms={"p50": [9.9, 10.1], "p99": [20.0, 40.0]}),
+        _row("onnx-int8", 12, (11.9, 12.1), p99_ms=25.0, ci95_ms={"p50": [11.9, 12.1], "p99": [24.0, 26.0]}),
+    ]
+    recipe = _recipe("selection.objective.metric=p99_ms")
+    assert overlap(rows[0], rows[1], "p99_ms") and not overlap(rows[0], rows[1], "p50_ms")
+    winner = choose(recipe, {"results": rows}, ACCURACY)
+    # by p99 onnx-int8 is faster, but the p99 intervals overlap: the simpler onnx-fp32 wins
+    assert winner["artifact"] == "onnx-fp32" and winner["interval"] == [20.0, 40.0]
+    assert "within noise" in winner["reason"] and "25 ms [24–26]" in winner["reason"]
+
+
+def test_a_row_without_its_own_accuracy_record_is_never_selected() -> None:
+    accuracy = {"artifacts": {"onnx-fp32": _entry(True), "onnx-int8": _entry(True)}}
+    speed = {
+        "results": [
+            _row("onnx-fp32", 10, (9.5, 10.5)),
+            _row("onnx-int8", 1, (0.9, 1.1), runtime="onnxruntime-cuda"),  # validated on the CPU only
+        ]
+    }
+    winner = choose(_recipe(), speed, accuracy)
+    assert winner["artifact"] == "onnx-fp32" and winner["runtime"] == "onnxruntime-cpu"
+    accuracy["artifacts"]["onnx-int8"] = _entry(False, {"onnxruntime-cpu": False, "onnxruntime-cuda": True})
+    winner = choose(_recipe(), speed, accuracy)
+    assert winner["artifact"] == "onnx-int8" and winner["runtime"] == "onnxruntime-cuda"
+    assert winner["accuracy"]["runtime"] == "onnxruntime-cuda" and winner["accuracy"]["passed"]
+
+
+def test_unstable_winner_is_provisional_with_its_reason() -> None:
+    speed = {
+        "results": [
+            _row("onnx-fp32", 10, (9.5, 10.5)),
+            _row("onnx-int8", 5, (4.8, 5.2), stable=False, unstable_reason="window medians spread 12%"),
+        ]
+    }
+    winner = choose(_recipe(), speed, ACCURACY)
+    assert winner["provisional"] is True and winner["stable"] is False
+    assert "provisional: winner did not stabilize (window medians spread 12%)" in winner["reason"]
 
 
 def test_objective_sequence_length_is_honoured() -> None:
@@ -64,7 +156,45 @@ def test_objective_sequence_length_is_honoured() -> None:
     assert choose(_recipe(), speed, ACCURACY)["artifact"] == "onnx-int8"  # default: the shortest benchmarked
 
 
-def test_required_variant_failing_blocks_signoff() -> None:
-    recipe = _recipe("variants.build=[onnx-fp32, onnx-fp16]", "variants.required=[onnx-fp16]")
-    reasons = signoff_verdict(recipe, ACCURACY, {"artifact": "onnx-fp32"}, {"onnx-fp16": "onnx-fp16"})
-    assert reasons == ["required variant onnx-fp16 failed validation: x"]
+def test_selection_problems_name_what_is_missing() -> None:
+    assert selection_problems({"artifacts": {"a": _entry(False)}}, None) == ["no artifact passed validation"]
+    assert "no artifact that passed validation" in selection_problems(ACCURACY, None)[0]
+    assert selection_problems(ACCURACY, {"artifact": "onnx-fp32"}) == []
+
+
+def test_accuracy_figures_are_the_gating_ones_as_in_the_table() -> None:
+    from pipeline.stages.select import accuracy_record
+
+    entry = _entry(True)
+    entry["checks"] = [
+        {
+            "output": "hidden",
+            "metric": "cosine",
+            "value": 0.95,
+            "informational": True,
+            "runtime": "onnxruntime-cpu",
+        },
+        {
+            "output": "pooled",
+            "metric": "cosine",
+            "value": 0.989,
+            "informational": False,
+            "runtime": "onnxruntime-cpu",
+        },
+        {
+            "output": "pooled",
+            "metric": "max_abs",
+            "value": 0.5,
+            "informational": True,
+            "runtime": "onnxruntime-cpu",
+        },
+        {
+            "output": "hidden",
+            "metric": "max_abs",
+            "value": 0.9,
+            "informational": True,
+            "runtime": "onnxruntime-cpu",
+        },
+    ]
+    figures = accuracy_record(entry, {"artifact": "a", "runtime": "onnxruntime-cpu"})["figures"]
+    assert figures == {"cosine": 0.989, "max_abs": 0.9}

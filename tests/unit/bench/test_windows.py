@@ -3,39 +3,10 @@ the policy decides (when it stops, what it discards, how it interleaves), never 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
-from pipeline.bench.timer import Sample
 from pipeline.bench.windows import Measurement, WindowPolicy, measure, measure_interleaved
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Workload:
-    """Each call 'takes' latency(i) milliseconds of the fake clock; all calls are logged."""
-
-    def __init__(
-        self, clock: FakeClock, latency: Callable[[int], float], name: str = "w", log: list | None = None
-    ):
-        self.clock, self.latency, self.name = clock, latency, name
-        self.calls = 0
-        self.log = log if log is not None else []
-
-    def __call__(self) -> Sample:
-        ms = self.latency(self.calls)
-        self.calls += 1
-        self.clock.now += ms / 1000.0
-        self.log.append(self.name)
-        return Sample(ms, ms)
-
+from tests.unit.bench.fakes import FakeClock, Workload
 
 # Binary-exact numbers (1/64 s calls, 1/4 s windows) keep window boundaries exact.
 POLICY = WindowPolicy(
@@ -86,14 +57,15 @@ def test_stops_as_soon_as_windows_agree_and_minimums_are_met() -> None:
     assert len(m.samples) == 64 and m.elapsed_s == pytest.approx(1.0)
 
 
-def test_windows_hold_at_least_one_call_and_min_iters_is_honoured() -> None:
+def test_calls_longer_than_a_window_fill_windows_so_that_min_iters_is_met_when_windows_agree() -> None:
     clock = FakeClock()
     policy = WindowPolicy(
         warmup_iters=1, warmup_s=0.01, window_s=0.2, min_iters=5, min_s=1.0, max_windows=50, max_s=100
     )
     m = measure(Workload(clock, lambda i: 500.0), policy, clock)
     assert m.stable
-    assert len(m.window_medians) == 5 and len(m.samples) == 5  # one call per window, five calls needed
+    # ceil(5 / 3) = 2 calls per window: after the 3 windows that agree, 6 calls >= min_iters
+    assert m.window_sizes == [2, 2, 2] and len(m.samples) == 6
 
 
 def test_drifting_workload_caps_at_max_windows_and_is_flagged() -> None:

@@ -105,6 +105,9 @@ def _row(
         "cv": spread / 2,
         "p50_ci95_ms": [round(p50 * 0.99, 3), round(p50 * 1.01, 3)],
         "stable": stable,
+        "unstable_reason": None
+        if stable
+        else "window medians spread 12.0% over the last 3 windows (limit 5%)",
     }
 
 
@@ -170,14 +173,41 @@ def speed() -> dict:
 
 
 def winner() -> dict:
+    """As the select stage writes it."""
     return {
         "artifact": "onnx-int8-dynamic",
+        "file": "model.int8-dynamic.onnx",
         "runtime": "onnxruntime-cpu",
         "io": "host",
-        "objective": {"metric": "p50_ms", "batch": 1, "sequence_length": SEQ},
+        "cuda_graph": False,
+        "objective": {"metric": "p50_ms", "batch": 1, "sequence_length": SEQ, "io": None},
         "value": 10.8,
         "unit": "ms",
-        "runner_up": {"artifact": "onnx-fp16", "value": 30.2},
+        "interval": [10.7, 10.9],
+        "provisional": False,
+        "accuracy": {
+            "runtime": "onnxruntime-cpu",
+            "passed": True,
+            "record": "reports/accuracy.json: artifacts.onnx-int8-dynamic.runtimes.onnxruntime-cpu",
+            "figures": {"cosine": 0.9862, "max_abs": 0.33},
+        },
+        "runner_up": {
+            "artifact": "onnx-fp16",
+            "runtime": "onnxruntime-cpu",
+            "io": "host",
+            "value": 30.2,
+            "interval": [29.9, 30.5],
+            "accuracy": {"cosine": 0.99993},
+        },
+        "baseline": {
+            "artifact": "onnx-fp32",
+            "runtime": "onnxruntime-cpu",
+            "io": "host",
+            "value": 31.6,
+            "interval": [31.3, 31.9],
+            "accuracy": {"cosine": 0.9999999, "max_abs": 3.4e-6},
+        },
+        "within_noise_of": [],
         "reason": "fastest passing artifact; its p50 CI does not overlap the runner-up's",
     }
 

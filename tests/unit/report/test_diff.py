@@ -37,7 +37,7 @@ def test_identical_versions_have_only_noise():
     lines = diff_versions(previous, current)
     assert (
         lines[0]
-        == "winner unchanged: onnx-int8-dynamic (onnxruntime-cpu, host I/O), 10.8 ms -> 10.8 ms (+0%)"
+        == "winner unchanged: onnx-int8-dynamic (onnxruntime-cpu, host I/O), 10.8 ms -> 10.8 ms (+0%, within noise)"
     )
     assert len(lines) == 2 and lines[1].startswith("within noise (p50 95% CIs overlap): ")
 
@@ -46,10 +46,12 @@ def test_unchanged_winner_and_lost_sign_off():
     previous = _current() | {"version": "v0002"}
     current = _current()
     current["speed"] = copy.deepcopy(current["speed"])
-    current["winner"] = current["winner"] | {"value": 12.0}
+    current["winner"] = current["winner"] | {"value": 12.0, "interval": [11.9, 12.1]}
     assert diff_versions(previous, current)[0] == (
         "winner unchanged: onnx-int8-dynamic (onnxruntime-cpu, host I/O), 10.8 ms -> 12.0 ms (+11%)"
     )
+    current["winner"] = current["winner"] | {"value": 10.85, "interval": [10.8, 10.95]}
+    assert diff_versions(previous, current)[0].endswith("10.8 ms -> 10.8 ms (+0%, within noise)")
     failed = current | {"winner": None, "signed_off": False}
     lines = diff_versions(previous, failed)
     assert lines[:2] == [

@@ -61,3 +61,17 @@ def test_not_signed_off_banner(inputs):
 
 def test_same_inputs_same_bytes(inputs):
     assert render_html(**inputs).encode() == render_html(**inputs).encode()
+
+
+def test_informational_misses_are_grey_and_never_a_red_cross(inputs):
+    page = render_html(**inputs)
+    assert '<td class="info">0.061 &gt; 0.05 (info)</td>' in page
+    assert '<td class="bad">0.971200 &lt; 0.98 ✗</td>' in page
+    fp16 = page[page.index("<tr><td>onnx-fp16</td>") :].split("</tr>")[0]
+    assert "✗" not in fp16
+
+
+def test_the_record_is_folded_and_tables_do_not_overflow(inputs):
+    page = render_html(**inputs)
+    assert "<details>\n<summary>Artifacts</summary>" in page and "<summary>Conditions</summary>" in page
+    assert page.count('<div class="scroll"><table>') == page.count("<table>")

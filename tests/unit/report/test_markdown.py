@@ -10,14 +10,22 @@ def _section(text: str, title: str) -> str:
     return text[start : end if end > 0 else None]
 
 
+def _folded(text: str, title: str) -> str:
+    start = text.index(f"<summary><b>{title}</b></summary>")
+    return text[start : text.index("</details>", start)]
+
+
 def test_verdict_comes_first_and_winner_is_named(inputs):
     text = render_markdown(**inputs)
     assert text.startswith("# Sign-off: bert v0003")
     assert text.index("**SIGNED OFF**") < text.index("## Winner") < text.index("## Accuracy")
     winner = _section(text, "Winner")
     assert "onnx-int8-dynamic on onnxruntime-cpu (host I/O): 10.8 ms" in winner
-    assert "Runner-up: onnx-fp16 at 30.2 ms" in winner
+    assert "Runner-up: onnx-fp16 on onnxruntime-cpu at 30.2 ms (the winner is 2.80× faster)" in winner
     assert "does not overlap the runner-up" in winner
+    assert "2.93× faster than onnx-fp32 (onnxruntime-cpu) at cosine 0.9862 vs 1.0000." in winner
+    assert "File: model.int8-dynamic.onnx" in winner and "(95% interval 10.7–10.9)" in winner
+    assert "artifacts.onnx-int8-dynamic.runtimes.onnxruntime-cpu" in winner
 
 
 def test_failed_sign_off_gives_reasons_and_no_winner(inputs):
@@ -35,11 +43,12 @@ def test_accuracy_table_shows_failing_artifact_and_its_reason(inputs):
     acc = _section(render_markdown(**inputs), "Accuracy")
     row = next(line for line in acc.splitlines() if line.startswith("| onnx-int8 |"))
     assert "| FAIL |" in row
-    assert "0.971200 ≥ 0.98 ✗" in row
+    assert "0.971200 \\< 0.98 ✗" in row
     assert "cosine 0.971200 \\< 0.98 on sentence_embedding @ data" in row
-    assert "- onnx-int8: sentence_embedding @ data: cosine 0.971200 ≥ 0.98 ✗" in acc
+    assert "- onnx-int8: sentence_embedding @ data: cosine 0.971200 \\< 0.98 ✗" in acc
     fp16 = next(line for line in acc.splitlines() if line.startswith("| onnx-fp16 |"))
-    assert "| pass |" in fp16 and "0.061 ≤ 0.05 ✗ (info)" in fp16  # informational miss does not gate
+    # an informational miss does not gate: no ✗, marked (info), on a passing row
+    assert "| pass |" in fp16 and "0.061 > 0.05 (info)" in fp16 and "✗" not in fp16
 
 
 def test_speed_table_marks_winner_and_unstable_row(inputs):
@@ -51,9 +60,9 @@ def test_speed_table_marks_winner_and_unstable_row(inputs):
         and "| onnx-int8-dynamic ★ | onnxruntime-cpu | host | 1 | 1×128 | 10.8 |" in winner_rows[0]
     )
     unstable = next(line for line in lines if line.startswith("| onnx-fp16 |") and "| 8 |" in line)
-    assert unstable.endswith("| NO |")
+    assert unstable.endswith("| NO: window medians spread 12.0% over the last 3 windows (limit 5%) |")
     assert "182–186" in unstable
-    assert "hit the window cap" in speed
+    assert "never had their window medians agree" in speed
 
 
 def test_not_run_flags_stages_and_environment(inputs):
@@ -68,14 +77,16 @@ def test_not_run_flags_stages_and_environment(inputs):
         in flags
     )
     assert "- unstable: onnx-fp16 (onnxruntime-cpu) batch 8, shape 8×128: stopped by max_windows" in flags
-    stages = _section(text, "Stages")
+    stages = _folded(text, "Stages")
     assert (
         "| int8_entropy | failed | 3.1 s | calibration failed: Too many bins for data range \\<x> |" in stages
     )
     assert "Traceback (most recent call last)" in stages  # the full error, in a code block, unescaped
     assert "TracerWarning" in stages
-    assert "| intra_op_threads | 2 |" in _section(text, "Benchmark conditions")
-    assert "| onnxruntime.providers | CPUExecutionProvider |" in _section(text, "Environment")
+    conditions = _folded(text, "Conditions")  # one table: the benchmark's conditions and the environment
+    assert "| benchmark.intra_op_threads | 2 |" in conditions
+    assert "| environment.onnxruntime.providers | CPUExecutionProvider |" in conditions
+    assert "Environment" not in text.replace("environment.", "")
 
 
 def test_changes_section_from_previous_version(inputs):
@@ -109,3 +120,34 @@ def test_same_inputs_same_text(inputs):
     assert render_markdown(**inputs, previous=samples.previous()) == render_markdown(
         **inputs, previous=samples.previous()
     )
+
+
+def test_failures_and_warnings_come_first_in_the_verdict(inputs):
+    header = samples.header()
+    header.update(
+        requested=["onnx-fp32", "onnx-fp16", "onnx-optimized-fp32", "onnx-int8"],
+        failed=[
+            {
+                "artifact": "onnx-optimized-fp32",
+                "stage": "optimize_onnx_fp32",
+                "error": "FileNotFoundError: x",
+            },
+            {"artifact": "onnx-int8", "stage": "validate", "error": "cosine 0.97 < 0.98"},
+        ],
+        warnings=["dims.sequence.min is not validated (validation.corners leaves out min)"],
+        provisional=True,
+    )
+    text = render_markdown(**(inputs | {"header": header}))
+    verdict = _section(text, "Verdict")
+    assert "2 of 4 requested variants failed." in verdict
+    assert "| onnx-optimized-fp32 | optimize_onnx_fp32 | FileNotFoundError: x |" in verdict
+    assert "- dims.sequence.min is not validated" in verdict
+    assert "Provisional: winner did not stabilize" in verdict
+    assert text.index("Failed variants") < text.index("## Winner")
+
+
+def test_the_record_is_folded(inputs):
+    text = render_markdown(**inputs)
+    for title in ("Artifacts", "Stages", "Conditions"):
+        assert f"<details>\n<summary><b>{title}</b></summary>" in text
+        assert f"## {title}" not in text

@@ -1,0 +1,94 @@
+"""The sign-off verdict: failures found in run records, validation and benchmark; required variants,
+allow_failed, provisional winners and the one-line headline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pipeline.verdict import SHAPE_DEPENDENT, decide, shape_warnings, variant_failures
+
+
+@dataclass
+class Record:
+    name: str
+    status: str
+    error: str | None = None
+    produces: list[str] = field(default_factory=list)
+    details: dict = field(default_factory=dict)
+
+
+RECORDS = [
+    Record("export_onnx", "ran", produces=["onnx-fp32"]),
+    Record("optimize_onnx_fp32", "failed", "FileNotFoundError: no such file", ["onnx-optimized-fp32"]),
+    Record(
+        "tensorrt-rtx-fp16", "skipped", "input unavailable (onnx-fp16: fp16 failed)", ["tensorrt-rtx-fp16"]
+    ),
+    Record("fp16", "failed", "ValueError: bad", ["onnx-fp16"]),
+]
+REQUESTED = ["onnx-fp32", "onnx-optimized-fp32", "tensorrt-rtx-fp16", "onnx-int8", "torchscript-fp32"]
+ACCURACY = {"artifacts": {"onnx-int8": {"passed": False, "reason": "pooled cosine 0.9 < 0.98 at data"}}}
+SPEED = {
+    "failed": [
+        {
+            "artifact": "torchscript-fp32",
+            "runtime": "torchscript-cuda",
+            "io": "device",
+            "batch": 8,
+            "reason": "RuntimeError: two devices",
+        }
+    ]
+}
+
+
+def test_failures_come_from_builds_validation_and_benchmark() -> None:
+    failures = variant_failures(REQUESTED, RECORDS, ACCURACY, SPEED)
+    assert [(f.artifact, f.stage) for f in failures] == [
+        ("onnx-optimized-fp32", "optimize_onnx_fp32"),
+        ("tensorrt-rtx-fp16", "tensorrt-rtx-fp16"),
+        ("onnx-int8", "validate"),
+        ("torchscript-fp32", "benchmark"),
+    ]
+    assert "onnx-fp16" not in {f.artifact for f in failures}  # built for an engine, not requested itself
+    assert failures[3].error == "torchscript-cuda (device I/O), batch 8: RuntimeError: two devices"
+
+
+def test_failed_variants_are_listed_but_sign_off_holds_by_default() -> None:
+    failures = variant_failures(REQUESTED, RECORDS, ACCURACY, SPEED)
+    verdict = decide(REQUESTED, [], True, failures, {"reasons": [], "winner": {"artifact": "onnx-fp32"}}, [])
+    assert verdict.signed_off and verdict.headline() == "signed off, 4 of 5 variants failed"
+
+
+def test_allow_failed_false_and_required_failures_fail_the_sign_off() -> None:
+    failures = variant_failures(REQUESTED, RECORDS, ACCURACY, SPEED)
+    selection = {"reasons": [], "winner": {"artifact": "onnx-fp32"}}
+    strict = decide(REQUESTED, [], False, failures, selection, [])
+    assert not strict.signed_off and strict.headline() == "NOT signed off"
+    assert strict.reasons == [
+        "4 of 5 requested variants failed (onnx-optimized-fp32, tensorrt-rtx-fp16, onnx-int8, "
+        "torchscript-fp32) and variants.allow_failed is false"
+    ]
+    required = decide(REQUESTED, ["onnx-int8"], True, failures, selection, [])
+    assert required.reasons == [
+        "required variant onnx-int8 failed at validate: pooled cosine 0.9 < 0.98 at data"
+    ]
+
+
+def test_provisional_winner_and_selection_reasons() -> None:
+    verdict = decide(["onnx-fp32"], [], True, [], {"reasons": [], "winner": {"provisional": True}}, [])
+    assert verdict.signed_off and verdict.headline() == "signed off (provisional: winner did not stabilize)"
+    none = decide(["onnx-fp32"], [], True, [], {"reasons": ["no artifact passed validation"]}, [])
+    assert not none.signed_off and none.reasons == ["no artifact passed validation"]
+
+
+def test_a_shape_dependent_trace_warns_for_every_other_export() -> None:
+    records = [
+        Record(
+            "export_torchscript",
+            "failed",
+            "traced module disagrees",
+            ["torchscript-fp32"],
+            {SHAPE_DEPENDENT: True},
+        )
+    ]
+    [warning] = shape_warnings(records, ["onnx-fp32", "onnx-fp16"])
+    assert "depends on the input shape" in warning and warning.endswith("onnx-fp32, onnx-fp16")
