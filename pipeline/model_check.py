@@ -72,7 +72,7 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool) -> list[Problem]:
         _, at_max, error = _run(model.module, recipe, _synthetic(recipe, {**min_dims, dim: rng.max}))
         if error:
             problems.append(loaded.problem(key, f"the model fails when {dim} = {rng.max} {error}"))
-        elif [o.ndim for o in at_max] != [o.ndim for o in outputs]:
+        elif [getattr(o, "ndim", None) for o in at_max] != [o.ndim for o in outputs]:
             problems.append(loaded.problem(key, f"the model's output ranks change when {dim} = {rng.max}"))
     return problems
 

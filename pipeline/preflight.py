@@ -119,11 +119,18 @@ def _package_problems(loaded: LoadedRecipe) -> list[Problem]:
 
 
 def _root_problems(loaded: LoadedRecipe) -> list[Problem]:
-    """The output root and the recipe's folder in it must be folders (or not exist yet)."""
+    """The output root, the recipe's folder in it and the store's own entries there are what the store
+    makes of them (or do not exist yet): a file where a folder goes is the user's to move."""
     root = Path(loaded.recipe.output.root)
-    for path in [*reversed(root.parents), root, root / loaded.recipe.name]:
+    base = root / loaded.recipe.name
+    for path in [*reversed(root.parents), root, base, base / ".work", base / ".cache"]:
         if path.exists() and not path.is_dir():
             return [loaded.problem("output.root", f"{path} is a file, not a folder")]
+    latest = base / "latest"
+    if latest.exists() and not latest.is_symlink():
+        return [loaded.problem("output.root", f"{latest} is not the store's `latest` link; move it away")]
+    if (base / ".deploy.lock").is_dir():
+        return [loaded.problem("output.root", f"{base / '.deploy.lock'} is a folder, not the lock file")]
     return []
 
 

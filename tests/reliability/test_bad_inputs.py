@@ -628,6 +628,18 @@ CASES = [
         files=lambda tmp: ((tmp / "out").mkdir(), (tmp / "out/tiny").write_text("x")),
     ),
     Case(
+        "latest is a folder",
+        "storage",
+        "output.root: {tmp}/out/tiny/latest is not the store's `latest` link",
+        files=lambda tmp: (tmp / "out/tiny/latest").mkdir(parents=True),
+    ),
+    Case(
+        "work folder is a file",
+        "storage",
+        "output.root: {tmp}/out/tiny/.work is a file",
+        files=lambda tmp: ((tmp / "out/tiny").mkdir(parents=True), (tmp / "out/tiny/.work").write_text("x")),
+    ),
+    Case(
         "output root under a file",
         "storage",
         "output.root: {tmp}/f is a file",
