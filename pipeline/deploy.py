@@ -33,7 +33,7 @@ def plan(
 ) -> list[tuple[Stage, Freshness]]:
     """Print each stage as fresh or stale and why; touches nothing."""
     stages, store, _ = _setup(loaded)
-    latest = store.latest()
+    latest = _verified_latest(store, console)  # as the deploy will judge it
     executor = Executor(stages, store, [(latest, read_records(latest))] if latest else [], retry_failed)
     verdicts = executor.plan(rebench)
     against = f"{loaded.recipe.name}/{latest.name}" if latest else "no signed-off version yet"

@@ -123,13 +123,29 @@ def test_a_damaged_latest_is_reported_and_a_new_version_built(
         assert "warning: " in result.stderr and name in result.stderr  # unreadable JSON is named, not fatal
 
 
-def test_an_unreadable_run_record_is_a_warning_and_not_reused(reference: Reference, tmp_path: Path) -> None:
+def test_plan_says_what_the_deploy_will_do_with_a_damaged_latest(
+    reference: Reference, tmp_path: Path
+) -> None:
     root = copy_of(reference, tmp_path)
     flip(root / "tiny/v0001/stages.json", 12)
     result = run_inprocess("plan", str(TINY), *sets(*FAST, f"output.root={root}"))
     assert result.returncode == 0 and "Traceback" not in result.stderr
-    assert "warning: " in result.stderr and "v0001/stages.json: unreadable" in result.stderr, result.stderr
-    assert "stale  export_onnx" in result.stdout and "fresh" not in result.stdout
+    assert "damaged" in result.stdout and "stages.json" in result.stdout
+    assert "no signed-off version yet" in result.stdout and "fresh" not in result.stdout
+
+
+def test_an_unreadable_run_record_is_a_warning_and_skipped(
+    reference: Reference, tmp_path: Path, capsys
+) -> None:
+    from pipeline.executor import read_records
+
+    root = copy_of(reference, tmp_path)
+    version = root / "tiny/v0001"
+    assert "export_onnx" in read_records(version)
+    flip(version / "stages.json", 12)
+    assert read_records(version) == {}
+    err = capsys.readouterr().err
+    assert f"warning: {version / 'stages.json'}: unreadable" in err
 
 
 def test_cache_entries_are_copies_and_damage_is_rebuilt(reference: Reference, tmp_path: Path) -> None:
