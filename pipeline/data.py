@@ -201,14 +201,7 @@ class Dataset:
         dims = {name: lengths[i % len(lengths)] for name, lengths in self._spread().items()}
         sample = {}
         for spec in self.recipe.inputs:
-            shape = self.recipe.corner_shape(spec, "opt", dims)[1:]
-            if NUMPY_DTYPES[spec.dtype] in (np.int64, np.int32):
-                arr = rng.integers(int(spec.low), int(spec.high), size=shape, endpoint=True)
-            elif spec.dtype == "bool":
-                arr = rng.random(size=shape) < 0.5
-            else:
-                arr = rng.uniform(spec.low, spec.high, size=shape)
-            sample[spec.name] = arr.astype(NUMPY_DTYPES[spec.dtype])
+            sample[spec.name] = random_values(spec, self.recipe.corner_shape(spec, "opt", dims)[1:], rng)
         return sample
 
     def _spread(self) -> dict[str, list[int]]:
@@ -226,6 +219,17 @@ class Dataset:
         if isinstance(item, str):
             return item
         return hashlib.sha256(b"".join(np.ascontiguousarray(v).tobytes() for v in item.values())).hexdigest()
+
+
+def random_values(spec: InputSpec, shape: list[int], rng: np.random.Generator) -> np.ndarray:
+    """Values drawn in the input's low..high range (both ends included for integers), in its dtype."""
+    if NUMPY_DTYPES[spec.dtype] in (np.int64, np.int32):
+        arr = rng.integers(int(spec.low), int(spec.high), size=shape, endpoint=True)
+    elif spec.dtype == "bool":
+        arr = rng.random(size=shape) < 0.5
+    else:
+        arr = rng.uniform(spec.low, spec.high, size=shape)
+    return arr.astype(NUMPY_DTYPES[spec.dtype])
 
 
 def _fit(arr: np.ndarray, shape: list[int]) -> np.ndarray:

@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.data import NUMPY_DTYPES
 from pipeline.errors import Problem, RecipeError
 from pipeline.recipe import EntrypointSource, HuggingFaceSource, Recipe, TorchScriptSource
 from pipeline.recipe_loader import LoadedRecipe
@@ -128,18 +127,12 @@ def _config_problems(loaded: LoadedRecipe, config: dict[str, Any]) -> list[Probl
 
 def _synthetic(recipe: Recipe, dims: dict[str, int]) -> dict[str, np.ndarray]:
     """Seeded inputs in each input's low..high range at the given dims (int dims stay as declared)."""
+    from pipeline.data import random_values
+
     rng = np.random.default_rng(0)
-    feeds = {}
-    for spec in recipe.inputs:
-        shape = [d if isinstance(d, int) else dims[d] for d in spec.shape]
-        if spec.dtype in ("int64", "int32"):
-            arr = rng.integers(int(spec.low), int(spec.high), size=shape, endpoint=True)
-        elif spec.dtype == "bool":
-            arr = rng.random(size=shape) < 0.5
-        else:
-            arr = rng.uniform(spec.low, spec.high, size=shape)
-        feeds[spec.name] = arr.astype(NUMPY_DTYPES[spec.dtype])
-    return feeds
+    return {
+        spec.name: random_values(spec, recipe.corner_shape(spec, "min", dims), rng) for spec in recipe.inputs
+    }
 
 
 def _real_feeds(recipe: Recipe, recipe_dir: Path, tokenizer: Any, dims: dict[str, int]) -> dict[str, Any]:
