@@ -12,7 +12,8 @@ import numpy as np
 from pipeline.data import NUMPY_DTYPES
 from pipeline.errors import Problem
 from pipeline.recipe import InputSpec, NpzData, Recipe, TextData
-from pipeline.recipe_loader import LoadedRecipe, line_col
+from pipeline.recipe_loader import LoadedRecipe
+from pipeline.yaml_source import line_col
 
 
 def sample_file_problems(loaded: LoadedRecipe, path: Path) -> list[Problem]:
