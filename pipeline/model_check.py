@@ -16,6 +16,7 @@ from pipeline.recipe import EntrypointSource, HuggingFaceSource, Recipe, TorchSc
 from pipeline.recipe_loader import LoadedRecipe
 
 HF_OUTPUTS = ("last_hidden_state", "sentence_embedding")
+MAX_PROBE = 1 << 24  # input elements of one probe run at a dim's max (16 M: an image batch of 1 at 2k x 2k)
 
 
 def source_key(recipe: Recipe) -> str:
@@ -54,7 +55,8 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool) -> list[Problem]:
     problems += _output_problems(loaded, names, outputs)
     if problems:
         return problems
-    if data_ok:  # the recipe's own samples (token ids beyond the vocabulary, a tokenizer without an input)
+    if data_ok and recipe.data.samples.source != "random":  # the recipe's own samples: token ids beyond
+        # the vocabulary, a tokenizer without an input (random samples are drawn as the synthetic ones)
         try:
             feeds = _real_feeds(recipe, recipe_dir, model.tokenizer, min_dims)
         except RecipeError as exc:
@@ -66,9 +68,10 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool) -> list[Problem]:
             return [loaded.problem("data.samples", f"the model fails on the recipe's samples {error}")]
     for dim, rng in recipe.dims.items():
         key = f"dims.{dim}.max"
-        if dim == recipe.benchmark.batch_dim or rng.max == rng.min:
-            continue
-        _, at_max, error = _run(model.module, recipe, _synthetic(recipe, {**min_dims, dim: rng.max}))
+        probe = {**min_dims, dim: rng.max}
+        if dim == recipe.benchmark.batch_dim or rng.max == rng.min or _elements(recipe, probe) > MAX_PROBE:
+            continue  # the batch dim stays at its min; a huge max is left to the deploy, not probed here
+        _, at_max, error = _run(model.module, recipe, _synthetic(recipe, probe))
         if error:
             problems.append(loaded.problem(key, f"the model fails when {dim} = {rng.max} {error}"))
         elif [getattr(o, "ndim", None) for o in at_max] != [o.ndim for o in outputs]:
@@ -123,6 +126,10 @@ def _config_problems(loaded: LoadedRecipe, config: dict[str, Any]) -> list[Probl
             )
         ]
     return []
+
+
+def _elements(recipe: Recipe, dims: dict[str, int]) -> int:
+    return sum(int(np.prod(recipe.corner_shape(spec, "min", dims))) for spec in recipe.inputs)
 
 
 def _synthetic(recipe: Recipe, dims: dict[str, int]) -> dict[str, np.ndarray]:
