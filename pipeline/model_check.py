@@ -203,6 +203,12 @@ def _output_problems(loaded: LoadedRecipe, names: list[str] | None, outputs: lis
                     f"outputs[{i}]", f"the model's output {i} is a {type(value).__name__}, not a tensor"
                 )
             )
+        elif value.numel() == 0 and value.ndim > 0:
+            problems.append(
+                loaded.problem(
+                    f"outputs[{i}]", f"the model's output {i} is empty (shape {list(value.shape)})"
+                )
+            )
         elif value.ndim == 0 or value.dtype.is_complex:
             problems.append(
                 loaded.problem(

@@ -23,7 +23,7 @@ from typing import Any
 
 import filelock
 
-from pipeline.errors import LockHeldError
+from pipeline.errors import LockHeldError, PipelineError
 
 VERSION_RE = re.compile(r"^v(\d{4,})$")
 MANIFEST = "manifest.json"
@@ -140,7 +140,10 @@ class Store:
 
     @contextlib.contextmanager
     def lock(self, timeout_s: float) -> Iterator[None]:
-        self.base.mkdir(parents=True, exist_ok=True)
+        try:
+            self.base.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # e.g. a root under /proc, or a folder the file system refuses
+            raise PipelineError(f"{self.base}: cannot create the output folder ({exc.strerror})") from None
         path = self.base / ".deploy.lock"
         lock = filelock.FileLock(str(path), timeout=timeout_s)
         try:

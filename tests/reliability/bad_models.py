@@ -86,3 +86,17 @@ class _OneInput(nn.Module):
 
 def one_input(**kwargs: int) -> nn.Module:
     return _OneInput()
+
+
+class _Empty(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = TinyEncoder(hidden=32, layers=1)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        hidden, pooled = self.inner(input_ids, attention_mask)
+        return hidden, pooled[:, :0]
+
+
+def empty_output(**kwargs: int) -> nn.Module:
+    return _Empty()

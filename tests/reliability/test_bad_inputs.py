@@ -476,6 +476,12 @@ CASES = [
         overrides=("outputs=[pooled]",),
     ),
     Case(
+        "empty outputs",
+        "model",
+        "outputs[1]: the model's output 1 is empty (shape [1, 0])",
+        overrides=(f"model.entrypoint={BAD}:empty_output",),
+    ),
+    Case(
         "three outputs for two",
         "model",
         "outputs: the model returns 2 output(s) but outputs names 3",
