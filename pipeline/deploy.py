@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from pipeline import preflight
 from pipeline.errors import PipelineError
 from pipeline.executor import Executor, StageRecord, Verdict, read_records
+from pipeline.progress import StageProgress
 from pipeline.recipe_loader import LoadedRecipe
 from pipeline.stages import plan_stages
 from pipeline.stages.base import RunContext, Stage
 from pipeline.store import Store
+from pipeline.tracking import log_run
 
 
 def _setup(loaded: LoadedRecipe) -> tuple[list[Stage], Store, Path]:
@@ -41,7 +44,47 @@ def plan(
     return verdicts
 
 
+@dataclass
+class Outcome:
+    """What one deploy did, for the exit code and for `deploy --json`."""
+
+    exit_code: int
+    version: Path
+    up_to_date: bool = False
+    signed_off: bool = True
+    reasons: list[str] = field(default_factory=list)
+    records: list[StageRecord] = field(default_factory=list)
+    tracking: dict[str, str] | None = None
+
+    def document(self, name: str) -> dict[str, Any]:
+        def read(rel: str) -> dict[str, Any] | None:
+            path = self.version / rel
+            return json.loads(path.read_text()) if path.is_file() else None
+
+        stage_keys = ("name", "status", "duration_s", "why", "reused_from", "error")
+        return {
+            "name": name,
+            "status": "up_to_date"
+            if self.up_to_date
+            else ("signed_off" if self.signed_off else "not_signed_off"),
+            "version": self.version.name,
+            "path": str(self.version.resolve()),
+            "signed_off": self.signed_off,
+            "reasons": self.reasons,
+            "winner": read("winner.json"),
+            "stages": [{k: asdict(r)[k] for k in stage_keys} for r in self.records],
+            "report": str(self.version.resolve() / "reports" / "signoff.html"),
+            "tracking": self.tracking,
+        }
+
+
 def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_failed: bool = False) -> int:
+    return run_deploy(loaded, console, rebench, retry_failed).exit_code
+
+
+def run_deploy(
+    loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_failed: bool = False
+) -> Outcome:
     stages, store, recipe_dir = _setup(loaded)
     name = loaded.recipe.name
     with store.lock(loaded.recipe.output.lock_timeout_s):
@@ -50,7 +93,7 @@ def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_
         executor = Executor(stages, store, from_latest, retry_failed)
         if latest and all(v.fresh for _, v in executor.plan(rebench)):
             console.print(f"up to date: {name}/{latest.name}")
-            return 0
+            return Outcome(0, latest, up_to_date=True)
         executor.previous = _reuse_candidates(store, latest)
         work = store.new_work_dir()
         try:
@@ -71,7 +114,8 @@ def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_
         target = store.publish(work, version, signed_off)
         store.discard_work()
     _print_summary(console, target, records, signed_off, reasons, loaded)
-    return 0 if signed_off else 1
+    tracked = log_run(loaded.recipe, target, console)
+    return Outcome(0 if signed_off else 1, target, False, signed_off, reasons, records, tracked)
 
 
 def _reuse_candidates(store: Store, latest: Path | None) -> list[tuple[Path, dict[str, StageRecord]]]:
@@ -88,41 +132,9 @@ def _reuse_candidates(store: Store, latest: Path | None) -> list[tuple[Path, dic
 def _run_with_progress(
     executor: Executor, ctx: RunContext, rebench: bool, console: Console
 ) -> list[StageRecord]:
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
-        current: dict[str, int] = {}
-
-        def on_start(stage: Stage, why: str) -> None:
-            current["task"] = progress.add_task(f"{stage.name}: starting ({why})", total=None)
-
-        def report(message: str) -> None:
-            if "task" in current:
-                progress.update(current["task"], description=message)
-
-        def on_done(record: StageRecord) -> None:
-            if "task" in current:
-                progress.remove_task(current.pop("task"))
-            style = {"ran": "green", "reused": "cyan", "failed": "red", "skipped": "yellow"}[record.status]
-            extra = (
-                f" from {record.reused_from}"
-                if record.reused_from
-                else f"  ({record.why})"
-                if record.why
-                else ""
-            )
-            error = f"  {record.error.splitlines()[0][:160]}" if record.error else ""
-            progress.console.print(
-                f"[{style}]{record.status:>7}[/{style}] {record.name:<24} {record.duration_s:7.1f} s{extra}{error}",
-                highlight=False,
-            )
-
-        ctx.report = report
-        return executor.run(ctx, rebench, on_start, on_done)
+    with StageProgress(console, len(executor.stages)) as progress:
+        ctx.report = progress.report
+        return executor.run(ctx, rebench, progress.on_start, progress.on_done)
 
 
 def _print_summary(
