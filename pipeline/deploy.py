@@ -92,8 +92,11 @@ def run_deploy(
         from_latest = [(latest, read_records(latest))] if latest else []
         executor = Executor(stages, store, from_latest, retry_failed)
         if latest and all(v.fresh for _, v in executor.plan(rebench)):
-            console.print(f"up to date: {name}/{latest.name}")
-            return Outcome(0, latest, up_to_date=True)
+            changed = _signoff_changes(latest, loaded)
+            if not changed:
+                console.print(f"up to date: {name}/{latest.name}")
+                return Outcome(0, latest, up_to_date=True)
+            console.print(f"every stage is fresh, but the sign-off changes ({changed}): a new version")
         executor.previous = _reuse_candidates(store, latest)
         work = store.new_work_dir()
         try:
@@ -116,6 +119,14 @@ def run_deploy(
     _print_summary(console, target, records, signed_off, reasons, loaded)
     tracked = log_run(loaded.recipe, target, console)
     return Outcome(0 if signed_off else 1, target, False, signed_off, reasons, records, tracked)
+
+
+def _signoff_changes(latest: Path, loaded: LoadedRecipe) -> str | None:
+    """Sign-off outputs no stage fingerprint covers: the Triton repository (export.triton)."""
+    manifest = json.loads((latest / "manifest.json").read_text())
+    before = bool(((manifest.get("recipe") or {}).get("export") or {}).get("triton", False))
+    now = loaded.recipe.export.triton
+    return f"export.triton {str(before).lower()} -> {str(now).lower()}" if before != now else None
 
 
 def _reuse_candidates(store: Store, latest: Path | None) -> list[tuple[Path, dict[str, StageRecord]]]:
