@@ -144,7 +144,8 @@ def _plan(args: argparse.Namespace, console: Console) -> Result:
 def _deploy(args: argparse.Namespace, console: Console) -> Result:
     from pipeline import deploy
 
-    outcome = deploy.run_deploy(loaded := _load(args), console, args.rebench, args.retry_failed)
+    loaded = _load(args)
+    outcome = deploy.run_deploy(loaded, console, args.rebench, args.retry_failed)
     return outcome.exit_code, outcome.document(loaded.recipe.name)
 
 
