@@ -124,7 +124,7 @@ class StageProgress:
 
     def _line(self, text: str, markup: bool = False) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-        self.console.print(f"{stamp} {text}", highlight=False, markup=markup)
+        self.console.print(f"{stamp} {text}", highlight=False, markup=markup, soft_wrap=True)  # one line each
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.heartbeat_s):
