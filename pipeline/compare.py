@@ -243,6 +243,16 @@ def shipped(a: dict[str, Any], b: dict[str, Any], metric: str) -> dict[str, Any]
     }
 
 
+def _winner_accuracy(version: dict[str, Any]) -> dict[str, Any] | None:
+    """The accuracy record the winner passed: winner.json's own when it carries one, else the artifact's."""
+    winner = version["winner"]
+    if not winner:
+        return None
+    if isinstance(winner.get("accuracy"), dict) and "checks" in winner["accuracy"]:
+        return winner["accuracy"]
+    return version["accuracy"].get("artifacts", {}).get(winner["artifact"])
+
+
 def regressions(a: dict[str, Any], b: dict[str, Any], ship: dict[str, Any] | None) -> list[str]:
     budget, found = budget_of(b), []
     if a["winner"] and not b["winner"]:
@@ -256,8 +266,8 @@ def regressions(a: dict[str, Any], b: dict[str, Any], ship: dict[str, Any] | Non
     if b["winner"]:
         name = b["winner"]["artifact"]
         entries_a = a["accuracy"].get("artifacts", {})
-        baseline = entries_a.get(name) or entries_a.get((a["winner"] or {}).get("artifact", ""))
-        shares_a, shares_b = _shares(baseline), _shares(b["accuracy"].get("artifacts", {}).get(name))
+        baseline = entries_a.get(name) or _winner_accuracy(a)
+        shares_a, shares_b = _shares(baseline), _shares(_winner_accuracy(b))
         for key, share in sorted(shares_b.items()):
             if key in shares_a and share - shares_a[key] > budget.max_accuracy_loss:
                 found.append(

@@ -41,6 +41,9 @@ def plan(
     for stage, verdict in verdicts:
         state = "[green]fresh[/green]" if verdict.fresh else "[yellow]stale[/yellow]"
         console.print(f"  {state}  {stage.name:<24} {verdict.why}", highlight=False)
+    changed = _signoff_changes(latest, loaded) if latest else None
+    if changed and all(v.fresh for _, v in verdicts):
+        console.print(f"sign-off changes ({changed}): deploy makes a new version reusing every stage")
     return verdicts
 
 
