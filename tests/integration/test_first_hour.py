@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import pytest
 
@@ -85,8 +86,12 @@ def test_load_winner_snippet(clone: Path, quickstart) -> None:
     assert out.stdout.strip() == f"{winner} -> (1, 64)"
 
 
-def test_readme_cnn_recipe_is_the_shipped_one() -> None:
+def test_readme_cnn_recipe_is_the_shipped_one_and_its_data_what_the_script_makes() -> None:
+    from recipes.examples.cnn.make_images import images
+
     assert SNIPPETS["cnn-recipe"] == (ROOT / "recipes/examples/cnn/cnn.yaml").read_text()
+    with np.load(ROOT / "recipes/examples/cnn/images.npz") as shipped:
+        assert shipped.files == ["images"] and np.allclose(shipped["images"], images(), atol=1e-6)
 
 
 def test_custom_cnn_recipe_deploys_and_quantizes_its_convs(clone: Path) -> None:
