@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
 RECIPE ?= bert.yaml
 ARGS ?=
+# optional extras: triton (tritonclient, for the Triton config test), mlflow (mlflow-skinny, run records)
+EXTRAS ?= cpu,dev,tensorrt-rtx
 
 .PHONY: setup deploy plan validate test test-gpu lint clean
 
@@ -16,7 +18,7 @@ setup:
 	  || { echo "make setup: could not install the CPU wheel torch==$(TORCH_VERSION); install it by hand (pip install torch==$(TORCH_VERSION)) and re-run" >&2; exit 1; }
 	@$(PY) -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('$(TORCH_VERSION)') and not torch.version.cuda else 1)" \
 	  || { echo "make setup: installed torch is not the $(TORCH_VERSION) CPU build" >&2; exit 1; }
-	@$(PY) -m pip install -q -e ".[cpu,dev,tensorrt-rtx]"
+	@$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	@echo "setup done: $(VENV) ($$($(PY) -c 'import torch, onnxruntime; print("torch", torch.__version__, "onnxruntime", onnxruntime.__version__)'))"
 
 deploy:

@@ -1,45 +1,86 @@
-"""Command line: deploy · plan · validate · list · verify. Exit codes: 0 signed off / up to date, 1 sign-off failed,
-2 user error (one line per problem on stderr), 3 internal error (traceback)."""
+"""Command line: deploy · plan · validate · list · verify · compare · schema. Exit codes: 0 signed off / up to date,
+1 sign-off failed (compare: a regression beyond the budget), 2 user error (one line per problem on stderr),
+3 internal error (traceback). With --json, one JSON document goes to stdout and the human display to stderr."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import json
+import re
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
+from pipeline import __version__
 from pipeline.errors import PipelineError
+
+Result = tuple[int, dict[str, Any] | None]  # exit code, JSON document (for --json)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, plus "did you mean" for a mistyped subcommand (exit 2 as before)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if match:
+            choices = re.findall(r"'([^']*)'", match.group(2))
+            close = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.5)
+            hint = f"; did you mean '{close[0]}'?" if close else f" (commands: {', '.join(choices)})"
+            message = f"unknown command '{match.group(1)}'{hint}"
+        super().error(message)
+
+
+def _recipe_arguments(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument("recipe", help="a recipe path, or a name under recipes/")
+    cmd.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one recipe key (value parsed as YAML); repeatable",
+    )
+
+
+def _json_argument(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument(
+        "--json", action="store_true", help="one JSON document on stdout; the human display goes to stderr"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__)
+    parser = _Parser(prog="python -m pipeline", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"deploy-pipeline {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in (
         ("deploy", "export, validate, benchmark, select and sign off a new version"),
         ("plan", "print each stage as fresh or stale, and why"),
         ("validate", "check the recipe and this machine (schema and pre-flight), nothing else"),
+        ("list", "list the versions of a recipe"),
     ):
         cmd = sub.add_parser(name, help=help_text)
-        cmd.add_argument("recipe", help="a recipe path, or a name under recipes/")
-        cmd.add_argument(
-            "--set",
-            dest="overrides",
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-            help="override one recipe key (value parsed as YAML); repeatable",
-        )
+        _recipe_arguments(cmd)
+        _json_argument(cmd)
         if name in ("deploy", "plan"):
             cmd.add_argument("--rebench", action="store_true", help="measure again (makes a new version)")
             cmd.add_argument(
                 "--retry-failed", action="store_true", help="run variants that failed before again"
             )
-    listing = sub.add_parser("list", help="list the versions of a recipe")
-    listing.add_argument("recipe")
-    listing.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     _add_verify(sub)
+    compare = sub.add_parser("compare", help="compare two versions: speed, accuracy, environment")
+    compare.add_argument("a", help="baseline: vNNNN, latest, NAME/vNNNN or a version folder")
+    compare.add_argument("b", help="candidate: same forms as A")
+    compare.add_argument(
+        "--recipe", help="recipe whose store holds bare version names (default: ./artifacts)"
+    )
+    _json_argument(compare)
+    schema = sub.add_parser("schema", help="print the recipe's JSON Schema (for editors)")
+    schema.add_argument("--output", metavar="FILE", help="write it to FILE instead of stdout")
     return parser
 
 
@@ -52,9 +93,10 @@ def _add_verify(sub: argparse._SubParsersAction) -> None:
     )
     cmd.add_argument("version", nargs="?", default="latest", help="vNNNN or latest (default)")
     cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    _json_argument(cmd)
 
 
-def _verify(args: argparse.Namespace, console: Console) -> int:
+def _verify(args: argparse.Namespace, console: Console) -> Result:
     from pipeline.errors import Problem
     from pipeline.store import VERSION_RE, Store
 
@@ -77,9 +119,9 @@ def _verify(args: argparse.Namespace, console: Console) -> int:
         console.print(f"damaged: {shown}/{line}", highlight=False, soft_wrap=True)
     if damage:
         console.print(f"{shown}: {len(damage)} damaged file(s)", highlight=False)
-        return 1
-    console.print(f"ok: {shown} matches its manifest", highlight=False)
-    return 0
+    else:
+        console.print(f"ok: {shown} matches its manifest", highlight=False)
+    return (1 if damage else 0), {"version": folder.name, "path": str(folder), "damaged": damage}
 
 
 def _load(args: argparse.Namespace, defer: bool = False):
@@ -89,49 +131,123 @@ def _load(args: argparse.Namespace, defer: bool = False):
     return load(resolve_recipe_path(args.recipe), args.overrides, defer_cross_field=defer)
 
 
-def _list(args: argparse.Namespace, console: Console) -> int:
+def _validate(args: argparse.Namespace, console: Console) -> Result:
+    from pipeline import preflight
+    from pipeline.signoff import resolved_recipe
+
+    loaded = _load(args, defer=True)
+    preflight.check(loaded)
+    console.print(f"{loaded.path}: ok", highlight=False)
+    return 0, {"recipe": str(loaded.path), "name": loaded.recipe.name, "resolved": resolved_recipe(loaded)}
+
+
+def _list(args: argparse.Namespace, console: Console) -> Result:
     from pipeline.store import Store, read_json
 
     loaded = _load(args)
     store = Store(Path(loaded.recipe.output.root), loaded.recipe.name)
     latest = store.latest()
+    rows = []
     for version in store.versions():
-        manifest_path = store.base / version / "manifest.json"
-        manifest = read_json(manifest_path) or {}
-        winner = (read_json(store.base / version / "winner.json") or {}).get("artifact", "-")
-        mark = " (latest)" if latest and latest.name == version else ""
-        state = manifest.get("headline") or ("signed off" if manifest.get("signed_off") else "NOT signed off")
-        console.print(
-            f"{version}  {manifest.get('created', '?')}  {state:<32}  winner {winner}{mark}", highlight=False
+        folder = store.base / version
+        manifest = read_json(folder / "manifest.json") or {}
+        winner = read_json(folder / "winner.json")
+        rows.append(
+            {
+                "version": version,
+                "path": str(folder.resolve()),
+                "created": manifest.get("created"),
+                "signed_off": bool(manifest.get("signed_off")),
+                "headline": manifest.get("headline"),
+                "failed": manifest.get("failed") or [],
+                "provisional": bool(manifest.get("provisional")),
+                "winner": winner["artifact"] if winner else None,
+                "latest": bool(latest and latest.name == version),
+            }
         )
-    return 0
+        state = rows[-1]["headline"] or ("signed off" if rows[-1]["signed_off"] else "NOT signed off")
+        mark = " (latest)" if rows[-1]["latest"] else ""
+        console.print(
+            f"{version}  {manifest.get('created', '?')}  {state:<32}  winner {winner['artifact'] if winner else '-'}{mark}",
+            highlight=False,
+        )
+    if not rows:
+        console.print(f"no versions yet in {store.base}", highlight=False)
+    doc = {"name": loaded.recipe.name, "store": str(store.base.resolve()), "versions": rows}
+    return 0, {**doc, "latest": latest.name if latest else None}
+
+
+def _plan(args: argparse.Namespace, console: Console) -> Result:
+    from pipeline import deploy
+
+    loaded = _load(args, defer=True)
+    verdicts = deploy.plan(loaded, console, rebench=args.rebench, retry_failed=args.retry_failed)
+    stages = [{"name": stage.name, "fresh": verdict.fresh, "why": verdict.why} for stage, verdict in verdicts]
+    return 0, {"name": loaded.recipe.name, "stages": stages}
+
+
+def _deploy(args: argparse.Namespace, console: Console) -> Result:
+    from pipeline import deploy
+
+    loaded = _load(args, defer=True)
+    outcome = deploy.run_deploy(loaded, console, args.rebench, args.retry_failed)
+    return outcome.exit_code, outcome.document(loaded.recipe.name)
+
+
+def _compare(args: argparse.Namespace, console: Console) -> Result:
+    from pipeline.compare import compare_command
+
+    return compare_command(args.a, args.b, args.recipe, console)
+
+
+def _schema(args: argparse.Namespace, console: Console) -> Result:
+    from pipeline.schema import schema_text
+
+    if args.output:
+        Path(args.output).write_text(schema_text())
+        console.print(f"wrote {args.output}", highlight=False)
+    else:
+        sys.stdout.write(schema_text())
+    return 0, None
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Console], Result]] = {
+    "deploy": _deploy,
+    "plan": _plan,
+    "validate": _validate,
+    "list": _list,
+    "verify": _verify,
+    "compare": _compare,
+    "schema": _schema,
+}
+
+
+def _console(as_json: bool) -> Console:
+    """Bound to the real stream now: stages redirect sys.stdout into their logs while they run, and a console
+    that looked sys.stdout up at each write would draw the live display into those logs."""
+    stream = sys.stderr if as_json else sys.stdout
+    return (
+        Console(file=stream) if stream.isatty() else Console(file=stream, width=120)
+    )  # logs, CI: no wrapping
+
+
+def _emit(args: argparse.Namespace, code: int, doc: dict[str, Any] | None, errors: list[str]) -> None:
+    if getattr(args, "json", False):
+        payload = {"command": args.command, "exit_code": code, **(doc or {})}
+        if errors:
+            payload["errors"] = errors
+        sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    console = Console() if sys.stdout.isatty() else Console(width=120)  # logs and CI: no 80-column wrapping
+    console = _console(getattr(args, "json", False))
     try:
-        if args.command == "validate":
-            from pipeline import preflight
-
-            loaded = _load(args, defer=True)
-            preflight.check(loaded)
-            console.print(f"{loaded.path}: ok", highlight=False)
-            return 0
-        if args.command == "list":
-            return _list(args, console)
-        if args.command == "verify":
-            return _verify(args, console)
-        from pipeline import deploy
-
-        loaded = _load(args, defer=True)
-        if args.command == "plan":
-            deploy.plan(loaded, console, rebench=args.rebench, retry_failed=args.retry_failed)
-            return 0
-        return deploy.deploy(loaded, console, rebench=args.rebench, retry_failed=args.retry_failed)
+        code, doc = COMMANDS[args.command](args, console)
     except PipelineError as exc:
         for line in exc.lines():
             print(line, file=sys.stderr)
+        _emit(args, exc.exit_code, None, exc.lines())
         return exc.exit_code
     except KeyboardInterrupt:
         print(
@@ -142,4 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:  # noqa: BLE001 - the top-level boundary: a bug, shown with its traceback
         traceback.print_exc()
         print("internal error: this is a bug in the pipeline (exit 3)", file=sys.stderr)
+        _emit(args, 3, None, ["internal error: this is a bug in the pipeline (exit 3)"])
         return 3
+    _emit(args, code, doc, [])
+    return code

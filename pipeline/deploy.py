@@ -5,19 +5,22 @@ from __future__ import annotations
 import errno
 import json
 import shutil
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from pipeline import preflight
 from pipeline.errors import PipelineError
 from pipeline.executor import Executor, Freshness, StageRecord, read_records
+from pipeline.progress import StageProgress
 from pipeline.recipe_loader import LoadedRecipe
 from pipeline.stages import plan_stages
 from pipeline.stages.base import RunContext, Stage
-from pipeline.store import Store, storage_failure
+from pipeline.store import Store, read_json, storage_failure
+from pipeline.tracking import log_run
 from pipeline.verdict import Verdict
 
 
@@ -44,6 +47,9 @@ def plan(
         if failed:
             state = f"[red]fresh (failed: {escape(failed)})[/red]"
         console.print(f"  {state}  {stage.name:<24} {escape(verdict.why)}", highlight=False)
+    changed = _signoff_changes(latest, loaded) if latest else None
+    if changed and all(v.fresh for _, v in verdicts):
+        console.print(f"sign-off changes ({changed}): deploy makes a new version reusing every stage")
     return verdicts
 
 
@@ -55,7 +61,52 @@ def _failed_error(verdict: Freshness) -> str | None:
     return (record.error or "unknown error").strip().splitlines()[0][:200]
 
 
+@dataclass
+class Outcome:
+    """What one deploy did, for the exit code and for `deploy --json`."""
+
+    exit_code: int
+    version: Path
+    up_to_date: bool = False
+    signed_off: bool = True
+    reasons: list[str] = field(default_factory=list)
+    records: list[StageRecord] = field(default_factory=list)
+    tracking: dict[str, str] | None = None
+
+    def document(self, name: str) -> dict[str, Any]:
+        def read(rel: str) -> dict[str, Any] | None:
+            path = self.version / rel
+            return json.loads(path.read_text()) if path.is_file() else None
+
+        stage_keys = ("name", "status", "duration_s", "why", "reused_from", "error")
+        manifest = read("manifest.json") or {}
+        return {
+            "name": name,
+            "status": "up_to_date"
+            if self.up_to_date
+            else ("signed_off" if self.signed_off else "not_signed_off"),
+            "version": self.version.name,
+            "path": str(self.version.resolve()),
+            "signed_off": self.signed_off,
+            "reasons": self.reasons,
+            "headline": manifest.get("headline"),
+            "failed": manifest.get("failed") or [],
+            "warnings": manifest.get("warnings") or [],
+            "provisional": bool(manifest.get("provisional")),
+            "winner": read("winner.json"),
+            "stages": [{k: asdict(r)[k] for k in stage_keys} for r in self.records],
+            "report": str(self.version.resolve() / "reports" / "signoff.html"),
+            "tracking": self.tracking,
+        }
+
+
 def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_failed: bool = False) -> int:
+    return run_deploy(loaded, console, rebench, retry_failed).exit_code
+
+
+def run_deploy(
+    loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_failed: bool = False
+) -> Outcome:
     stages, store, recipe_dir = _setup(loaded)
     name = loaded.recipe.name
     unwritable = store.write_problem()
@@ -64,7 +115,7 @@ def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_
         executor = Executor(stages, store, [(latest, read_records(latest))] if latest else [], retry_failed)
         if latest and all(v.fresh for _, v in executor.plan(rebench)):
             console.print(f"up to date: {name}/{latest.name}")
-            return 0
+            return Outcome(0, latest, up_to_date=True)
         raise PipelineError(
             problems=[loaded.problem("output.root", f"{unwritable}; a new version cannot be written")]
         )
@@ -80,8 +131,11 @@ def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_
         from_latest = [(latest, read_records(latest))] if latest else []
         executor = Executor(stages, store, from_latest, retry_failed)
         if latest and all(v.fresh for _, v in executor.plan(rebench)):
-            console.print(f"up to date: {name}/{latest.name}")
-            return 0
+            changed = _signoff_changes(latest, loaded)
+            if not changed:
+                console.print(f"up to date: {name}/{latest.name}")
+                return Outcome(0, latest, up_to_date=True)
+            console.print(f"every stage is fresh, but the sign-off changes ({changed}): a new version")
         latest = store.latest()  # a damaged latest still lends its verified files and its reports' history
         executor.previous = _reuse_candidates(store, latest)
         work = store.new_work_dir()
@@ -110,7 +164,10 @@ def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_
             ) from exc
         store.discard_work()
     _print_summary(console, target, verdict, loaded)
-    return 0 if verdict.signed_off else 1
+    tracked = log_run(loaded.recipe, target, console)
+    return Outcome(
+        0 if verdict.signed_off else 1, target, False, verdict.signed_off, verdict.reasons, records, tracked
+    )
 
 
 def _verified_latest(store: Store, console: Console) -> Path | None:
@@ -139,6 +196,14 @@ def _storage_message(failure: OSError, exc: BaseException, work: Path) -> str:
     return f"{what} while writing {filename} (free space and re-run: the work folder {work} is resumed)"
 
 
+def _signoff_changes(latest: Path, loaded: LoadedRecipe) -> str | None:
+    """Sign-off outputs no stage fingerprint covers: the Triton repository (export.triton)."""
+    manifest = read_json(latest / "manifest.json") or {}
+    before = bool(((manifest.get("recipe") or {}).get("export") or {}).get("triton", False))
+    now = loaded.recipe.export.triton
+    return f"export.triton {str(before).lower()} -> {str(now).lower()}" if before != now else None
+
+
 def _reuse_candidates(store: Store, latest: Path | None) -> list[tuple[Path, dict[str, StageRecord]]]:
     """Where fresh outputs may come from: latest, then the newest version even if its sign-off failed (its
     exports are as good), then folders of killed runs. "Up to date" is still judged against latest only."""
@@ -153,41 +218,9 @@ def _reuse_candidates(store: Store, latest: Path | None) -> list[tuple[Path, dic
 def _run_with_progress(
     executor: Executor, ctx: RunContext, rebench: bool, console: Console
 ) -> list[StageRecord]:
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
-        current: dict[str, int] = {}
-
-        def on_start(stage: Stage, why: str) -> None:
-            current["task"] = progress.add_task(f"{stage.name}: starting ({why})", total=None)
-
-        def report(message: str) -> None:
-            if "task" in current:
-                progress.update(current["task"], description=message)
-
-        def on_done(record: StageRecord) -> None:
-            if "task" in current:
-                progress.remove_task(current.pop("task"))
-            style = {"ran": "green", "reused": "cyan", "failed": "red", "skipped": "yellow"}[record.status]
-            extra = (
-                f" from {record.reused_from}"
-                if record.reused_from
-                else f"  ({record.why})"
-                if record.why
-                else ""
-            )
-            error = f"  {record.error.splitlines()[0][:160]}" if record.error else ""
-            progress.console.print(
-                f"[{style}]{record.status:>7}[/{style}] {record.name:<24} {record.duration_s:7.1f} s{extra}{error}",
-                highlight=False,
-            )
-
-        ctx.report = report
-        return executor.run(ctx, rebench, on_start, on_done)
+    with StageProgress(console, len(executor.stages)) as progress:
+        ctx.report = progress.report
+        return executor.run(ctx, rebench, progress.on_start, progress.on_done)
 
 
 def _print_summary(console: Console, target: Path, verdict: Verdict, loaded: LoadedRecipe) -> None:

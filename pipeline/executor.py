@@ -44,7 +44,7 @@ class StageRecord:
 
 def fingerprint(stage: Stage, inputs: dict[str, str], environment: dict[str, Any]) -> str:
     """sha256 of canonical JSON of the stage name and version, its config slice, its inputs' sha256 and the
-    environment keys it declares (ARCHITECTURE.md)."""
+    environment keys it declares (docs/architecture.md)."""
     payload = {
         "stage": stage.name,
         "version": stage.version,

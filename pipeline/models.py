@@ -84,7 +84,7 @@ def model_fingerprint(recipe: Recipe, recipe_dir: Path) -> str:
 def _model_fingerprint(source_json: str, recipe_dir_text: str) -> str:
     recipe_dir = Path(recipe_dir_text)
     src = TypeAdapter(ModelSource).validate_json(source_json)
-    h = hashlib.sha256(src.model_dump_json(exclude={"path", "package"}).encode())
+    h = hashlib.sha256(src.model_dump_json(exclude={"path", "package", "family"}).encode())
     folder: Path | None = None
     if isinstance(src, HuggingFaceSource):
         location = Path(huggingface_dir(src, recipe_dir))

@@ -13,6 +13,7 @@ import fnmatch
 import heapq
 import io
 import logging
+import re
 import tempfile
 import warnings
 from collections import Counter
@@ -36,6 +37,8 @@ FLOAT_TYPES = {
     onnx.TensorProto.BFLOAT16,
 }
 # Nodes that move or reinterpret data rather than compute on it; excluded from the fp16 share.
+_WEIGHT_OPS = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
+_MODULE_PATH = re.compile(r"\w+(\.\w+)*")
 _NON_COMPUTE = {"Cast", "Constant", "Identity", "Shape", "Size", "QuantizeLinear", "DequantizeLinear"}
 
 
@@ -150,9 +153,21 @@ def _parse_scopes(value: str) -> list[str] | None:
     return None
 
 
+def owner_path(node: onnx.NodeProto, initializers: set[str]) -> str | None:
+    """The module that owns a weighted op: the one whose parameter it reads (`features.0.weight` ->
+    `features.0`), else its name scope. A Conv with a BatchNorm folded into it carries the BatchNorm's scope
+    (`features.1`) but still reads the Conv's weight, and the recipe's patterns name the Conv."""
+    if node.op_type in _WEIGHT_OPS and len(node.input) > 1 and node.input[1] in initializers:
+        owner, dot, leaf = node.input[1].rpartition(".")
+        if dot and leaf == "weight" and _MODULE_PATH.fullmatch(owner):
+            return owner
+    return module_path(node)
+
+
 def module_paths(model: onnx.ModelProto) -> dict[str, str | None]:
-    """Node name -> module path for every node of the main graph."""
-    return {n.name: module_path(n) for n in model.graph.node}
+    """Node name -> the path of the module that owns it, for every node of the main graph."""
+    initializers = {i.name for i in model.graph.initializer}
+    return {n.name: owner_path(n, initializers) for n in model.graph.node}
 
 
 def matches(path: str | None, patterns: Iterable[str]) -> bool:

@@ -111,6 +111,12 @@ def _package_problems(loaded: LoadedRecipe) -> list[Problem]:
                 "NVIDIA ModelOpt is not installed (pip install nvidia-modelopt, without its [onnx] extra)",
             )
         )
+    if recipe.tracking.mlflow is not None and not _installed("mlflow"):
+        out.append(
+            loaded.problem(
+                "tracking.mlflow", "mlflow is not installed (pip install 'deploy-pipeline[mlflow]')"
+            )
+        )
     if any(v.startswith(("tensorrt-", "engine-")) for v in recipe.variants.build):
         from pipeline.stages.tensorrt import preflight_problems
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -52,37 +52,57 @@ class Strict(BaseModel):
 
 # ---------------------------------------------------------------- model sources
 
+Family = Literal["transformer", "generic"]
 
-class HuggingFaceSource(Strict):
+
+class ModelSourceBase(Strict):
+    family: Family | None = Field(
+        None,
+        description="Model family whose defaults apply (INT8 op types and exclusions, optimizer model type): "
+        "transformer (BERT-style encoder defaults) or generic; default transformer for a huggingface source, "
+        "generic for every other source",
+    )
+
+
+class HuggingFaceSource(ModelSourceBase):
     """A transformers encoder: a local directory, a directory shipped inside a Python package, or a hub id."""
 
-    source: Literal["huggingface"]
-    id: str | None = None
-    path: str | None = None
-    package: str | None = Field(default=None, description="'python_package/sub/dir' shipped in site-packages")
-    offline: bool = True
-    pooling: Literal["mean", "none"] = "mean"
-    normalize: bool = True
+    source: Literal["huggingface"] = Field(description="a Hugging Face transformers text encoder")
+    id: str | None = Field(None, description="hub id; used when neither path nor package is given")
+    path: str | None = Field(None, description="local model directory, relative to the recipe file")
+    package: str | None = Field(
+        default=None,
+        description="'python_package/sub/dir': a model directory shipped in an installed package",
+    )
+    offline: bool = Field(True, description="never download: load from local files or the local cache only")
+    pooling: Literal["mean", "none"] = Field(
+        "mean", description="mean: add the sentence embedding (mean over the attention mask) as an output"
+    )
+    normalize: bool = Field(True, description="L2-normalize the pooled sentence embedding")
 
 
-class TorchvisionSource(Strict):
-    source: Literal["torchvision"]
-    name: str
-    weights: str | None = None
+class TorchvisionSource(ModelSourceBase):
+    source: Literal["torchvision"] = Field(description="a torchvision model (needs the torchvision extra)")
+    name: str = Field(description="torchvision.models.get_model name, e.g. resnet18")
+    weights: str | None = Field(None, description="torchvision weights enum name; none: random init")
 
 
-class EntrypointSource(Strict):
+class EntrypointSource(ModelSourceBase):
     """Any `package.module:factory` that returns an nn.Module; kwargs are passed through."""
 
-    source: Literal["entrypoint"]
-    entrypoint: Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")]
-    kwargs: dict[str, object] = {}
-    seed: Annotated[int, Field(ge=0)] = 0
+    source: Literal["entrypoint"] = Field(description="a Python factory that returns an nn.Module")
+    entrypoint: Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")] = Field(
+        description="'package.module:factory', importable from the working directory or PYTHONPATH"
+    )
+    kwargs: dict[str, object] = Field({}, description="keyword arguments passed to the factory")
+    seed: Annotated[int, Field(ge=0)] = Field(
+        0, description="torch.manual_seed before the factory runs (reproducible random init)"
+    )
 
 
-class TorchScriptSource(Strict):
-    source: Literal["torchscript"]
-    path: str
+class TorchScriptSource(ModelSourceBase):
+    source: Literal["torchscript"] = Field(description="a saved TorchScript module")
+    path: str = Field(description="the .pt/.ts file, relative to the recipe file")
 
 
 ModelSource = Annotated[
@@ -94,114 +114,175 @@ ModelSource = Annotated[
 
 
 class DimRange(Strict):
-    min: PositiveInt
-    opt: PositiveInt
-    max: PositiveInt
+    min: PositiveInt = Field(description="smallest size the artifacts must accept")
+    opt: PositiveInt = Field(
+        description="the typical size (export example, engine optimum, default benchmark)"
+    )
+    max: PositiveInt = Field(description="largest size the artifacts must accept")
 
 
 class InputSpec(Strict):
-    name: Annotated[str, Field(min_length=1)]
-    dtype: Literal["float32", "float16", "int64", "int32", "bool"] = "float32"
-    shape: list[PositiveInt | Annotated[str, Field(pattern=r"^[A-Za-z_]\w*$")]]
-    low: float = 0.0
-    high: float = 1.0
+    name: Annotated[str, Field(min_length=1)] = Field(
+        description="input name (the model's positional argument order)"
+    )
+    dtype: Literal["float32", "float16", "int64", "int32", "bool"] = Field(
+        "float32", description="element type"
+    )
+    shape: list[PositiveInt | Annotated[str, Field(pattern=r"^[A-Za-z_]\w*$")]] = Field(
+        description="sizes: an integer for a fixed axis, a name for a dynamic one (its range under dims)"
+    )
+    low: float = Field(0.0, description="smallest value of random samples (data.samples.source: random)")
+    high: float = Field(1.0, description="largest value of random samples (integers: inclusive)")
 
 
 class TextData(Strict):
     """Sentences (JSONL with a text field, or one per line) tokenized with the model's own tokenizer."""
 
-    source: Literal["text"]
-    path: str
-    field: str = "text"
+    source: Literal["text"] = Field(description="sentences, tokenized by the model's tokenizer")
+    path: str = Field(description="JSONL (one object per line) or plain text (one sentence per line)")
+    field: str = Field("text", description="the JSONL key that holds the sentence")
 
 
 class NpzData(Strict):
     """An .npz holding one array per input, samples along the first axis."""
 
-    source: Literal["npz"]
-    path: str
+    source: Literal["npz"] = Field(description="arrays saved with numpy.savez")
+    path: str = Field(
+        description=".npz with one array per input name, samples along the first axis (each sample is the "
+        "input's shape without the batch axis); relative to the recipe file"
+    )
 
 
 class RandomData(Strict):
     """Seeded synthetic samples drawn in each input's low..high range at its opt shape; as many as the
     calibration and validation splits need unless `samples` says more."""
 
-    source: Literal["random"]
-    samples: PositiveInt | None = None
+    source: Literal["random"] = Field(description="seeded synthetic samples in each input's low..high")
+    samples: PositiveInt | None = Field(
+        None, description="number of samples to draw (default: calibration + validation)"
+    )
 
 
 class DataConfig(Strict):
-    samples: Annotated[TextData | NpzData | RandomData, Field(discriminator="source")]
-    calibration: PositiveInt = 64
-    validation: PositiveInt = 32
-    seed: Annotated[int, Field(ge=0)] = 0
+    samples: Annotated[TextData | NpzData | RandomData, Field(discriminator="source")] = Field(
+        description="where representative inputs come from"
+    )
+    calibration: PositiveInt = Field(64, description="samples in the calibration split (INT8 only)")
+    validation: PositiveInt = Field(32, description="samples in the held-out validation split")
+    seed: Annotated[int, Field(ge=0)] = Field(0, description="seed of the deterministic, disjoint split")
 
 
 # ---------------------------------------------------------------- export settings
 
 
 class TorchScriptExport(Strict):
-    check_corners: list[Literal["min", "opt", "max"]] = ["min", "opt", "max"]
-    check_atol: PositiveFloat = 1e-4
-    freeze: bool = True
+    check_corners: list[Literal["min", "opt", "max"]] = Field(
+        ["min", "opt", "max"], description="shape corners at which the traced module is checked against eager"
+    )
+    check_atol: PositiveFloat = Field(1e-4, description="largest absolute difference the trace check allows")
+    freeze: bool = Field(True, description="torch.jit.freeze the traced module")
 
 
 class OnnxExport(Strict):
-    exporter: Literal["dynamo", "legacy"] = "dynamo"
-    fallback: bool = True
-    opset: Annotated[int, Field(ge=13, le=23)] = 18
+    exporter: Literal["dynamo", "legacy"] = Field("dynamo", description="torch.onnx exporter to use")
+    fallback: bool = Field(True, description="fall back to the legacy exporter when dynamo fails")
+    opset: Annotated[int, Field(ge=13, le=23)] = Field(18, description="ONNX opset version")
 
 
 class Fp16Export(Strict):
-    keep_io_types: bool = True
-    block_ops: list[str] = ["ReduceMean", "ReduceSum", "Pow", "Sqrt", "Softmax", "Exp", "Log", "Erf"]
+    keep_io_types: bool = Field(True, description="keep FP32 graph inputs and outputs (casts inside)")
+    block_ops: list[str] = Field(
+        ["ReduceMean", "ReduceSum", "Pow", "Sqrt", "Softmax", "Exp", "Log", "Erf"],
+        description="op types kept in FP32 (they overflow or lose precision in FP16)",
+    )
 
 
 class Int8Export(Strict):
-    calibration: Literal["minmax", "entropy", "percentile"] = "minmax"
-    percentile: Annotated[float, Field(gt=90, le=100)] = 99.99
-    op_types: list[str] = ["MatMul"]
-    weights_only_matmul: bool = True
-    include: list[str] = []
-    # fnmatch's * crosses dots: '*.layer.*[0-9].output.dense' is the FFN down-projection, not attention.output.dense
-    exclude: list[str] = ["*.intermediate.dense", "*.layer.*[0-9].output.dense"]
-    quantizer: Literal["onnxruntime", "modelopt"] = "onnxruntime"
+    calibration: Literal["minmax", "entropy", "percentile"] = Field(
+        "minmax", description="calibration method (on the calibration split only)"
+    )
+    percentile: Annotated[float, Field(gt=90, le=100)] = Field(
+        99.99, description="percentile kept by percentile calibration"
+    )
+    op_types: list[str] = Field(
+        ["Conv", "MatMul", "Gemm"],
+        description="op types to quantize; default by model family: transformer [MatMul], generic "
+        "[Conv, MatMul, Gemm]",
+    )
+    weights_only_matmul: bool = Field(
+        True, description="quantize only MatMuls with a constant (weight) input, not activation x activation"
+    )
+    include: list[str] = Field(
+        [],
+        description="fnmatch patterns on the module path that owns each op ('*' crosses dots); when given, "
+        "only matching ops are quantized",
+    )
+    exclude: list[str] = Field(
+        [],
+        description="fnmatch patterns on the owning module path of ops kept in float; default by model "
+        "family: transformer ['*.intermediate.dense', '*.layer.*[0-9].output.dense'] (BERT feed-forward "
+        "layers), generic []",
+    )
+    quantizer: Literal["onnxruntime", "modelopt"] = Field("onnxruntime", description="quantization library")
 
 
 class OptimizeExport(Strict):
-    model_type: str = "bert"
-    opt_level: Annotated[int, Field(ge=0, le=2)] = 2
+    model_type: str | None = Field(
+        None,
+        description="ONNX Runtime transformer optimizer model type (bert, gpt2, vit, ...); null: ONNX "
+        "Runtime's graph optimizations only; default by model family: transformer bert, generic null",
+    )
+    opt_level: Annotated[int, Field(ge=0, le=2)] = Field(2, description="ONNX Runtime optimization level")
 
 
 class EngineProfile(Strict):
     """Dims not named here take the recipe's top-level min/opt/max."""
 
-    dims: dict[str, DimRange] = {}
+    dims: dict[str, DimRange] = Field({}, description="min/opt/max per dim for this optimization profile")
 
 
 class TensorRTExport(Strict):
-    flavour: Literal["auto", "tensorrt", "tensorrt-rtx"] = "auto"
-    optimization_level: Annotated[int, Field(ge=0, le=5)] = 3
-    workspace_mb: PositiveInt = 2048
-    compute_capabilities: list[Annotated[str, Field(pattern=r"^sm\d{2,3}$")]] = ["sm89"]
-    profiles: list[EngineProfile] = [EngineProfile()]
-    build_timeout_s: PositiveInt = 900
+    flavour: Literal["auto", "tensorrt", "tensorrt-rtx"] = Field(
+        "auto", description="auto: tensorrt if installed, else tensorrt-rtx"
+    )
+    optimization_level: Annotated[int, Field(ge=0, le=5)] = Field(3, description="builder optimization level")
+    workspace_mb: PositiveInt = Field(2048, description="builder workspace memory limit, MiB")
+    compute_capabilities: list[Annotated[str, Field(pattern=r"^sm\d{2,3}$")]] = Field(
+        ["sm89"], description="TensorRT-RTX ahead-of-time targets (sm75 ... sm121)"
+    )
+    profiles: list[EngineProfile] = Field(
+        [EngineProfile()], description="optimization profiles (one by default: the recipe's dims)"
+    )
+    build_timeout_s: PositiveInt = Field(900, description="a build running longer fails its variant")
 
 
 class ExportConfig(Strict):
-    torchscript: TorchScriptExport = TorchScriptExport()
-    onnx: OnnxExport = OnnxExport()
-    fp16: Fp16Export = Fp16Export()
-    int8: Int8Export = Int8Export()
-    optimize: OptimizeExport = OptimizeExport()
-    tensorrt: TensorRTExport = TensorRTExport()
+    torchscript: TorchScriptExport = Field(TorchScriptExport(), description="TorchScript trace settings")
+    onnx: OnnxExport = Field(OnnxExport(), description="ONNX export settings")
+    fp16: Fp16Export = Field(Fp16Export(), description="FP16 conversion settings")
+    int8: Int8Export = Field(Int8Export(), description="INT8 quantization settings")
+    optimize: OptimizeExport = Field(OptimizeExport(), description="ONNX Runtime optimizer settings")
+    tensorrt: TensorRTExport = Field(TensorRTExport(), description="TensorRT engine build settings")
+    triton: bool = Field(
+        False,
+        description="write a Triton Inference Server model repository of the winner under triton/ in the "
+        "version folder",
+    )
 
 
 class VariantsConfig(Strict):
-    build: Annotated[list[VariantName], Field(min_length=1)] = ["torchscript-fp32", "onnx-fp32"]
-    required: list[VariantName] = []
-    # false: any requested variant that fails to build, validate or benchmark fails the sign-off
-    allow_failed: bool = True
+    build: Annotated[list[VariantName], Field(min_length=1)] = Field(
+        ["torchscript-fp32", "onnx-fp32"],
+        description="variants to build; engine-<precision> takes the resolved TensorRT flavour",
+    )
+    required: list[VariantName] = Field(
+        [], description="variants whose failure fails the sign-off (exit 1); each must be in build"
+    )
+    allow_failed: bool = Field(
+        True,
+        description="false: any requested variant that fails to build, validate or benchmark fails the "
+        "sign-off (exit 1); true: failures are listed and the rest may still be signed off",
+    )
 
 
 # ---------------------------------------------------------------- validation, benchmark, selection, output
@@ -213,13 +294,23 @@ class Tolerance(Strict):
     `neighbours` is the lowest acceptable nearest-neighbour agreement of an embedding output over the held-out
     data (the share of each sample's top-k neighbours that the candidate's embeddings keep)."""
 
-    max_abs: PositiveFloat | None = None
-    mean_abs: PositiveFloat | None = None
-    max_rel: PositiveFloat | None = None
-    cosine: Annotated[float, Field(gt=0, le=1)] | None = None
-    neighbours: Annotated[float, Field(gt=0, le=1)] | None = None
-    informational: list[Metric] = []
-    outputs: dict[str, Tolerance] = {}
+    max_abs: PositiveFloat | None = Field(None, description="largest absolute difference to the reference")
+    mean_abs: PositiveFloat | None = Field(None, description="largest mean absolute difference")
+    max_rel: PositiveFloat | None = Field(None, description="largest relative difference")
+    cosine: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        None, description="smallest cosine similarity to the reference (per sample, flattened)"
+    )
+    neighbours: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        None,
+        description="smallest nearest-neighbour agreement of an embedding output over the held-out data "
+        "(share of each sample's top-k neighbours kept); reported always, gating when set here",
+    )
+    informational: list[Metric] = Field([], description="metrics reported but never gating")
+    outputs: dict[str, Tolerance] = Field(
+        {},
+        description="per-output overrides, by output name; a threshold written here gates unless the "
+        "override lists the metric as informational itself",
+    )
 
     def resolved(self, output: str) -> dict[str, tuple[float | None, bool]]:
         """metric -> (threshold, informational) for one output. A per-output override replaces the fields it
@@ -255,67 +346,146 @@ def _default_tolerances() -> dict[str, Tolerance]:
 
 
 class ValidationConfig(Strict):
-    tolerances: dict[Precision, Tolerance] = Field(default_factory=_default_tolerances)
-    # min and max of every dynamic dim are validated unless left out here (the report then warns)
-    corners: list[Literal["min", "opt", "max"]] = ["min", "opt", "max"]
-    corner_batches: dict[Literal["min", "opt", "max"], PositiveInt] = {"min": 2, "opt": 2, "max": 1}
-    data_batch: PositiveInt = 8
-    # the input whose zeros mark padded positions: per-token outputs are compared on real tokens only
-    # (no masking when the recipe has no such input; null turns masking off)
-    padding_mask: str | None = "attention_mask"
-    neighbours_k: PositiveInt = 5  # top-k of the nearest-neighbour agreement of embedding outputs
+    tolerances: dict[Precision, Tolerance] = Field(
+        default_factory=_default_tolerances, description="thresholds per precision (fp32, fp16, int8)"
+    )
+    corners: list[Literal["min", "opt", "max"]] = Field(
+        ["min", "opt", "max"],
+        description="shape corners checked besides the held-out data; leaving out min or max warns that "
+        "those dims are not validated",
+    )
+    corner_batches: dict[Literal["min", "opt", "max"], PositiveInt] = Field(
+        {"min": 2, "opt": 2, "max": 1}, description="batch size used at each corner"
+    )
+    data_batch: PositiveInt = Field(8, description="batch size for the held-out validation split")
+    padding_mask: str | None = Field(
+        "attention_mask",
+        description="the input whose zeros mark padded positions: per-token outputs are compared on real "
+        "tokens only (no masking when no input has this name; null turns masking off)",
+    )
+    neighbours_k: PositiveInt = Field(5, description="top-k of the nearest-neighbour agreement of embeddings")
 
 
 class BenchmarkConfig(Strict):
-    batch_sizes: list[PositiveInt] = [1, 8]
-    sequence_lengths: list[PositiveInt] | Literal["data"] = [128]
-    batch_dim: str = "batch"
-    sequence_dim: str | None = "sequence"
-    intra_op_threads: PositiveInt | None = None
-    warmup_iters: PositiveInt = 10
-    warmup_s: PositiveFloat = 0.2
-    window_s: PositiveFloat = 0.2
-    stable_windows: Annotated[int, Field(ge=2)] = 3
-    stable_within: Annotated[float, Field(gt=0, lt=1)] = 0.05
-    min_iters: PositiveInt = 20
-    min_s: PositiveFloat = 1.0
-    max_windows: PositiveInt = 10
-    max_s: PositiveFloat = 15.0
-    include_reference: bool = True
+    batch_sizes: list[PositiveInt] = Field([1, 8], description="batch sizes to measure")
+    sequence_lengths: list[PositiveInt] | Literal["data"] = Field(
+        [],
+        description="sequence lengths to measure, or 'data' (median and p90 of the data's token lengths); "
+        "default: the opt of the sequence dim",
+    )
+    batch_dim: str = Field("batch", description="the dim (under dims) that is the batch axis")
+    sequence_dim: str | None = Field(
+        "sequence", description="the dim (under dims) that is the sequence axis; null: none"
+    )
+    intra_op_threads: PositiveInt | None = Field(
+        None, description="CPU threads per runtime (default: the available cores)"
+    )
+    warmup_iters: PositiveInt = Field(10, description="warm-up iterations at least (first call discarded)")
+    warmup_s: PositiveFloat = Field(0.2, description="warm-up seconds at least")
+    window_s: PositiveFloat = Field(0.2, description="length of one measurement window, seconds")
+    stable_windows: Annotated[int, Field(ge=2)] = Field(
+        3, description="consecutive window medians that must agree"
+    )
+    stable_within: Annotated[float, Field(gt=0, lt=1)] = Field(
+        0.05, description="relative spread within which window medians agree"
+    )
+    min_iters: PositiveInt = Field(20, description="timed iterations at least, per row")
+    min_s: PositiveFloat = Field(1.0, description="timed seconds at least, per row")
+    max_windows: PositiveInt = Field(10, description="windows at most, per row (then stable: false)")
+    max_s: PositiveFloat = Field(15.0, description="timed seconds at most, per row (then stable: false)")
+    include_reference: bool = Field(True, description="also time the eager PyTorch reference")
 
 
 class Objective(Strict):
-    metric: Literal["p50_ms", "p90_ms", "p99_ms", "mean_ms"] = "p50_ms"
-    batch: PositiveInt = 1
-    sequence_length: PositiveInt | None = None
-    io: Literal["host", "device"] | None = None  # only rows of this I/O mode compete (None: either)
+    metric: Literal["p50_ms", "p90_ms", "p99_ms", "mean_ms"] = Field(
+        "p50_ms", description="latency statistic to minimize"
+    )
+    batch: PositiveInt = Field(1, description="batch size the winner is chosen at")
+    sequence_length: PositiveInt | None = Field(
+        None, description="sequence length the winner is chosen at (default: the shortest measured)"
+    )
+    io: Literal["host", "device"] | None = Field(
+        None, description="only rows of this I/O mode compete (default: either)"
+    )
+
+
+class RegressionBudget(Strict):
+    """What `compare A B` counts as a regression of B against A (exit 1)."""
+
+    max_slowdown: Annotated[float, Field(ge=0)] = Field(
+        0.1,
+        description="largest relative slowdown of the shipped objective value (B's winner against A's "
+        "winner) tolerated when their confidence intervals do not overlap; 0.1 = 10 %",
+    )
+    max_accuracy_loss: Annotated[float, Field(ge=0)] = Field(
+        0.25,
+        description="largest growth, per required accuracy check of the shipped artifact, of the share of "
+        "its tolerance it uses (error/threshold, or (1 - cosine)/(1 - threshold)); 0.25 = a quarter of the "
+        "tolerance",
+    )
 
 
 class SelectionConfig(Strict):
-    objective: Objective = Objective()
-    max_p99_ms: PositiveFloat | None = None
-    runtimes: list[Runtime] = []
+    objective: Objective = Field(Objective(), description="what the winner is fastest at")
+    max_p99_ms: PositiveFloat | None = Field(None, description="rows with a higher p99 cannot win")
+    runtimes: list[Runtime] = Field([], description="runtimes allowed to win (default: all)")
+    regression: RegressionBudget = Field(
+        RegressionBudget(), description="regression budget for `compare` (CI release gates)"
+    )
 
 
 class OutputConfig(Strict):
-    root: Annotated[str, Field(min_length=1)] = "artifacts"
-    version_scheme: Literal["sequential"] = "sequential"
-    lock_timeout_s: Annotated[float, Field(ge=0)] = 0
+    root: Annotated[str, Field(min_length=1)] = Field(
+        "artifacts", description="store root: versions go to <root>/<name>/vNNNN"
+    )
+    version_scheme: Literal["sequential"] = Field("sequential", description="version naming")
+    lock_timeout_s: Annotated[float, Field(ge=0)] = Field(
+        0, description="seconds to wait for another deploy of the same name"
+    )
+
+
+class MlflowTracking(Strict):
+    uri: str = Field(
+        "mlruns",
+        description="MLflow tracking URI; a plain path is a local file store, relative to the working "
+        "directory",
+    )
+    experiment: str | None = Field(None, description="experiment name (default: the recipe name)")
+
+
+class TrackingConfig(Strict):
+    mlflow: MlflowTracking | None = Field(
+        None, description="log each deploy as an MLflow run (needs the mlflow extra)"
+    )
 
 
 class Recipe(Strict):
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
-    model: ModelSource
-    inputs: Annotated[list[InputSpec], Field(min_length=1)]
-    dims: dict[str, DimRange] = {}
-    outputs: Annotated[list[str], Field(min_length=1)]
-    data: DataConfig
-    variants: VariantsConfig = VariantsConfig()
-    export: ExportConfig = ExportConfig()
-    validation: ValidationConfig = ValidationConfig()
-    benchmark: BenchmarkConfig = BenchmarkConfig()
-    selection: SelectionConfig = SelectionConfig()
-    output: OutputConfig = OutputConfig()
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")] = Field(
+        description="release name: the store folder <output.root>/<name>"
+    )
+    model: ModelSource = Field(description="where the PyTorch model comes from")
+    inputs: Annotated[list[InputSpec], Field(min_length=1)] = Field(
+        description="model inputs, in the order the model takes them"
+    )
+    dims: dict[str, DimRange] = Field({}, description="min/opt/max of every dynamic dim named in shapes")
+    outputs: Annotated[list[str], Field(min_length=1)] = Field(
+        description="names of the model's outputs, in order"
+    )
+    data: DataConfig = Field(description="representative inputs and their calibration/validation split")
+    variants: VariantsConfig = Field(VariantsConfig(), description="which artifacts to build")
+    export: ExportConfig = Field(ExportConfig(), description="settings per export format")
+    validation: ValidationConfig = Field(ValidationConfig(), description="accuracy checks and tolerances")
+    benchmark: BenchmarkConfig = Field(BenchmarkConfig(), description="shapes and measurement policy")
+    selection: SelectionConfig = Field(SelectionConfig(), description="how the winner is chosen")
+    output: OutputConfig = Field(OutputConfig(), description="where versions are stored")
+    tracking: TrackingConfig = Field(TrackingConfig(), description="run tracking (MLflow)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _family_defaults(cls, data: Any) -> Any:
+        from pipeline.recipe_family import with_family_defaults
+
+        return with_family_defaults(data)
 
     def dim_names(self) -> set[str]:
         return {d for spec in self.inputs for d in spec.shape if isinstance(d, str)}
@@ -467,6 +637,10 @@ def _benchmark_problems(recipe: Recipe) -> list[tuple[str, str]]:
             problems.append(
                 ("benchmark.sequence_dim", f"'{bench.sequence_dim}' is not a dynamic dim under dims")
             )
+    elif seq is not None and bench.sequence_lengths == []:
+        problems.append(
+            ("benchmark.sequence_lengths", f"must name at least one length of dims.{bench.sequence_dim}")
+        )
     elif seq is not None and isinstance(bench.sequence_lengths, list):
         for i, s in enumerate(bench.sequence_lengths):
             if not seq.min <= s <= seq.max:

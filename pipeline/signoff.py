@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -15,6 +15,7 @@ import yaml
 from pipeline.executor import RUN_RECORD, StageRecord
 from pipeline.recipe_loader import LoadedRecipe
 from pipeline.store import read_json, sha256_file, write_json_atomic, write_text_atomic
+from pipeline.triton import write_model_repository
 from pipeline.verdict import Verdict, decide, shape_warnings, variant_failures
 
 ARTIFACT_KINDS = ("torchscript", "onnx", "engine")
@@ -64,16 +65,30 @@ def _artifacts(records: list[StageRecord]) -> list[dict[str, Any]]:
     ]
 
 
-def _reproduce_script(loaded: LoadedRecipe) -> str:
-    cwd = shlex.quote(str(Path.cwd()))
+def _reproduce_script(loaded: LoadedRecipe, final: Path) -> str:
+    """A script that re-runs this deploy on any machine with the project checkout and the recipe: it runs
+    from $REPO (default: the folder the deploy ran from, relative to the version folder `final`), with the
+    recipe and overrides as given, into the store that holds this version (wherever that now lies)."""
+    cwd = Path.cwd().resolve()
+    repo = os.path.relpath(cwd, final.resolve())
+    recipe = (cwd / loaded.path).resolve()  # an absolute path stays absolute
+    if recipe.is_relative_to(cwd):  # a recipe outside the checkout stays where it is
+        recipe = recipe.relative_to(cwd)
+    kept = [o for o in loaded.overrides if o.partition("=")[0].strip() != "output.root"]  # set below
+    overrides = "".join(f" --set {shlex.quote(o)}" for o in kept)
     return (
         "#!/usr/bin/env sh\n"
-        "# Re-runs this deploy from the resolved recipe saved beside this script (absolute paths, defaults filled).\n"
-        "# Fresh stages are reused; pass --rebench to measure again. Same code: git checkout the manifest's git_revision.\n"
+        "# Re-runs this deploy: the same recipe and --set overrides, from the project checkout, into the store that\n"
+        "# holds this version, so fresh stages are reused (pass --rebench to measure again). Same code: git checkout\n"
+        "# the manifest's git_revision. REPO: the checkout (default: where the deploy ran, relative to this folder);\n"
+        "# PYTHON: the interpreter (default: the checkout's .venv, else python3).\n"
         "set -eu\n"
         'here=$(cd "$(dirname "$0")" && pwd)\n'
-        f"cd {cwd}\n"
-        f'exec {shlex.quote(sys.executable)} -m pipeline deploy "$here/recipe.yaml" "$@"\n'
+        f'cd "${{REPO:-$here/{repo}}}"\n'
+        'if [ -z "${PYTHON:-}" ]; then\n'
+        "  if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi\n"
+        "fi\n"
+        f'exec "$PYTHON" -m pipeline deploy {shlex.quote(str(recipe))}{overrides} --set "output.root=$here/../.." "$@"\n'
     )
 
 
@@ -150,8 +165,9 @@ def write_signoff(
 
     write_text_atomic(workdir / "recipe.yaml", yaml.safe_dump(resolved, sort_keys=False))
     script = workdir / "reproduce.sh"
-    write_text_atomic(script, _reproduce_script(loaded))
+    write_text_atomic(script, _reproduce_script(loaded, workdir.parent.parent / version))
     script.chmod(0o755)
+    write_model_repository(workdir, loaded.recipe, winner, header["artifacts"], speed)  # export.triton
     record = StageRecord("signoff", 1, None, "ran", {}, {}, {})
     stage_dicts = [asdict(r) for r in [*records, record]]
     written = render(workdir, header, accuracy, speed, winner, stage_dicts, prev)

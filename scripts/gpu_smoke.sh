@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU host run (see ../shared/gpu/README.md): the GPU tests, then a deploy of the default recipe without
+# GPU host run: the GPU tests, then a deploy of the default recipe without
 # TensorRT engines (no TensorRT runtime there), keeping the reports (not the artifacts) under $OUT.
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD

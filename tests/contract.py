@@ -1,4 +1,4 @@
-"""Keys the output contract (ARCHITECTURE.md) fixes, asserted by the tests that read reports."""
+"""Keys the output contract (docs/architecture.md) fixes, asserted by the tests that read reports."""
 
 SPEED_ROW_KEYS = frozenset(
     {

@@ -34,11 +34,12 @@ def optimize(ctx: RunContext, source: Path, fp16: bool) -> tuple[onnx.ModelProto
     with onnx_tools.scratch_cwd():
         optimized = optimize_model(
             str(source.resolve()),
-            model_type=cfg.model_type,
+            model_type=cfg.model_type or "bert",
             num_heads=int(config.get("num_attention_heads", 0)),
             hidden_size=int(config.get("hidden_size", 0)),
             opt_level=cfg.opt_level,
             use_gpu=False,
+            only_onnxruntime=cfg.model_type is None,  # no transformer fusions for other models
         )
     stats = {k: int(v) for k, v in sorted(optimized.get_fused_operator_statistics().items()) if v}
     if fp16:

@@ -267,7 +267,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
         version=2,  # 2: per-runtime accuracy, the objective metric's own interval, the simplest of the tied
         run=run,
         config={
-            "selection": recipe.selection.model_dump(),
+            "selection": recipe.selection.model_dump(exclude={"regression"}),  # compare's budget, not ours
             # read by the verdict that follows: a change must make a new version, not "up to date"
             "verdict": {
                 "required": list(recipe.variants.required),

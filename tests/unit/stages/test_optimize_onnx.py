@@ -64,3 +64,16 @@ def test_optimized_graph(
     assert abs(got["hidden"] - want["hidden"]).max() < tolerance
     assert lowest_cosine(got["pooled"], want["pooled"]) >= 0.999
     assert (tmp_path / "logs" / f"{name}.log").is_file()
+
+
+def test_generic_models_get_onnxruntime_graph_optimizations_only(
+    source: ArtifactRecord, tmp_path: Path
+) -> None:
+    ctx = tiny_context(tmp_path, "model.family=generic")
+    assert ctx.recipe.export.optimize.model_type is None
+    st = optimize_onnx.stages(ctx.recipe, ctx.recipe_dir)[0]
+    out = st.run(ctx, {"onnx-fp32": source}).outputs[0]
+    assert out.details["model_type"] is None
+    feeds = ctx.dataset().feeds_at({"batch": 2, "sequence": 12})
+    got, want = run_onnx(tmp_path / out.path, feeds), reference(ctx, feeds)
+    assert abs(got["hidden"] - want["hidden"]).max() < 1e-4

@@ -1,0 +1,390 @@
+"""`compare A B`: two versions side by side, judged the way a release gate needs.
+
+Speed per (artifact, runtime, io, shape) with interval-aware verdicts: faster or slower only when the
+confidence intervals of the objective metric do not overlap, else within noise. Accuracy per artifact and
+check, measured as the share of its tolerance a check uses (error / threshold, or (1 - cosine) /
+(1 - threshold)), so that changes read the same for every metric. Environment and recipe changes listed.
+
+The gate (exit 1) is about what B ships, against the budget in B's recipe (`selection.regression`): B did
+not sign off while A did; B's winner is slower than A's winner by more than `max_slowdown`, beyond noise; or
+a required check of B's winner uses more than `max_accuracy_loss` more of its tolerance than the same check
+of the same artifact in A (or of A's winner, when A did not validate that artifact). Everything else is
+reported, not gated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from pipeline.errors import PipelineError
+from pipeline.recipe import RegressionBudget
+from pipeline.tracking import flatten
+
+SHARE_METRICS = ("max_abs", "mean_abs", "max_rel", "cosine")
+IGNORED_RECIPE_KEYS = ("output.root",)
+
+
+# ---------------------------------------------------------------- finding versions
+
+
+def resolve_version(ref: str, recipe: str | None) -> Path:
+    """A version folder from: a path to one; NAME/vNNNN or NAME/latest under ./artifacts (or the recipe's
+    output root); vNNNN or latest in the recipe's store, else in the only store under ./artifacts that has it."""
+    path = Path(ref)
+    if (path / "manifest.json").is_file():
+        return path
+    if path.is_absolute() or ref.startswith(".") or path.is_dir():
+        raise PipelineError(f"compare: {ref} is not a version folder (no manifest.json)")
+    if recipe is not None:
+        from pipeline.recipe_loader import load, resolve_recipe_path
+
+        loaded = load(resolve_recipe_path(recipe))
+        stores = [Path(loaded.recipe.output.root) / loaded.recipe.name]
+    else:
+        root = Path("artifacts")
+        stores = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    if "/" in ref:
+        name, _, version = ref.partition("/")
+        stores = [s.parent / name for s in stores[:1]] if recipe else [Path("artifacts") / name]
+        ref = version
+    found = [s / ref for s in stores if (s / ref / "manifest.json").is_file()]
+    if len(found) == 1:
+        return found[0].resolve() if ref == "latest" else found[0]
+    where = ", ".join(str(s) for s in stores) or "./artifacts (empty)"
+    if not found:
+        raise PipelineError(f"compare: no version '{ref}' (looked in {where}; pass a folder or --recipe)")
+    raise PipelineError(f"compare: '{ref}' is ambiguous ({where}); pass --recipe or NAME/{ref}")
+
+
+def _read(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _version(folder: Path) -> dict[str, Any]:
+    manifest = _read(folder / "manifest.json")
+    if not manifest:
+        raise PipelineError(f"compare: {folder} has no manifest.json (not a version folder)")
+    return {
+        "folder": folder,
+        "manifest": manifest,
+        "speed": _read(folder / "reports/speed.json"),
+        "accuracy": _read(folder / "reports/accuracy.json"),
+        "winner": _read(folder / "winner.json") or None,
+    }
+
+
+# ---------------------------------------------------------------- speed
+
+
+def interval(row: dict[str, Any], metric: str) -> list[float] | None:
+    """The row's 95 % interval of the metric: ci95_ms[p50|p90|p99|mean] when the row has it, else
+    p50_ci95_ms for the median; None when the row gives none."""
+    short = metric.removesuffix("_ms")
+    ci = (row.get("ci95_ms") or {}).get(short)
+    if ci is None and metric == "p50_ms":
+        ci = row.get("p50_ci95_ms")
+    return [float(ci[0]), float(ci[1])] if ci else None
+
+
+def speed_verdict(a_ci: list[float] | None, b_ci: list[float] | None) -> str:
+    """faster / slower (B against A) when the intervals are disjoint, within noise when they overlap."""
+    if a_ci is None or b_ci is None:
+        return "no interval"
+    if b_ci[1] < a_ci[0]:
+        return "faster"
+    if b_ci[0] > a_ci[1]:
+        return "slower"
+    return "within noise"
+
+
+def _row_key(row: dict[str, Any]) -> tuple[Any, ...]:
+    shapes = json.dumps(row.get("shapes") or {}, sort_keys=True)
+    return (row["artifact"], row["runtime"], row.get("io", "host"), bool(row.get("cuda_graph")), shapes)
+
+
+def compare_rows(a: dict[str, Any], b: dict[str, Any], metric: str) -> list[dict[str, Any]]:
+    rows_a = {_row_key(r): r for r in a.get("results", [])}
+    out = []
+    for row_b in b.get("results", []):
+        row_a = rows_a.get(_row_key(row_b))
+        if row_a is None or metric not in row_a or metric not in row_b:
+            continue
+        a_ci, b_ci = interval(row_a, metric), interval(row_b, metric)
+        out.append(
+            {
+                **{
+                    k: row_b.get(k)
+                    for k in ("artifact", "runtime", "io", "batch", "sequence_length", "shapes")
+                },
+                "metric": metric,
+                "a": row_a[metric],
+                "b": row_b[metric],
+                "a_ci95": a_ci,
+                "b_ci95": b_ci,
+                "change": (row_b[metric] - row_a[metric]) / row_a[metric] if row_a[metric] else None,
+                "verdict": speed_verdict(a_ci, b_ci),
+                "stable": bool(row_a.get("stable", True) and row_b.get("stable", True)),
+            }
+        )
+    return out
+
+
+def _winner_row(version: dict[str, Any]) -> dict[str, Any] | None:
+    """The speed row the winner was chosen on (its intervals), else winner.json itself."""
+    winner = version["winner"]
+    if not winner:
+        return None
+    batch = (winner.get("objective") or {}).get("batch")
+    for row in version["speed"].get("results", []):
+        same = (row["artifact"], row["runtime"], row.get("io", "host")) == (
+            winner["artifact"],
+            winner["runtime"],
+            winner.get("io", "host"),
+        )
+        if same and row["batch"] == batch and (not winner.get("shapes") or row["shapes"] == winner["shapes"]):
+            return row
+    return winner
+
+
+# ---------------------------------------------------------------- accuracy
+
+
+def tolerance_share(metric: str, value: Any, threshold: Any) -> float | None:
+    """How much of its tolerance a check uses: 0 = exact, 1 = at the threshold."""
+    if not isinstance(value, int | float) or not isinstance(threshold, int | float):
+        return None
+    if metric == "cosine":
+        return (1 - value) / (1 - threshold) if threshold < 1 else None
+    if metric in SHARE_METRICS:
+        return value / threshold if threshold > 0 else None
+    return None
+
+
+def _shares(entry: dict[str, Any] | None) -> dict[tuple[str, str, str], float]:
+    """Worst tolerance share per required check (output, inputs, metric)."""
+    out: dict[tuple[str, str, str], float] = {}
+    for check in (entry or {}).get("checks", []):
+        if check.get("informational"):
+            continue
+        share = tolerance_share(check["metric"], check.get("value"), check.get("threshold"))
+        if share is not None:
+            key = (check["output"], check["inputs"], check["metric"])
+            out[key] = max(out.get(key, share), share)
+    return out
+
+
+def compare_accuracy(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    entries_a = a.get("artifacts", {})
+    for name, entry_b in b.get("artifacts", {}).items():
+        entry_a = entries_a.get(name)
+        if entry_a is None:
+            continue
+        shares_a, shares_b = _shares(entry_a), _shares(entry_b)
+        growth = [shares_b[k] - shares_a[k] for k in shares_b if k in shares_a]
+        out.append(
+            {
+                "artifact": name,
+                "a_passed": bool(entry_a.get("passed")),
+                "b_passed": bool(entry_b.get("passed")),
+                "a_worst_share": max(shares_a.values(), default=None),
+                "b_worst_share": max(shares_b.values(), default=None),
+                "largest_share_growth": max(growth, default=None),
+                "now_fails": bool(entry_a.get("passed")) and not entry_b.get("passed"),
+            }
+        )
+    return out
+
+
+# ---------------------------------------------------------------- environment and recipe
+
+
+def changes(a: dict[str, Any], b: dict[str, Any], ignored: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    flat_a, flat_b = flatten(a), flatten(b)
+    return [
+        {"key": key, "a": flat_a.get(key), "b": flat_b.get(key)}
+        for key in sorted(set(flat_a) | set(flat_b))
+        if flat_a.get(key) != flat_b.get(key) and key not in ignored
+    ]
+
+
+# ---------------------------------------------------------------- the gate
+
+
+def budget_of(version: dict[str, Any]) -> RegressionBudget:
+    raw = ((version["manifest"].get("recipe") or {}).get("selection") or {}).get("regression") or {}
+    return RegressionBudget.model_validate(raw)
+
+
+def objective_metric(version: dict[str, Any]) -> str:
+    selection = (version["manifest"].get("recipe") or {}).get("selection") or {}
+    return (selection.get("objective") or {}).get("metric", "p50_ms")
+
+
+def shipped(a: dict[str, Any], b: dict[str, Any], metric: str) -> dict[str, Any] | None:
+    row_a, row_b = _winner_row(a), _winner_row(b)
+    if row_a is None or row_b is None:
+        return None
+    value_a = row_a.get(metric, a["winner"]["value"])
+    value_b = row_b.get(metric, b["winner"]["value"])
+    a_ci, b_ci = interval(row_a, metric), interval(row_b, metric)
+    return {
+        "a": {"artifact": a["winner"]["artifact"], "runtime": a["winner"]["runtime"], "value": value_a},
+        "b": {"artifact": b["winner"]["artifact"], "runtime": b["winner"]["runtime"], "value": value_b},
+        "metric": metric,
+        "a_ci95": a_ci,
+        "b_ci95": b_ci,
+        "change": (value_b - value_a) / value_a if value_a else None,
+        "verdict": speed_verdict(a_ci, b_ci),
+    }
+
+
+def _winner_accuracy(version: dict[str, Any]) -> dict[str, Any] | None:
+    """The accuracy record the winner passed: winner.json's own when it carries one, else the artifact's."""
+    winner = version["winner"]
+    if not winner:
+        return None
+    if isinstance(winner.get("accuracy"), dict) and "checks" in winner["accuracy"]:
+        return winner["accuracy"]
+    return version["accuracy"].get("artifacts", {}).get(winner["artifact"])
+
+
+def regressions(a: dict[str, Any], b: dict[str, Any], ship: dict[str, Any] | None) -> list[str]:
+    budget, found = budget_of(b), []
+    if a["winner"] and not b["winner"]:
+        return [f"B ({b['folder'].name}) did not sign off; A ({a['folder'].name}) did"]
+    slower = ship is not None and ship["change"] is not None and ship["change"] > budget.max_slowdown
+    if slower and ship["verdict"] in ("slower", "no interval"):
+        found.append(
+            f"shipped {ship['metric']} {ship['a']['value']:.4g} -> {ship['b']['value']:.4g} ms "
+            f"({ship['change']:+.1%}, budget +{budget.max_slowdown:.0%}, {ship['verdict']})"
+        )
+    if b["winner"]:
+        name = b["winner"]["artifact"]
+        entries_a = a["accuracy"].get("artifacts", {})
+        baseline = entries_a.get(name) or _winner_accuracy(a)
+        shares_a, shares_b = _shares(baseline), _shares(_winner_accuracy(b))
+        for key, share in sorted(shares_b.items()):
+            if key in shares_a and share - shares_a[key] > budget.max_accuracy_loss:
+                found.append(
+                    f"{name} {'/'.join(key)} uses {share:.0%} of its tolerance (was {shares_a[key]:.0%}; "
+                    f"budget +{budget.max_accuracy_loss:.0%})"
+                )
+    return found
+
+
+def compare(a_dir: Path, b_dir: Path) -> dict[str, Any]:
+    """The comparison as one JSON-ready document; exit_code 1 when B regressed beyond its budget."""
+    a, b = _version(a_dir), _version(b_dir)
+    metric = objective_metric(b)
+    ship = shipped(a, b, metric)
+    found = regressions(a, b, ship)
+    return {
+        "a": _label(a),
+        "b": _label(b),
+        "metric": metric,
+        "budget": budget_of(b).model_dump(),
+        "shipped": ship,
+        "speed": compare_rows(a["speed"], b["speed"], metric),
+        "accuracy": compare_accuracy(a["accuracy"], b["accuracy"]),
+        "environment": changes(
+            {**a["manifest"].get("environment", {}), "git_revision": a["manifest"].get("git_revision")},
+            {**b["manifest"].get("environment", {}), "git_revision": b["manifest"].get("git_revision")},
+        ),
+        "recipe": changes(
+            a["manifest"].get("recipe", {}), b["manifest"].get("recipe", {}), IGNORED_RECIPE_KEYS
+        ),
+        "regressions": found,
+        "exit_code": 1 if found else 0,
+    }
+
+
+def _label(version: dict[str, Any]) -> dict[str, Any]:
+    manifest = version["manifest"]
+    return {
+        "name": manifest.get("name"),
+        "version": manifest.get("version"),
+        "path": str(version["folder"]),
+        "created": manifest.get("created"),
+        "signed_off": bool(manifest.get("signed_off")),
+        "winner": (version["winner"] or {}).get("artifact"),
+    }
+
+
+# ---------------------------------------------------------------- command
+
+
+def compare_command(a: str, b: str, recipe: str | None, console: Console) -> tuple[int, dict[str, Any]]:
+    report = compare(resolve_version(a, recipe), resolve_version(b, recipe))
+    show(report, console)
+    return report["exit_code"], report
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1%}"
+
+
+def _passed(passed: bool, share: float | None) -> str:
+    return ("pass" if passed else "FAIL") + ("" if share is None else f" {share:.0%}")
+
+
+def show(report: dict[str, Any], console: Console) -> None:
+    a, b = report["a"], report["b"]
+    for tag, v in (("A", a), ("B", b)):
+        state = "signed off" if v["signed_off"] else "NOT signed off"
+        console.print(
+            f"{tag}: {v['name']}/{v['version']}  {v['created']}  {state}  winner {v['winner']}",
+            highlight=False,
+        )
+    ship = report["shipped"]
+    if ship:
+        console.print(
+            f"shipped: {ship['a']['artifact']} {ship['a']['value']:.4g} ms -> {ship['b']['artifact']} "
+            f"{ship['b']['value']:.4g} ms ({_pct(ship['change'])}, {ship['verdict']})",
+            highlight=False,
+        )
+    table = Table(title=f"Speed ({report['metric']}, ms; verdicts from the 95 % intervals, listed by --json)")
+    for column in ("artifact", "runtime", "io", "shape", "A", "B", "change", "verdict"):
+        table.add_column(column, justify="right" if column in ("A", "B", "change") else "left")
+    for row in report["speed"]:
+        shape = f"batch {row['batch']}" + (
+            f" seq {row['sequence_length']}" if row.get("sequence_length") else ""
+        )
+        verdict = row["verdict"] + ("" if row["stable"] else " (unstable)")
+        table.add_row(
+            row["artifact"], row["runtime"], row["io"], shape,
+            _ms(row["a"]), _ms(row["b"]), _pct(row["change"]), verdict,
+        )  # fmt: skip
+    console.print(table)
+    table = Table(title="Accuracy (share of tolerance used by the worst required check)")
+    for column in ("artifact", "A", "B", "largest growth", "verdict"):
+        table.add_column(column)
+    for row in report["accuracy"]:
+        verdict = "now fails" if row["now_fails"] else "ok"
+        growth = "-" if row["largest_share_growth"] is None else f"{row['largest_share_growth']:+.0%}"
+        table.add_row(
+            row["artifact"], _passed(row["a_passed"], row["a_worst_share"]),
+            _passed(row["b_passed"], row["b_worst_share"]), growth, verdict,
+        )  # fmt: skip
+    console.print(table)
+    for title, items in (("environment", report["environment"]), ("recipe", report["recipe"])):
+        for item in items:
+            console.print(f"{title} changed: {item['key']}: {item['a']} -> {item['b']}", highlight=False)
+    budget = report["budget"]
+    if report["regressions"]:
+        for reason in report["regressions"]:
+            console.print(f"[red]REGRESSION[/red] {reason}", highlight=False)
+    else:
+        console.print(
+            f"no regression beyond the budget (max_slowdown {budget['max_slowdown']:.0%}, "
+            f"max_accuracy_loss {budget['max_accuracy_loss']:.0%})",
+            highlight=False,
+        )

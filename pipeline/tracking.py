@@ -1,0 +1,137 @@
+"""Run records: each published version logged as one MLflow run (`tracking.mlflow`, the `mlflow` extra).
+
+The run holds the resolved recipe as parameters, accuracy and latency per artifact as metrics, the winner and
+the sign-off state as tags, and the sign-off files (reports, winner.json, recipe.yaml, manifest.json) as
+artifacts; it is written from the published folder, so it says exactly what the version says. A release does
+not depend on its record: a tracking failure is printed and the deploy's exit code stands."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from pipeline.recipe import MlflowTracking, Recipe
+
+SIGNOFF_FILES = ("winner.json", "recipe.yaml", "manifest.json", "stages.json")
+PARAM_LIMIT = 500  # characters; MLflow's own limit is larger in recent versions
+BATCH = 100  # MLflow accepts at most 100 params and 1000 metrics per log_batch call
+LATENCY_STATS = ("p50_ms", "p90_ms", "p99_ms", "mean_ms")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:")
+_UNSAFE = re.compile(r"[^\w\-. /]")
+
+
+def tracking_uri(uri: str) -> str:
+    """A URI as given; a plain path becomes a file: URI (relative to the working directory)."""
+    return uri if _SCHEME.match(uri) else Path(uri).resolve().as_uri()
+
+
+def flatten(data: Any, prefix: str = "") -> dict[str, str]:
+    """Nested recipe data as dotted keys ('benchmark.batch_sizes': '[1, 8]')."""
+    if isinstance(data, dict) and data:
+        out: dict[str, str] = {}
+        for key, value in data.items():
+            out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: json.dumps(data)[:PARAM_LIMIT]} if prefix else {}
+
+
+def metrics(version: Path) -> dict[str, float]:
+    """Accuracy per artifact and check, latency per row, and the winner's objective value."""
+    out: dict[str, float] = {}
+    accuracy = _read(version / "reports/accuracy.json") or {}
+    for name, entry in accuracy.get("artifacts", {}).items():
+        out[f"accuracy.{name}.passed"] = float(bool(entry.get("passed")))
+        for check in entry.get("checks", []):
+            if isinstance(check.get("value"), int | float):
+                key = f"accuracy.{name}.{check['output']}.{check['inputs']}.{check['metric']}"
+                out[key] = float(check["value"])
+    for row in (_read(version / "reports/speed.json") or {}).get("results", []):
+        shape = f"b{row['batch']}" + (f".s{row['sequence_length']}" if row.get("sequence_length") else "")
+        for stat in LATENCY_STATS:
+            if isinstance(row.get(stat), int | float):
+                out[f"latency.{row['artifact']}.{row['runtime']}.{row['io']}.{shape}.{stat}"] = row[stat]
+    winner = _read(version / "winner.json")
+    if winner:
+        out[f"winner.{winner['objective']['metric']}"] = float(winner["value"])
+    return {_UNSAFE.sub("_", k): v for k, v in out.items()}
+
+
+def tags(version: Path) -> dict[str, str]:
+    manifest = _read(version / "manifest.json") or {}
+    winner = _read(version / "winner.json") or {}
+    found = {
+        "pipeline.name": manifest.get("name"),
+        "pipeline.version": version.name,
+        "pipeline.path": str(version.resolve()),
+        "pipeline.signed_off": str(bool(manifest.get("signed_off"))).lower(),
+        "pipeline.winner": winner.get("artifact"),
+        "pipeline.winner_runtime": winner.get("runtime"),
+        "mlflow.source.git.commit": manifest.get("git_revision"),
+    }
+    return {k: str(v) for k, v in found.items() if v is not None}
+
+
+def log_run(recipe: Recipe, version: Path, console: Console) -> dict[str, str] | None:
+    """Log the published version when the recipe asks for it; returns where the run went ({"mlflow_run_id",
+    "experiment", "uri"}), None when the recipe does not track or tracking failed."""
+    cfg = recipe.tracking.mlflow
+    if cfg is None:
+        return None
+    try:
+        where = _log(cfg, recipe.name, version)
+    except Exception as exc:  # noqa: BLE001 - a tracking server or store failing does not undo a release
+        console.print(f"[yellow]tracking failed[/yellow] (the release stands): {type(exc).__name__}: {exc}")
+        return None
+    console.print(
+        f"tracking: mlflow run {where['mlflow_run_id']} (experiment '{where['experiment']}', {where['uri']})",
+        highlight=False,
+    )
+    return where
+
+
+def _log(cfg: MlflowTracking, name: str, version: Path) -> dict[str, str]:
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric, Param
+
+    uri = tracking_uri(cfg.uri)
+    if uri.startswith("file:"):
+        # MLflow 3 keeps the file store in maintenance mode and refuses it unless opted in; a recipe that
+        # names a local path asks for exactly that store.
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = MlflowClient(tracking_uri=uri)
+    experiment_name = cfg.experiment or name
+    experiment = client.get_experiment_by_name(experiment_name)
+    experiment_id = experiment.experiment_id if experiment else client.create_experiment(experiment_name)
+    run = client.create_run(experiment_id, run_name=f"{name}/{version.name}", tags=tags(version))
+    run_id = run.info.run_id
+    now = int(time.time() * 1000)
+    recipe_params = flatten((_read(version / "manifest.json") or {}).get("recipe", {}))
+    params = [Param(k, v) for k, v in recipe_params.items()]
+    values = [Metric(k, v, now, 0) for k, v in metrics(version).items()]
+    for chunk in _chunks(params, BATCH):
+        client.log_batch(run_id, params=chunk)
+    for chunk in _chunks(values, BATCH):
+        client.log_batch(run_id, metrics=chunk)
+    if (version / "reports").is_dir():
+        client.log_artifacts(run_id, str(version / "reports"), "reports")
+    for rel in SIGNOFF_FILES:
+        if (version / rel).is_file():
+            client.log_artifact(run_id, str(version / rel))
+    client.set_terminated(run_id, status="FINISHED")
+    return {"mlflow_run_id": run_id, "experiment": experiment_name, "uri": uri}
+
+
+def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.is_file() else None

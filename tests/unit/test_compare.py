@@ -1,0 +1,68 @@
+"""compare's judgments on constructed reports: interval verdicts, tolerance shares, and the speed gate on
+what B ships (real versions are compared in tests/integration/test_first_hour.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.compare import interval, regressions, shipped, speed_verdict, tolerance_share
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "verdict"),
+    [
+        ([10.0, 11.0], [8.0, 9.5], "faster"),
+        ([10.0, 11.0], [11.5, 12.0], "slower"),
+        ([10.0, 11.0], [10.9, 12.0], "within noise"),
+        ([10.0, 11.0], None, "no interval"),
+    ],
+)
+def test_speed_verdicts_need_disjoint_intervals(a, b, verdict) -> None:
+    assert speed_verdict(a, b) == verdict
+
+
+def test_interval_of_the_objective_metric() -> None:
+    row = {"p50_ci95_ms": [1.0, 2.0], "ci95_ms": {"p99": [5.0, 7.0]}}
+    assert interval(row, "p50_ms") == [1.0, 2.0] and interval(row, "p99_ms") == [5.0, 7.0]
+    assert interval({"p50_ci95_ms": [1.0, 2.0]}, "p90_ms") is None
+
+
+def test_tolerance_share_reads_the_same_for_every_metric() -> None:
+    assert tolerance_share("max_abs", 5e-4, 1e-3) == pytest.approx(0.5)
+    assert tolerance_share("cosine", 0.9995, 0.999) == pytest.approx(0.5)
+    assert tolerance_share("finite", 0, 0) is None and tolerance_share("cosine", 1.0, 1.0) is None
+
+
+def _version(name: str, p50: float, ci: list[float], budget: dict[str, float]) -> dict[str, Any]:
+    row = {"artifact": "onnx-fp32", "runtime": "onnxruntime-cpu", "io": "host", "batch": 1, "shapes": {}}
+    row |= {"p50_ms": p50, "p50_ci95_ms": ci}
+    winner = {**row, "objective": {"metric": "p50_ms", "batch": 1}, "value": p50}
+    recipe = {"selection": {"regression": budget}}
+    return {
+        "folder": Path(name),
+        "manifest": {"recipe": recipe},
+        "speed": {"results": [row]},
+        "accuracy": {"artifacts": {}},
+        "winner": winner,
+    }
+
+
+@pytest.mark.parametrize(
+    ("b_p50", "b_ci", "max_slowdown", "gated"),
+    [
+        (12.0, [11.8, 12.2], 0.1, True),  # 20 % slower, beyond noise and budget
+        (12.0, [10.5, 12.5], 0.1, False),  # 20 % slower, but the intervals overlap
+        (12.0, [11.8, 12.2], 0.25, False),  # beyond noise, within the budget
+    ],
+)
+def test_speed_gate_on_the_shipped_value(b_p50, b_ci, max_slowdown, gated) -> None:
+    budget = {"max_slowdown": max_slowdown, "max_accuracy_loss": 0.25}
+    a = _version("v0001", 10.0, [9.8, 10.9], budget)
+    b = _version("v0002", b_p50, b_ci, budget)
+    found = regressions(a, b, shipped(a, b, "p50_ms"))
+    assert bool(found) == gated
+    if gated:
+        assert found[0].startswith("shipped p50_ms 10 -> 12 ms (+20.0%")

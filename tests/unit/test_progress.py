@@ -1,0 +1,64 @@
+"""The deploy's progress display: stage k of N and total time; timestamped lines with a heartbeat when the
+output is not a terminal; a live line that keeps moving while the main thread is busy."""
+
+from __future__ import annotations
+
+import io
+import re
+import time
+
+from rich.console import Console
+
+from pipeline.executor import StageRecord
+from pipeline.progress import StageProgress
+from pipeline.stages.base import Stage
+
+STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d"
+
+
+def _stage(name: str) -> Stage:
+    return Stage(name=name, version=1, run=lambda ctx, inputs: None)
+
+
+def _busy(seconds: float) -> None:
+    """Hold the main thread in Python code, as an export does."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sum(range(1000))
+
+
+def test_plain_output_has_timestamped_stage_lines_and_a_heartbeat() -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=200, force_terminal=False)
+    with StageProgress(console, total=2, heartbeat_s=0.05) as progress:
+        progress.on_start(_stage("export_onnx"), "no previous run")
+        progress.report("onnx: exporting with the dynamo exporter")
+        deadline = time.monotonic() + 10
+        while "running" not in out.getvalue() and time.monotonic() < deadline:
+            _busy(0.05)
+        progress.on_done(StageRecord("export_onnx", 1, "fp", "ran", duration_s=1.5, why="no previous run"))
+        progress.on_done(StageRecord("benchmark", 2, "fp", "reused", reused_from="v0001"))
+    lines = out.getvalue().splitlines()
+    assert re.fullmatch(rf"{STAMP} \[1/2\] export_onnx: started \(no previous run\)", lines[0])
+    beat = next(line for line in lines if " running " in line)
+    assert re.fullmatch(
+        rf"{STAMP} \[1/2\] export_onnx running 0:00:\d\d \(total 0:00:\d\d\): onnx: exporting with the dynamo exporter",
+        beat,
+    )
+    assert re.fullmatch(
+        rf"{STAMP} \[1/2\]     ran export_onnx +1\.5 s  total 0:00:\d\d  \(no previous run\)", lines[-2]
+    )
+    assert re.fullmatch(rf"{STAMP} \[2/2\]  reused benchmark +0\.0 s  total 0:00:\d\d from v0001", lines[-1])
+
+
+def test_live_line_keeps_moving_while_the_main_thread_is_busy() -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=200, force_terminal=True, color_system=None)
+    with StageProgress(console, total=3) as progress:
+        progress.on_start(_stage("export_onnx"), "no previous run")
+        progress.report("onnx: exporting with the dynamo exporter")
+        _busy(1.0)
+        progress.on_done(StageRecord("export_onnx", 1, "fp", "ran", duration_s=1.0))
+    frames = re.findall(r"(\S) \[1/3\] onnx: exporting with the dynamo exporter", out.getvalue())
+    assert len(set(frames)) >= 3, frames  # the spinner turned while nothing else happened
+    assert "total 0:00:0" in out.getvalue() and "[1/3]     ran export_onnx" in out.getvalue()
