@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
-Precision = Literal["fp32", "fp16", "int8"]
+Precision = Literal["fp32", "fp16", "bf16", "int8"]
 Metric = Literal["max_abs", "mean_abs", "max_rel", "cosine"]
 Runtime = Literal[
     "torch-cpu",
@@ -22,7 +22,18 @@ Runtime = Literal[
     "onnxruntime-cuda",
     "tensorrt",
     "tensorrt-rtx",
+    # execution modes of the GPU runtimes (pipeline/runners/pt2.py, ort_cuda_graph.py): rows of their own
+    "torch-compile-cuda-reduce-overhead",
+    "torch-compile-cuda-max-autotune",
+    "torch-compile-cuda-max-autotune-no-cudagraphs",
+    "torch-aoti-cpu",
+    "torch-aoti-cuda",
+    "torch-aoti-cuda-graph",
+    "torch-aoti-cuda-graph-bucketed",
+    "torch-cpu-bucketed",
+    "onnxruntime-cuda-graph",
 ]
+CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
 VARIANTS = (
     "torchscript-fp32",
@@ -41,6 +52,12 @@ VARIANTS = (
     "tensorrt-rtx-fp32",
     "tensorrt-rtx-fp16",
     "tensorrt-rtx-int8",
+    "exported-fp32",  # torch.export ExportedProgram (pipeline/stages/export_pt2.py)
+    "exported-fp16",
+    "exported-bf16",
+    "aoti-fp32",  # AOTInductor package compiled for this host's device
+    "aoti-fp16",
+    "aoti-bf16",
 )
 VariantName = Literal[VARIANTS]  # type: ignore[valid-type]
 
@@ -169,6 +186,9 @@ class Int8Export(Strict):
 class OptimizeExport(Strict):
     model_type: str = "bert"
     opt_level: Annotated[int, Field(ge=0, le=2)] = 2
+    # onnxscript's ONNX Runtime fusions (Attention, SkipLayerNormalization, BiasGelu on dynamo exports) run
+    # first, then ONNX Runtime's transformers optimizer (which finds no Attention in a dynamo export)
+    fusions: list[Literal["onnxscript", "transformers"]] = ["onnxscript", "transformers"]
 
 
 class EngineProfile(Strict):
@@ -186,6 +206,15 @@ class TensorRTExport(Strict):
     build_timeout_s: PositiveInt = 900
 
 
+class Pt2Export(Strict):
+    """torch.export / AOTInductor settings. `attention`: the attention kernel a transformers model is exported
+    with (sdpa lowers to fused flash / memory-efficient kernels; the ONNX exports keep eager)."""
+
+    attention: Literal["sdpa", "eager"] = "sdpa"
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # AOTInductor target; auto: cuda where present
+    max_autotune: bool = False  # AOTInductor GEMM autotuning: minutes of compile for a few percent
+
+
 class ExportConfig(Strict):
     torchscript: TorchScriptExport = TorchScriptExport()
     onnx: OnnxExport = OnnxExport()
@@ -193,11 +222,15 @@ class ExportConfig(Strict):
     int8: Int8Export = Int8Export()
     optimize: OptimizeExport = OptimizeExport()
     tensorrt: TensorRTExport = TensorRTExport()
+    pt2: Pt2Export = Pt2Export()
 
 
 class VariantsConfig(Strict):
     build: list[VariantName] = ["torchscript-fp32", "onnx-fp32"]
     required: list[VariantName] = []
+    gpu: list[VariantName] = Field(
+        default=[], description="built only where the deploy host has a CUDA GPU (else reported as not built)"
+    )
 
 
 # ---------------------------------------------------------------- validation, benchmark, selection, output
@@ -219,6 +252,8 @@ def _default_tolerances() -> dict[str, Tolerance]:
         "fp32": Tolerance(max_abs=1e-3, cosine=0.9999),
         "fp16": Tolerance(max_abs=5e-2, cosine=0.999, informational=["max_abs"]),
         "int8": Tolerance(max_abs=1.0, cosine=0.98, informational=["max_abs"]),
+        # BF16 must be as accurate as FP16 to be chosen: the same gate by default
+        "bf16": Tolerance(max_abs=5e-2, cosine=0.999, informational=["max_abs"]),
     }
 
 
@@ -245,6 +280,10 @@ class BenchmarkConfig(Strict):
     max_windows: PositiveInt = 10
     max_s: PositiveFloat = 15.0
     include_reference: bool = True
+    # which runtimes are timed; None: on a GPU host the GPU runtimes plus the CPU reference at batch 1 only,
+    # on a CPU host the CPU runtimes (pipeline/bench/hosts.py)
+    runtimes: list[Runtime] | None = None
+    throughput_s: PositiveFloat = 0.3  # per GPU row: back-to-back requests for sequences/s
 
 
 class Objective(Strict):
@@ -257,6 +296,26 @@ class SelectionConfig(Strict):
     objective: Objective = Objective()
     max_p99_ms: PositiveFloat | None = None
     runtimes: list[Runtime] = []
+
+
+class PaddingConfig(Strict):
+    """Padding-aware execution: each batch is split by real length (from the mask input) into at most
+    `max_groups` groups, each trimmed to its longest member (rounded up to `multiple`), run, and scattered
+    back. Exact on every real token and on pooled outputs; per-token outputs are zero at padded positions."""
+
+    mask_input: str = "attention_mask"
+    per_token_outputs: list[str] = []
+    multiple: PositiveInt = 16
+    max_groups: PositiveInt = 4
+    group_overhead_tokens: Annotated[int, Field(ge=0)] = 512  # fixed cost of one more call, in tokens
+
+
+class RuntimeConfig(Strict):
+    """Execution modes the GPU runtimes offer as rows of their own (validated and timed like any other)."""
+
+    torch_compile: list[CompileMode] = ["reduce-overhead"]
+    cuda_graphs: bool = True
+    padding: PaddingConfig | None = None
 
 
 class OutputConfig(Strict):
@@ -277,6 +336,7 @@ class Recipe(Strict):
     validation: ValidationConfig = ValidationConfig()
     benchmark: BenchmarkConfig = BenchmarkConfig()
     selection: SelectionConfig = SelectionConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
     output: OutputConfig = OutputConfig()
 
     def dim_names(self) -> set[str]:
@@ -342,6 +402,7 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[str, str]]:
                     )
                 )
     problems += _benchmark_problems(recipe)
+    problems += _runtime_problems(recipe)
     for i, v in enumerate(recipe.variants.required):
         if v not in recipe.variants.build:
             problems.append(
@@ -352,6 +413,26 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[str, str]]:
         problems.append(("model", "a huggingface source needs one of id, path or package"))
     if recipe.data.samples.source == "text" and not isinstance(src, HuggingFaceSource):
         problems.append(("data.samples.source", "text samples need a huggingface model (its tokenizer)"))
+    return problems
+
+
+def _runtime_problems(recipe: Recipe) -> list[tuple[str, str]]:
+    padding, problems = recipe.runtime.padding, []
+    if padding is None:
+        return problems
+    names = [s.name for s in recipe.inputs]
+    if padding.mask_input not in names:
+        problems.append(("runtime.padding.mask_input", f"no such input (inputs: {', '.join(names)})"))
+    for i, name in enumerate(padding.per_token_outputs):
+        if name not in recipe.outputs:
+            problems.append(
+                (
+                    f"runtime.padding.per_token_outputs[{i}]",
+                    f"no such output (outputs: {', '.join(recipe.outputs)})",
+                )
+            )
+    if not recipe.benchmark.sequence_dim or recipe.benchmark.sequence_dim not in recipe.dims:
+        problems.append(("runtime.padding", "padding-aware execution needs a sequence dim under dims"))
     return problems
 
 
