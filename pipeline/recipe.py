@@ -301,7 +301,8 @@ class SelectionConfig(Strict):
 class PaddingConfig(Strict):
     """Padding-aware execution: each batch is split by real length (from the mask input) into at most
     `max_groups` groups, each trimmed to its longest member (rounded up to `multiple`), run, and scattered
-    back. Exact on every real token and on pooled outputs; per-token outputs are zero at padded positions."""
+    back. Exact on every real token and on pooled outputs; per-token outputs at padded positions are not the
+    padded model's values (zero beyond a group's length), so they must be masked by their consumers."""
 
     mask_input: str = "attention_mask"
     per_token_outputs: list[str] = []

@@ -17,7 +17,7 @@ from pipeline.executor import RUN_RECORD, StageRecord
 from pipeline.recipe_loader import LoadedRecipe
 from pipeline.store import sha256_file, write_json_atomic, write_text_atomic
 
-ARTIFACT_KINDS = ("torchscript", "onnx", "engine")
+ARTIFACT_KINDS = ("torchscript", "onnx", "engine", "exported", "aoti")
 
 
 def resolved_recipe(loaded: LoadedRecipe) -> dict[str, Any]:

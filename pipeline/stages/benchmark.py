@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.bench import hosts
+from pipeline.bench.device import MemoryProbe, throughput
 from pipeline.bench.environment import capture_environment
 from pipeline.bench.stats import latency_stats
 from pipeline.bench.timer import CudaEventTimer, Timer, on_gpu, timer_for
@@ -66,6 +68,8 @@ class Candidate:
     runner: Runner
     precision: str | None
     timer: Timer | None = None
+    memory: dict[str, Any] | None = None  # GPU candidates: peak device memory (pipeline/bench/device.py)
+    throughput: dict[str, Any] | None = None
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -107,7 +111,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     }
     return Stage(
         name="benchmark",
-        version=2,  # 2: ONNX Runtime threads no longer spin between interleaved windows
+        version=3,  # 3: runtimes chosen per host; GPU rows carry peak memory and throughput
         run=functools.partial(run, order=list(artifacts)),
         config=config,
         environment=_environment,
@@ -129,16 +133,27 @@ def run(ctx: RunContext, inputs: dict[str, ArtifactRecord], order: list[str] | N
     recipe = ctx.recipe
     policy = WindowPolicy.from_config(recipe.benchmark)
     candidates, not_run = _candidates(ctx, inputs, order or list(inputs))
+    gpu_host = hosts.has_cuda()
+    not_run += hosts.skipped_gpu_variants(recipe, gpu_host)
     shapes = benchmark_shapes(recipe, _token_lengths(ctx))
     results: list[dict[str, Any]] = []
     for shape in shapes:
         feeds = ctx.dataset().feeds_at(shape.dims(recipe))
-        rows, failures = _measure_shape(ctx, shape, feeds, candidates, policy)
+        timed = [
+            c
+            for c in candidates
+            if hosts.timed(recipe, c.runner.artifact, c.runner.runtime, shape.batch, gpu_host)
+        ]
+        rows, failures = _measure_shape(ctx, shape, feeds, timed, policy)
         results += rows
         not_run += failures
     report = {
         "schema_version": SCHEMA_VERSION,
-        "conditions": _conditions(recipe, policy, shapes),
+        "conditions": {
+            **_conditions(recipe, policy, shapes),
+            "cuda_graphs": "per row (cuda_graph); captured outside the timed windows",
+            "runtimes_timed": hosts.policy(recipe, gpu_host),
+        },
         "results": results,
         "not_run": not_run,
         "flags": flags(results),
@@ -187,8 +202,12 @@ def _measure_shape(
             f"benchmark {c.runner.artifact} ({c.runner.runtime}, {c.runner.io}) {shape.label()}: loading"
         )
         try:
+            probe = MemoryProbe() if on_gpu(c.runner) and hosts.has_cuda() else None
             c.runner.activate()
             c.runner.prepare(feeds)
+            if probe is not None:
+                c.runner.infer_prepared()
+                c.memory = probe.stop()
             c.timer = timer_for(c.runner)
             active.append(c)
         except Exception as exc:  # this candidate cannot run at this shape: report it, measure the others
@@ -204,6 +223,12 @@ def _measure_shape(
 
     workloads = {c.key: functools.partial(c.timer.measure, c.runner) for c in active}
     measured = measure_interleaved(workloads, policy, on_window=progress)
+    for c in active:
+        if c.memory is not None and measured[c.key].error is None:
+            try:
+                c.throughput = throughput(c.runner, shape.batch, ctx.recipe.benchmark.throughput_s)
+            except Exception as exc:  # the latency row stands; the throughput run says why it has none
+                c.throughput = {"error": one_line(f"{type(exc).__name__}: {exc}")}
     rows = []
     for key, m in measured.items():
         c = by_key[key]
@@ -221,6 +246,7 @@ def _release(c: Candidate) -> None:
     with contextlib.suppress(Exception):  # a runner that never activated holds nothing to release
         c.runner.deactivate()
     c.timer = None
+    c.memory = c.throughput = None
 
 
 def _free_memory() -> None:
@@ -266,7 +292,15 @@ def _row(c: Candidate, m: Measurement, where: dict[str, Any], policy: WindowPoli
         "measured_s": m.elapsed_s,
         "warmup_iters": m.warmup_iters,
         "timer": c.timer.name if c.timer else None,
+        "cuda_graph": bool(getattr(c.runner, "cuda_graph", False)),
     }
+    details = getattr(c.runner, "details", None)
+    if details:
+        row["runtime_details"] = dict(details)
+    if c.memory is not None:
+        row["peak_memory"] = c.memory
+    if c.throughput is not None:
+        row["throughput"] = c.throughput
     if isinstance(c.timer, CudaEventTimer) or on_gpu(c.runner):
         row["wall_p50_ms"] = float(np.median(m.wall_ms()))
     return row

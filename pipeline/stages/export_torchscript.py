@@ -1,8 +1,13 @@
 """TorchScript by tracing at the opt shape, checked against eager at every corner (tracing silently bakes
-data-dependent branches in, so a trace is only trusted where it was compared)."""
+data-dependent branches in, so a trace is only trusted where it was compared).
+
+A trace also bakes in the device of every tensor it creates (position ids, masks), so a CPU trace loaded onto a
+GPU fails with "found at least two devices". Where this host has a CUDA GPU, the module is traced a second time
+on it (`model.cuda.ts`, checked the same way); the artifact's details map each device to its trace."""
 
 from __future__ import annotations
 
+import copy
 import warnings
 from pathlib import Path
 
@@ -18,6 +23,8 @@ from pipeline.stages.base import (
     model_data_slice,
     package_version,
 )
+
+CUDA_FILE = "model.cuda.ts"
 
 
 def corner_args(ctx: RunContext, corner: str, batch: int | None = None) -> tuple[torch.Tensor, ...]:
@@ -35,10 +42,27 @@ def _max_diff(a: tuple[torch.Tensor, ...], b: tuple[torch.Tensor, ...]) -> float
 
 
 def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
+    traced, details = _trace(ctx, ctx.model().module, "cpu")
+    torch.jit.save(traced, str(ctx.path("model.ts")))
+    outputs = [Output("model.ts", "torchscript", "torchscript-fp32", "fp32", details)]
+    if torch.cuda.is_available():
+        module = copy.deepcopy(ctx.model().module).to("cuda")
+        traced_cuda, cuda_details = _trace(ctx, module, "cuda")
+        torch.jit.save(traced_cuda, str(ctx.path(CUDA_FILE)))
+        details["devices"] = {"cpu": "model.ts", "cuda": CUDA_FILE}
+        details["cuda_check_max_abs"] = cuda_details["check_max_abs"]
+        outputs.append(Output(CUDA_FILE, "torchscript"))
+    return StageResult(outputs=outputs, details=details)
+
+
+def _trace(ctx: RunContext, module: torch.nn.Module, device: str) -> tuple[torch.jit.ScriptModule, dict]:
     cfg = ctx.recipe.export.torchscript
-    module = ctx.model().module
-    example = corner_args(ctx, "opt", batch=2)
-    ctx.report("torchscript: tracing at the opt shape")
+
+    def on_device(args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        return tuple(a.to(device) for a in args)
+
+    example = on_device(corner_args(ctx, "opt", batch=2))
+    ctx.report(f"torchscript: tracing at the opt shape ({device})")
     with warnings.catch_warnings(record=True) as caught, torch.inference_mode(False), torch.no_grad():
         warnings.simplefilter("always")
         traced = torch.jit.trace(module, example, check_trace=False, strict=False)
@@ -50,7 +74,7 @@ def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
         for corner in cfg.check_corners:
             ctx.report(f"torchscript: checking against eager at {corner}")
             batch = ctx.recipe.validation.corner_batches.get("max", 1) if corner == "max" else None
-            args = corner_args(ctx, corner, batch=batch)
+            args = on_device(corner_args(ctx, corner, batch=batch))
             checks[corner] = _max_diff(traced(*args), module(*args))
     bad = {c: d for c, d in checks.items() if not d <= cfg.check_atol}
     if bad:
@@ -59,12 +83,7 @@ def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
             + ", ".join(f"max abs diff {d:.3g} at {c}" for c, d in bad.items())
             + f" (tolerance {cfg.check_atol}); tracer warnings: {len(tracer_warnings)}"
         )
-    target = ctx.path("model.ts")
-    torch.jit.save(traced, str(target))
-    details = {"check_max_abs": checks, "tracer_warnings": tracer_warnings, "frozen": cfg.freeze}
-    return StageResult(
-        outputs=[Output("model.ts", "torchscript", "torchscript-fp32", "fp32", details)], details=details
-    )
+    return traced, {"check_max_abs": checks, "tracer_warnings": tracer_warnings, "frozen": cfg.freeze}
 
 
 def stage(recipe: Recipe, recipe_dir: Path) -> Stage:
@@ -76,6 +95,10 @@ def stage(recipe: Recipe, recipe_dir: Path) -> Stage:
             "torchscript": recipe.export.torchscript.model_dump(),
             **model_data_slice(recipe, recipe_dir),
         },
-        environment=lambda: {"torch": torch.__version__, "transformers": package_version("transformers")},
+        environment=lambda: {
+            "torch": torch.__version__,
+            "transformers": package_version("transformers"),
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        },
         produces=("torchscript-fp32",),
     )
