@@ -28,6 +28,7 @@ Runtime = Literal[
     "torch-compile-cuda-max-autotune-no-cudagraphs",
     "torch-aoti-cpu",
     "torch-aoti-cuda",
+    "torch-aoti-cuda-bucketed",
     "torch-aoti-cuda-graph",
     "torch-aoti-cuda-graph-bucketed",
     "torch-cpu-bucketed",

@@ -177,7 +177,7 @@ class OrtCudaGraphRunner:
             shape = [int(d) for d in value.shape]
             tensor = torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype, device="cuda")
             bind = binding.bind_input if table is inputs else binding.bind_output
-            bind(value.name, "cuda", 0, dtype, shape, tensor.data_ptr())
+            bind(value.name, "cuda", 0, dtype.type, shape, tensor.data_ptr())
             table[value.name] = tensor
         return _Entry(session, binding, inputs, outputs)
 

@@ -4,8 +4,8 @@
   `torch-compile-cuda[-<mode>]` runtime per mode in `runtime.torch_compile` compiles it (reduce-overhead
   replays CUDA graphs through cudagraph trees).
 - `aoti-<p>` (AOTInductor package, compiled for one device): `torch-aoti-cpu` / `torch-aoti-cuda`; on CUDA also
-  `torch-aoti-cuda-graph` (explicit capture per shape, runtime.cuda_graphs) and
-  `torch-aoti-cuda-graph-bucketed` (padding-aware, runtime.padding).
+  `torch-aoti-cuda-bucketed` (padding-aware, runtime.padding), `torch-aoti-cuda-graph` (explicit capture per
+  shape, runtime.cuda_graphs) and `torch-aoti-cuda-graph-bucketed` (both).
 - `torch-cpu-bucketed`: the exported program, padding-aware, on the CPU.
 
 Every mode is a runtime of its own, so that validation and the benchmark see each as a separate
@@ -243,6 +243,20 @@ def aoti_runners(artifact: ArtifactRecord, ctx: RunContext) -> list[Pt2Runner] |
         Pt2Runner(artifact.name, "torch-aoti-cuda", plain, names, outputs, "cuda", io)
         for io in ("host", "device")
     ]
+    if recipe.runtime.padding is not None:
+        bucketing = Bucketing(recipe.runtime.padding, recipe)
+        runners.append(
+            Pt2Runner(
+                artifact.name,
+                "torch-aoti-cuda-bucketed",
+                plain,
+                names,
+                outputs,
+                "cuda",
+                "device",
+                bucketing=bucketing,
+            )
+        )
     if recipe.runtime.cuda_graphs:
         capturable = aoti_loader(artifact.path, single_threaded=True)
         runners.append(

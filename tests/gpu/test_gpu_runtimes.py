@@ -97,12 +97,13 @@ def test_aoti_runtimes(ctx: RunContext, aoti: ArtifactRecord) -> None:
     assert [(r.runtime, r.io) for r in runners] == [
         ("torch-aoti-cuda", "host"),
         ("torch-aoti-cuda", "device"),
+        ("torch-aoti-cuda-bucketed", "device"),
         ("torch-aoti-cuda-graph", "device"),
         ("torch-aoti-cuda-graph-bucketed", "device"),
     ]
     for runner in runners:
         _exercise(ctx, runner)
-    assert runners[3].cuda_graph and "padding" in runners[3].details
+    assert runners[4].cuda_graph and "padding" in runners[4].details
 
 
 def test_exported_runtimes(ctx: RunContext, exported: ArtifactRecord) -> None:
@@ -140,6 +141,7 @@ def test_benchmark_rows_have_memory_and_throughput(ctx: RunContext, aoti: Artifa
     rows = speed["results"]
     assert {r["runtime"] for r in rows if r["artifact"] == "aoti-fp16"} == {
         "torch-aoti-cuda",
+        "torch-aoti-cuda-bucketed",
         "torch-aoti-cuda-graph",
         "torch-aoti-cuda-graph-bucketed",
     }
