@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 RUNTIME = "onnxruntime-cuda-graph"
 SHAPE_OPS = frozenset({"Shape", "Size"})
-CAPTURE_RUNS = 3  # ONNX Runtime runs once before it captures, then replays
+CAPTURE_RUNS = 4  # ONNX Runtime runs regularly a few times before it captures, then replays
 
 
 def fixed_dims_model(model: onnx.ModelProto, dims: dict[str, int]) -> onnx.ModelProto:
@@ -113,7 +113,7 @@ class OrtCudaGraphRunner:
 
         self.cuda_stream = torch.cuda.Stream()
         self._model = onnx_tools.load(self.path)
-        self.details = {"cuda_graph": True, "sessions": {}}
+        self.details = {"cuda_graph": True, "sessions": {}, "user_stream": True}
 
     def deactivate(self) -> None:
         self._entries, self._current, self._model, self.cuda_stream = {}, None, None, None
@@ -139,8 +139,12 @@ class OrtCudaGraphRunner:
         self._run(self._current)
 
     def synchronize(self) -> None:
+        import torch
+
         if self.cuda_stream is not None:
             self.cuda_stream.synchronize()
+        else:  # ONNX Runtime computes on a stream of its own
+            torch.cuda.synchronize()
 
     # ------------------------------------------------------------ internals
 
@@ -163,11 +167,18 @@ class OrtCudaGraphRunner:
         left = runtime_shape_ops(fixed)
         if left:
             raise RuntimeError(f"{self.artifact}: shape ops left after folding at {dims}: {left[:5]}")
-        session = ort.InferenceSession(
-            fixed.SerializeToString(),
-            graph_session_options(self._threads),
-            providers=[(CUDA_PROVIDER, provider_options(self.cuda_stream.cuda_stream))],
-        )
+        data = fixed.SerializeToString()
+        options = graph_session_options(self._threads)
+        stream = self.cuda_stream.cuda_stream if self.cuda_stream is not None else None
+        try:
+            session = ort.InferenceSession(
+                data, options, providers=[(CUDA_PROVIDER, provider_options(stream))]
+            )
+        except Exception:  # noqa: BLE001 - a build that refuses graphs on a user stream: let it use its own
+            if stream is None:
+                raise
+            session = ort.InferenceSession(data, options, providers=[(CUDA_PROVIDER, provider_options(None))])
+            self.cuda_stream, self.details["user_stream"] = None, False
         binding = session.io_binding()
         inputs, outputs = {}, {}
         for value, table in [(v, inputs) for v in session.get_inputs()] + [
@@ -184,7 +195,7 @@ class OrtCudaGraphRunner:
     def _load(self, entry: _Entry, feeds: Feeds) -> None:
         import torch
 
-        with torch.cuda.stream(self.cuda_stream):
+        with torch.cuda.stream(self.cuda_stream or torch.cuda.current_stream()):
             for name, tensor in entry.inputs.items():
                 host = np.ascontiguousarray(
                     feeds[name], dtype=torch.empty(0, dtype=tensor.dtype).numpy().dtype
