@@ -214,6 +214,7 @@ class Pt2Export(Strict):
     attention: Literal["sdpa", "eager"] = "sdpa"
     device: Literal["auto", "cpu", "cuda"] = "auto"  # AOTInductor target; auto: cuda where present
     max_autotune: bool = False  # AOTInductor GEMM autotuning: minutes of compile for a few percent
+    fuse_projections: bool = True  # one GEMM for linears reading one tensor (Q, K, V): fewer launches
 
 
 class ExportConfig(Strict):

@@ -2,11 +2,12 @@
 # GPU host run (see ../shared/gpu/README.md): the GPU tests, then a deploy of the default recipe with every
 # GPU-capable variant (no TensorRT engines: no TensorRT runtime there) at batches 1, 32 and 256, the accuracy of
 # every (artifact, runtime) pair it timed, and the speed table; the reports (not the artifacts) go to $OUT.
-# Environment: SKIP_TESTS=1 skips pytest; VARIANTS and BATCHES override the defaults below; DEPLOY_TIMEOUT (s).
+# Environment: SKIP_TESTS=1 skips pytest; VARIANTS and BATCHES override the defaults below; DEPLOY_TIMEOUT and
+# ACCURACY_TIMEOUT (s); ROOT is the output root (the reports are read from there: not --set output.root).
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD
 out=${OUT:-/tmp/out}
-root=/tmp/gpu-artifacts
+root=${ROOT:-/tmp/gpu-artifacts}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
 if [ -z "${SKIP_TESTS:-}" ]; then

@@ -37,6 +37,8 @@ def plan_groups(
     never below `min_length`), minimizing sum(rows x length) + overhead per group."""
     lengths = np.asarray(lengths, dtype=np.int64)
     rounded = np.clip(-(-np.maximum(lengths, 1) // multiple) * multiple, max(min_length, 1), full)
+    if rounded.min() == rounded.max():  # one length (always so at batch 1): nothing to plan
+        return [Group(np.arange(len(rounded)), int(rounded.max()))]
     values, counts = np.unique(rounded, return_counts=True)
     m = len(values)
     k_max = min(max_groups, m)
@@ -80,8 +82,13 @@ class Bucketing:
         self.last_groups: list[Group] = []
 
     def run(
-        self, tensors: Sequence[torch.Tensor], call: Callable[[list[torch.Tensor]], Sequence[torch.Tensor]]
+        self,
+        tensors: Sequence[torch.Tensor],
+        call: Callable[[list[torch.Tensor]], Sequence[torch.Tensor]],
+        contiguous: bool = True,
     ) -> list[torch.Tensor]:
+        """`call` runs the model on one group; `contiguous=False` when it copies strided inputs itself (a
+        CUDA graph), which saves a copy per input."""
         import torch
 
         batch, full = tensors[self.mask].shape[:2]
@@ -99,12 +106,16 @@ class Bucketing:
         }
         if len(groups) == 1 and groups[0].length == full:
             return list(call(list(tensors)))
+        if len(groups) == 1:  # every row, in order: trim by slicing
+            return self._trimmed(tensors, call, groups[0].length, full, contiguous)
         device = tensors[0].device
         outputs: list[torch.Tensor] | None = None
         for group in groups:
             rows = torch.from_numpy(group.index).to(device, non_blocking=True)
             sub = [
-                t.index_select(0, rows)[:, : group.length].contiguous() if trim else t.index_select(0, rows)
+                _contiguous(t.index_select(0, rows)[:, : group.length], contiguous)
+                if trim
+                else t.index_select(0, rows)
                 for t, trim in zip(tensors, self.trimmed, strict=True)
             ]
             results = list(call(sub))
@@ -120,6 +131,27 @@ class Bucketing:
         assert outputs is not None
         return outputs
 
+    def _trimmed(
+        self,
+        tensors: Sequence[torch.Tensor],
+        call: Callable[[list[torch.Tensor]], Sequence[torch.Tensor]],
+        length: int,
+        full: int,
+        contiguous: bool,
+    ) -> list[torch.Tensor]:
+        sub = [
+            _contiguous(t[:, :length], contiguous) if trim else t
+            for t, trim in zip(tensors, self.trimmed, strict=True)
+        ]
+        outputs = []
+        for r, per in zip(call(sub), self.per_token, strict=True):
+            if per:
+                out = self._full(r, r.shape[0], full, True)
+                out[:, :length] = r
+                r = out
+            outputs.append(r)
+        return outputs
+
     @staticmethod
     def _full(result: torch.Tensor, batch: int, full: int, per_token: bool) -> torch.Tensor:
         import torch
@@ -127,3 +159,7 @@ class Bucketing:
         if per_token:
             return torch.zeros((batch, full, *result.shape[2:]), dtype=result.dtype, device=result.device)
         return torch.empty((batch, *result.shape[1:]), dtype=result.dtype, device=result.device)
+
+
+def _contiguous(tensor: torch.Tensor, wanted: bool) -> torch.Tensor:
+    return tensor.contiguous() if wanted else tensor

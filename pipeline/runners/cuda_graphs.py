@@ -2,10 +2,11 @@
 
 At batch 1 a transformer is bound by kernel launches: replaying one captured graph removes the per-kernel
 host cost. A graph is captured the first time a signature is seen (the runners do that in prepare(), outside
-the timed windows): two warm-up calls on a side stream, then capture into the graph's own memory pool. A
-replay copies new inputs into the captured input buffers (skipped when the caller passes those buffers) and
-leaves the results in the captured output buffers, which the next replay overwrites: callers copy out what
-they keep. AOTInductor packages must be loaded with `run_single_threaded=True` to be capturable.
+the timed windows): two warm-up calls on a side stream, then capture into the graph's own memory pool. The
+graph owns its input buffers (contiguous copies made at capture); a replay copies new inputs into them (any
+strides; skipped when the caller passes those very buffers, see `inputs_of`) and leaves the results in the
+captured output buffers, which the next replay overwrites: callers copy out what they keep. AOTInductor
+packages must be loaded with `run_single_threaded=True` to be capturable.
 """
 
 from __future__ import annotations
@@ -49,10 +50,16 @@ class GraphCache:
         entry.graph.replay()
         return entry.outputs
 
+    def inputs_of(self, tensors: Sequence[Any]) -> list[Any] | None:
+        """The captured input buffers for this signature: a caller that keeps its inputs there replays with
+        no copies."""
+        entry = self.graphs.get(tuple((tuple(t.shape), t.dtype) for t in tensors))
+        return entry.inputs if entry is not None else None
+
     def _capture(self, tensors: list[Any]) -> Captured:
-        """The given tensors become the graph's input buffers (kept alive by the entry)."""
         import torch
 
+        tensors = [t.clone(memory_format=torch.contiguous_format) for t in tensors]
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):

@@ -12,6 +12,7 @@ reference and the ONNX exports keep the eager attention. The AOTInductor compile
 from __future__ import annotations
 
 import copy
+import inspect
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -94,13 +95,36 @@ def export_program(ctx: RunContext, precision: str) -> tuple[torch.export.Export
     )
     with torch.no_grad():
         program = torch.export.export(wrapped, example, dynamic_shapes=(dynamic,), strict=False)
-    details = {
+    details: dict[str, Any] = {
         "precision": precision,
         "attention": "sdpa" if sdpa else "model's own",
         "io_dtype": "float32 (floating inputs and outputs)",
         "dims": {name: [rng.min, rng.max] for name, rng in recipe.dims.items()},
     }
+    if recipe.export.pt2.fuse_projections:
+        try:
+            program, details["fused_projections"] = _fused(program, example, dynamic)
+        except Exception as exc:  # noqa: BLE001 - the unfused program is as correct: keep it, say why
+            details["fused_projections"] = 0
+            details["fuse_projections_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
     return program, details
+
+
+def _fused(
+    program: torch.export.ExportedProgram, example: tuple[torch.Tensor, ...], dynamic: tuple
+) -> tuple[torch.export.ExportedProgram, int]:
+    """The program with projections on one input fused (pipeline/stages/fuse_projections.py), re-exported."""
+    from pipeline.stages.fuse_projections import fuse_linear_groups
+
+    module = program.module()
+    count = fuse_linear_groups(module)
+    if not count:
+        return program, 0
+    params = inspect.signature(module.forward).parameters.values()
+    starred = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
+    with torch.no_grad():  # the graph module takes the inputs one by one (or as *args, as the wrapper did)
+        shapes = (dynamic,) if starred else dynamic
+        return torch.export.export(module, example, dynamic_shapes=shapes, strict=False), count
 
 
 def _export_runner(precision: str) -> Callable[[RunContext, dict[str, ArtifactRecord]], StageResult]:
@@ -129,7 +153,7 @@ def compile_aoti(
 
     program = torch.export.load(str(source))
     if device != "cpu":
-        program = move_to_device_pass(program, device)
+        program = move_to_device_pass(program, torch.device(device, 0) if device == "cuda" else device)
     started = time.perf_counter()
     path = torch._inductor.aoti_compile_and_package(
         program, package_path=str(target), inductor_configs={"max_autotune": max_autotune}

@@ -87,3 +87,24 @@ def test_unpadded_batch_is_one_plain_call(ctx) -> None:
     calls = []
     bucketing.run(tensors, lambda sub: calls.append(sub) or ctx.model().module(*sub))
     assert len(calls) == 1 and calls[0][0] is tensors[0]
+
+
+def test_one_group_is_trimmed_by_slicing(ctx) -> None:
+    module = ctx.model().module
+    feeds = ctx.dataset().feeds_at({"batch": 2, "sequence": 32})
+    mask = (np.arange(32)[None, :] < np.array([[5], [7]])).astype(feeds["attention_mask"].dtype)
+    tensors = [torch.from_numpy(feeds["input_ids"]), torch.from_numpy(mask)]
+    cfg = PaddingConfig(per_token_outputs=["hidden"], multiple=4)
+    shapes: list[tuple[int, ...]] = []
+
+    def call(sub: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        shapes.append(tuple(sub[0].shape))
+        return module(*sub)
+
+    with torch.no_grad():
+        hidden, pooled = Bucketing(cfg, ctx.recipe).run(tensors, call)
+        want_hidden, want_pooled = module(*tensors)
+    assert shapes == [(2, 8)] and hidden.shape == want_hidden.shape
+    real = torch.from_numpy(mask).bool()
+    assert torch.allclose(hidden[real], want_hidden[real], atol=1e-5) and (hidden[:, 8:] == 0).all()
+    assert torch.allclose(pooled, want_pooled, atol=1e-6)

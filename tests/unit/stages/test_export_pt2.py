@@ -75,6 +75,11 @@ def test_exported_program(exported: ArtifactRecord) -> None:
     assert exported.path.name == "model.exported.pt2"
     assert exported.details["attention"] == "model's own"  # not a transformers model
     assert exported.details["dims"] == {"batch": [1, 8], "sequence": [4, 32]}
+    # each layer's query, key and value projections read one tensor: one GEMM per layer instead of three
+    assert exported.details["fused_projections"] == 2, exported.details
+    program = torch.export.load(str(exported.path))
+    linears = [n for n in program.graph.nodes if n.target == torch.ops.aten.linear.default]
+    assert len(linears) == 2 * (1 + 1 + 2)  # per layer: fused QKV, attention output, two feed-forward
 
 
 def test_exported_runners_match_the_reference(ctx: RunContext, exported: ArtifactRecord) -> None:
