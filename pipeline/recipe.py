@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
-Precision = Literal["fp32", "fp16", "int8"]
+Precision = Literal["fp32", "fp16", "bf16", "int8"]
 Metric = Literal["max_abs", "mean_abs", "max_rel", "cosine", "neighbours"]
 METRICS: tuple[str, ...] = ("max_abs", "mean_abs", "max_rel", "cosine", "neighbours")
 Runtime = Literal[
@@ -23,7 +23,19 @@ Runtime = Literal[
     "onnxruntime-cuda",
     "tensorrt",
     "tensorrt-rtx",
+    # execution modes of the GPU runtimes (pipeline/runners/pt2.py, ort_cuda_graph.py): rows of their own
+    "torch-compile-cuda-reduce-overhead",
+    "torch-compile-cuda-max-autotune",
+    "torch-compile-cuda-max-autotune-no-cudagraphs",
+    "torch-aoti-cpu",
+    "torch-aoti-cuda",
+    "torch-aoti-cuda-bucketed",
+    "torch-aoti-cuda-graph",
+    "torch-aoti-cuda-graph-bucketed",
+    "torch-cpu-bucketed",
+    "onnxruntime-cuda-graph",
 ]
+CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
 VARIANTS = (
     "torchscript-fp32",
@@ -42,6 +54,12 @@ VARIANTS = (
     "tensorrt-rtx-fp32",
     "tensorrt-rtx-fp16",
     "tensorrt-rtx-int8",
+    "exported-fp32",  # torch.export ExportedProgram (pipeline/stages/export_pt2.py)
+    "exported-fp16",
+    "exported-bf16",
+    "aoti-fp32",  # AOTInductor package compiled for this host's device
+    "aoti-fp16",
+    "aoti-bf16",
 )
 VariantName = Literal[VARIANTS]  # type: ignore[valid-type]
 
@@ -233,6 +251,11 @@ class OptimizeExport(Strict):
         "Runtime's graph optimizations only; default by model family: transformer bert, generic null",
     )
     opt_level: Annotated[int, Field(ge=0, le=2)] = Field(2, description="ONNX Runtime optimization level")
+    fusions: list[Literal["onnxscript", "transformers"]] = Field(
+        ["onnxscript", "transformers"],
+        description="graph fusions, in order: onnxscript's ONNX Runtime fusions (Attention, "
+        "SkipLayerNormalization, BiasGelu on dynamo exports), then ONNX Runtime's transformers optimizer",
+    )
 
 
 class EngineProfile(Strict):
@@ -256,6 +279,16 @@ class TensorRTExport(Strict):
     build_timeout_s: PositiveInt = Field(900, description="a build running longer fails its variant")
 
 
+class Pt2Export(Strict):
+    """torch.export / AOTInductor settings. `attention`: the attention kernel a transformers model is exported
+    with (sdpa lowers to fused flash / memory-efficient kernels; the ONNX exports keep eager)."""
+
+    attention: Literal["sdpa", "eager"] = "sdpa"
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # AOTInductor target; auto: cuda where present
+    max_autotune: bool = False  # AOTInductor GEMM autotuning: minutes of compile for a few percent
+    fuse_projections: bool = True  # one GEMM for linears reading one tensor (Q, K, V): fewer launches
+
+
 class ExportConfig(Strict):
     torchscript: TorchScriptExport = Field(TorchScriptExport(), description="TorchScript trace settings")
     onnx: OnnxExport = Field(OnnxExport(), description="ONNX export settings")
@@ -263,6 +296,7 @@ class ExportConfig(Strict):
     int8: Int8Export = Field(Int8Export(), description="INT8 quantization settings")
     optimize: OptimizeExport = Field(OptimizeExport(), description="ONNX Runtime optimizer settings")
     tensorrt: TensorRTExport = Field(TensorRTExport(), description="TensorRT engine build settings")
+    pt2: Pt2Export = Field(Pt2Export(), description="torch.export and AOTInductor settings")
     triton: bool = Field(
         False,
         description="write a Triton Inference Server model repository of the winner under triton/ in the "
@@ -282,6 +316,9 @@ class VariantsConfig(Strict):
         True,
         description="false: any requested variant that fails to build, validate or benchmark fails the "
         "sign-off (exit 1); true: failures are listed and the rest may still be signed off",
+    )
+    gpu: list[VariantName] = Field(
+        default=[], description="built only where the deploy host has a CUDA GPU (else reported as not built)"
     )
 
 
@@ -342,6 +379,8 @@ def _default_tolerances() -> dict[str, Tolerance]:
         "fp32": Tolerance(max_abs=1e-3, cosine=0.9999),
         "fp16": Tolerance(max_abs=5e-2, cosine=0.999, informational=["max_abs"]),
         "int8": Tolerance(max_abs=1.0, cosine=0.98, informational=["max_abs"]),
+        # BF16 must be as accurate as FP16 to be chosen: the same gate by default
+        "bf16": Tolerance(max_abs=5e-2, cosine=0.999, informational=["max_abs"]),
     }
 
 
@@ -394,6 +433,14 @@ class BenchmarkConfig(Strict):
     max_windows: PositiveInt = Field(10, description="windows at most, per row (then stable: false)")
     max_s: PositiveFloat = Field(15.0, description="timed seconds at most, per row (then stable: false)")
     include_reference: bool = Field(True, description="also time the eager PyTorch reference")
+    runtimes: list[Runtime] | None = Field(
+        None,
+        description="which runtimes are timed; null: on a GPU host the GPU runtimes plus the CPU reference "
+        "at batch 1 only, on a CPU host the CPU runtimes",
+    )
+    throughput_s: PositiveFloat = Field(
+        0.3, description="per GPU row: seconds of back-to-back requests for sequences/s"
+    )
 
 
 class Objective(Strict):
@@ -432,6 +479,27 @@ class SelectionConfig(Strict):
     regression: RegressionBudget = Field(
         RegressionBudget(), description="regression budget for `compare` (CI release gates)"
     )
+
+
+class PaddingConfig(Strict):
+    """Padding-aware execution: each batch is split by real length (from the mask input) into at most
+    `max_groups` groups, each trimmed to its longest member (rounded up to `multiple`), run, and scattered
+    back. Exact on every real token and on pooled outputs; per-token outputs at padded positions are not the
+    padded model's values (zero beyond a group's length), so they must be masked by their consumers."""
+
+    mask_input: str = "attention_mask"
+    per_token_outputs: list[str] = []
+    multiple: PositiveInt = 16
+    max_groups: PositiveInt = 4
+    group_overhead_tokens: Annotated[int, Field(ge=0)] = 512  # fixed cost of one more call, in tokens
+
+
+class RuntimeConfig(Strict):
+    """Execution modes the GPU runtimes offer as rows of their own (validated and timed like any other)."""
+
+    torch_compile: list[CompileMode] = ["reduce-overhead"]
+    cuda_graphs: bool = True
+    padding: PaddingConfig | None = None
 
 
 class OutputConfig(Strict):
@@ -477,6 +545,7 @@ class Recipe(Strict):
     validation: ValidationConfig = Field(ValidationConfig(), description="accuracy checks and tolerances")
     benchmark: BenchmarkConfig = Field(BenchmarkConfig(), description="shapes and measurement policy")
     selection: SelectionConfig = Field(SelectionConfig(), description="how the winner is chosen")
+    runtime: RuntimeConfig = Field(RuntimeConfig(), description="GPU execution modes of the PyTorch runtimes")
     output: OutputConfig = Field(OutputConfig(), description="where versions are stored")
     tracking: TrackingConfig = Field(TrackingConfig(), description="run tracking (MLflow)")
 
@@ -572,6 +641,7 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[str, str]]:
                     )
                 )
     problems += _benchmark_problems(recipe)
+    problems += _runtime_problems(recipe)
     for i, v in enumerate(recipe.variants.required):
         if v not in recipe.variants.build:
             problems.append(
@@ -610,6 +680,26 @@ def _range_problems(i: int, spec: InputSpec) -> list[tuple[str, str]]:
                     f"must lie within what {spec.dtype} holds ({lo:g}..{hi:g}, got {value:g})",
                 )
             )
+    return problems
+
+
+def _runtime_problems(recipe: Recipe) -> list[tuple[str, str]]:
+    padding, problems = recipe.runtime.padding, []
+    if padding is None:
+        return problems
+    names = [s.name for s in recipe.inputs]
+    if padding.mask_input not in names:
+        problems.append(("runtime.padding.mask_input", f"no such input (inputs: {', '.join(names)})"))
+    for i, name in enumerate(padding.per_token_outputs):
+        if name not in recipe.outputs:
+            problems.append(
+                (
+                    f"runtime.padding.per_token_outputs[{i}]",
+                    f"no such output (outputs: {', '.join(recipe.outputs)})",
+                )
+            )
+    if not recipe.benchmark.sequence_dim or recipe.benchmark.sequence_dim not in recipe.dims:
+        problems.append(("runtime.padding", "padding-aware execution needs a sequence dim under dims"))
     return problems
 
 

@@ -18,7 +18,7 @@ from pipeline.store import read_json, sha256_file, write_json_atomic, write_text
 from pipeline.triton import write_model_repository
 from pipeline.verdict import Verdict, decide, shape_warnings, variant_failures
 
-ARTIFACT_KINDS = ("torchscript", "onnx", "engine")
+ARTIFACT_KINDS = ("torchscript", "onnx", "engine", "exported", "aoti")
 
 
 def resolved_recipe(loaded: LoadedRecipe) -> dict[str, Any]:

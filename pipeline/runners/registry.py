@@ -28,10 +28,24 @@ def _torchscript(artifact: ArtifactRecord, ctx: RunContext) -> list[Runner] | No
 def _onnx(artifact: ArtifactRecord, ctx: RunContext) -> list[Runner] | NotRunnable:
     try:
         from pipeline.runners.onnxruntime_runner import onnx_runners
+        from pipeline.runners.ort_cuda_graph import graph_runners
 
-        return list(onnx_runners(artifact, ctx))
+        return [*onnx_runners(artifact, ctx), *graph_runners(artifact, ctx)]
     except ImportError as exc:
         return NotRunnable(artifact.name, str(exc))
+
+
+def _exported(artifact: ArtifactRecord, ctx: RunContext) -> list[Runner] | NotRunnable:
+    from pipeline.runners.pt2 import exported_runners
+
+    return list(exported_runners(artifact, ctx))
+
+
+def _aoti(artifact: ArtifactRecord, ctx: RunContext) -> list[Runner] | NotRunnable:
+    from pipeline.runners.pt2 import aoti_runners
+
+    found = aoti_runners(artifact, ctx)
+    return found if isinstance(found, NotRunnable) else list(found)
 
 
 def _engine(artifact: ArtifactRecord, ctx: RunContext) -> list[Runner] | NotRunnable:
@@ -51,6 +65,8 @@ RUNNERS: dict[str, RunnerFactory] = {
     "torchscript": _torchscript,
     "onnx": _onnx,
     "engine": _engine,
+    "exported": _exported,  # torch.export ExportedProgram (.pt2)
+    "aoti": _aoti,  # AOTInductor package (.pt2), compiled for one device
 }
 
 

@@ -163,8 +163,10 @@ def reference_runners(ctx: RunContext) -> list[TorchRunner]:
 
 
 def torchscript_runners(artifact: ArtifactRecord, ctx: RunContext) -> list[TorchRunner]:
-    """A TorchScript file (torch.jit.load) on the CPU and, where CUDA exists, on the GPU."""
+    """A TorchScript file (torch.jit.load) on the CPU and, where CUDA exists, on the GPU (from the trace made
+    on the GPU, when the export stage made one: a CPU trace has CPU devices baked in)."""
     recipe = ctx.recipe
+    traces = artifact.details.get("devices") or {}
     inputs, outputs = [s.name for s in recipe.inputs], list(recipe.outputs)
 
     def loader(path: Path, device: str) -> Callable[[], torch.nn.Module]:
@@ -179,7 +181,7 @@ def torchscript_runners(artifact: ArtifactRecord, ctx: RunContext) -> list[Torch
         TorchRunner(
             artifact.name,
             f"torchscript-{suffix}",
-            loader(artifact.path, device),
+            loader(artifact.path.parent / traces[device] if device in traces else artifact.path, device),
             inputs,
             outputs,
             device,

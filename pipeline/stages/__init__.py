@@ -18,9 +18,23 @@ VARIANT_STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "onnx-int8-dynamic": ("int8_dynamic", ("onnx-fp32",)),
     "onnx-optimized-fp32": ("optimize_onnx", ("onnx-fp32",)),
     "onnx-optimized-fp16": ("optimize_onnx", ("onnx-fp32",)),
+    "exported-fp32": ("export_pt2", ()),
+    "exported-fp16": ("export_pt2", ()),
+    "exported-bf16": ("export_pt2", ()),
+    "aoti-fp32": ("export_pt2", ("exported-fp32",)),
+    "aoti-fp16": ("export_pt2", ("exported-fp16",)),
+    "aoti-bf16": ("export_pt2", ("exported-bf16",)),
 }
 ENGINE_SOURCES = {"fp32": "onnx-fp32", "fp16": "onnx-fp16", "int8": "onnx-int8"}
-STAGE_ORDER = ("export_torchscript", "export_onnx", "fp16", "int8", "int8_dynamic", "optimize_onnx")
+STAGE_ORDER = (
+    "export_torchscript",
+    "export_onnx",
+    "fp16",
+    "int8",
+    "int8_dynamic",
+    "optimize_onnx",
+    "export_pt2",
+)
 
 
 def engine_precision(variant: str) -> str | None:
@@ -60,9 +74,17 @@ def needed_variants(recipe: Recipe) -> list[str]:
         if variant not in wanted:
             wanted.append(variant)
 
-    for v in recipe.variants.build:
+    for v in requested_variants(recipe):
         add(v)
     return wanted
+
+
+def requested_variants(recipe: Recipe) -> list[str]:
+    """variants.build, plus variants.gpu where this host has a CUDA GPU."""
+    from pipeline.bench.hosts import has_cuda
+
+    extra = [v for v in recipe.variants.gpu if v not in recipe.variants.build] if has_cuda() else []
+    return [*recipe.variants.build, *extra]
 
 
 def plan_stages(recipe: Recipe, recipe_dir: Path) -> list[Stage]:

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.bench import hosts
+from pipeline.bench.device import MemoryProbe, throughput
 from pipeline.bench.environment import capture_environment
 from pipeline.bench.stats import latency_stats
 from pipeline.bench.timer import CudaEventTimer, Timer, on_gpu, timer_for
@@ -70,6 +72,8 @@ class Candidate:
     runner: Runner
     precision: str | None
     timer: Timer | None = None
+    memory: dict[str, Any] | None = None  # GPU candidates: peak device memory (pipeline/bench/device.py)
+    throughput: dict[str, Any] | None = None
 
     @property
     def key(self) -> Key:
@@ -112,7 +116,8 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     }
     return Stage(
         name="benchmark",
-        version=3,  # 3: intervals from whole windows, slow calls sized to stabilize, unstable winner re-measured
+        version=4,  # 4: whole-window intervals, slow calls sized to stabilize, unstable winner re-measured,
+        # runtimes chosen per host, GPU rows with peak memory and throughput
         run=functools.partial(run, order=list(artifacts)),
         config=config,
         environment=_environment,
@@ -135,12 +140,19 @@ def run(ctx: RunContext, inputs: dict[str, ArtifactRecord], order: list[str] | N
     policy = WindowPolicy.from_config(recipe.benchmark)
     artifacts = {name: record for name, record in inputs.items() if not name.startswith("report:")}
     candidates, not_run = _candidates(ctx, artifacts, order or list(artifacts))
+    gpu_host = hosts.has_cuda()
+    not_run += hosts.skipped_gpu_variants(recipe, gpu_host)
     shapes = benchmark_shapes(recipe, _token_lengths(ctx))
     results: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
     measured: dict[BenchShape, dict[Key, Measurement]] = {}
     for shape in shapes:
-        rows, failures, measured[shape] = _measure_shape(ctx, shape, candidates, policy)
+        timed = [
+            c
+            for c in candidates
+            if hosts.timed(recipe, c.runner.artifact, c.runner.runtime, shape.batch, gpu_host)
+        ]
+        rows, failures, measured[shape] = _measure_shape(ctx, shape, timed, policy)
         results += rows
         failed += failures
     if ACCURACY in inputs:
@@ -148,7 +160,11 @@ def run(ctx: RunContext, inputs: dict[str, ArtifactRecord], order: list[str] | N
         results = confirm_winner(ctx, results, accuracy, candidates, measured, policy)
     report = {
         "schema_version": SCHEMA_VERSION,
-        "conditions": _conditions(recipe, policy, shapes),
+        "conditions": {
+            **_conditions(recipe, policy, shapes),
+            "cuda_graphs": "per row (cuda_graph); captured outside the timed windows",
+            "runtimes_timed": hosts.policy(recipe, gpu_host),
+        },
         "results": results,
         "not_run": not_run,  # artifacts this host cannot run at all
         "failed": failed,  # candidates that raised at a shape: (artifact, runtime, io, shape, reason)
@@ -244,8 +260,12 @@ def _measure_shape(
             f"benchmark {c.runner.artifact} ({c.runner.runtime}, {c.runner.io}) {shape.label()}: loading"
         )
         try:
+            probe = MemoryProbe() if on_gpu(c.runner) and hosts.has_cuda() else None
             c.runner.activate()
             c.runner.prepare(feeds)
+            if probe is not None:
+                c.runner.infer_prepared()
+                c.memory = probe.stop()
             c.timer = timer_for(c.runner)
             active.append(c)
         except Exception as exc:  # this candidate cannot run at this shape: report it, measure the others
@@ -265,6 +285,12 @@ def _measure_shape(
         measured = measure_interleaved(workloads, policy, on_window=progress)
     else:
         measured = measure_more(workloads, earlier, policy, on_window=progress)
+    for c in active:
+        if c.memory is not None and measured[c.key].error is None:
+            try:
+                c.throughput = throughput(c.runner, shape.batch, ctx.recipe.benchmark.throughput_s)
+            except Exception as exc:  # the latency row stands; the throughput run says why it has none
+                c.throughput = {"error": one_line(f"{type(exc).__name__}: {exc}")}
     rows = []
     for key, m in measured.items():
         c = by_key[key]
@@ -282,6 +308,7 @@ def _release(c: Candidate) -> None:
     with contextlib.suppress(Exception):  # a runner that never activated holds nothing to release
         c.runner.deactivate()
     c.timer = None
+    c.memory = c.throughput = None
 
 
 def _free_memory() -> None:
@@ -328,7 +355,15 @@ def _row(c: Candidate, m: Measurement, where: dict[str, Any], policy: WindowPoli
         "warmup_iters": m.warmup_iters,
         "timer": c.timer.name if c.timer else None,
         **m.row_fields(),
+        "cuda_graph": bool(getattr(c.runner, "cuda_graph", False)),
     }
+    details = getattr(c.runner, "details", None)
+    if details:
+        row["runtime_details"] = dict(details)
+    if c.memory is not None:
+        row["peak_memory"] = c.memory
+    if c.throughput is not None:
+        row["throughput"] = c.throughput
     if isinstance(c.timer, CudaEventTimer) or on_gpu(c.runner):
         row["wall_p50_ms"] = float(np.median(m.wall_ms()))
     return row

@@ -1,8 +1,13 @@
 """TorchScript by tracing at the opt shape, checked against eager at every corner (tracing silently bakes
-data-dependent branches in, so a trace is only trusted where it was compared)."""
+data-dependent branches in, so a trace is only trusted where it was compared).
+
+A trace also bakes in the device of every tensor it creates (position ids, masks), so a CPU trace loaded onto a
+GPU fails with "found at least two devices". Where this host has a CUDA GPU, the module is traced a second time
+on it (`model.cuda.ts`, checked the same way); the artifact's details map each device to its trace."""
 
 from __future__ import annotations
 
+import copy
 import io
 import warnings
 from pathlib import Path
@@ -23,6 +28,8 @@ from pipeline.stages.base import (
 from pipeline.store import write_bytes_atomic
 from pipeline.verdict import SHAPE_DEPENDENT
 
+CUDA_FILE = "model.cuda.ts"
+
 
 def corner_args(ctx: RunContext, corner: str, batch: int | None = None) -> tuple[torch.Tensor, ...]:
     """Real data at a shape corner, as the positional tensors the wrapped module takes."""
@@ -38,11 +45,36 @@ def _max_diff(a: tuple[torch.Tensor, ...], b: tuple[torch.Tensor, ...]) -> float
     return max(float((x.float() - y.float()).abs().max()) for x, y in zip(a, b, strict=True))
 
 
+def _save(traced: torch.jit.ScriptModule, target: Path) -> None:
+    """Serialized in memory and written by Python (temp file in the same folder, then a rename): torch's own
+    file writer aborts the process on a full disk, a Python write raises an error the deploy reports."""
+    buffer = io.BytesIO()
+    torch.jit.save(traced, buffer)
+    write_bytes_atomic(target, buffer.getvalue())
+
+
 def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
+    traced, details = _trace(ctx, ctx.model().module, "cpu")
+    _save(traced, ctx.path("model.ts"))
+    outputs = [Output("model.ts", "torchscript", "torchscript-fp32", "fp32", details)]
+    if torch.cuda.is_available():
+        module = copy.deepcopy(ctx.model().module).to("cuda")
+        traced_cuda, cuda_details = _trace(ctx, module, "cuda")
+        _save(traced_cuda, ctx.path(CUDA_FILE))
+        details["devices"] = {"cpu": "model.ts", "cuda": CUDA_FILE}
+        details["cuda_check_max_abs"] = cuda_details["check_max_abs"]
+        outputs.append(Output(CUDA_FILE, "torchscript"))
+    return StageResult(outputs=outputs, details=details)
+
+
+def _trace(ctx: RunContext, module: torch.nn.Module, device: str) -> tuple[torch.jit.ScriptModule, dict]:
     cfg = ctx.recipe.export.torchscript
-    module = ctx.model().module
-    example = corner_args(ctx, "opt", batch=2)
-    ctx.report("torchscript: tracing at the opt shape")
+
+    def on_device(args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        return tuple(a.to(device) for a in args)
+
+    example = on_device(corner_args(ctx, "opt", batch=2))
+    ctx.report(f"torchscript: tracing at the opt shape ({device})")
     with warnings.catch_warnings(record=True) as caught, torch.inference_mode(False), torch.no_grad():
         warnings.simplefilter("always")
         traced = torch.jit.trace(module, example, check_trace=False, strict=False)
@@ -52,27 +84,19 @@ def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
     checks = {}
     with torch.no_grad():
         for corner in cfg.check_corners:
-            ctx.report(f"torchscript: checking against eager at {corner}")
+            ctx.report(f"torchscript: checking against eager at {corner} ({device})")
             batch = ctx.recipe.validation.corner_batches.get("max", 1) if corner == "max" else None
-            args = corner_args(ctx, corner, batch=batch)
+            args = on_device(corner_args(ctx, corner, batch=batch))
             checks[corner] = _max_diff(traced(*args), module(*args))
     bad = {c: d for c, d in checks.items() if not d <= cfg.check_atol}
     if bad:
         raise StageError(
-            "traced module disagrees with eager: "
+            f"traced module ({device}) disagrees with eager: "
             + ", ".join(f"max abs diff {d:.3g} at {c}" for c, d in bad.items())
             + f" (tolerance {cfg.check_atol}); tracer warnings: {len(tracer_warnings)}",
             details={SHAPE_DEPENDENT: True, "check_max_abs": checks, "tracer_warnings": tracer_warnings},
         )
-    # Serialized in memory and written by Python (temp file in the same folder, then a rename): torch's own
-    # file writer aborts the process on a full disk, a Python write raises an error the deploy reports.
-    buffer = io.BytesIO()
-    torch.jit.save(traced, buffer)
-    write_bytes_atomic(ctx.path("model.ts"), buffer.getvalue())
-    details = {"check_max_abs": checks, "tracer_warnings": tracer_warnings, "frozen": cfg.freeze}
-    return StageResult(
-        outputs=[Output("model.ts", "torchscript", "torchscript-fp32", "fp32", details)], details=details
-    )
+    return traced, {"check_max_abs": checks, "tracer_warnings": tracer_warnings, "frozen": cfg.freeze}
 
 
 def stage(recipe: Recipe, recipe_dir: Path) -> Stage:
@@ -85,6 +109,10 @@ def stage(recipe: Recipe, recipe_dir: Path) -> Stage:
             "max_corner_batch": recipe.validation.corner_batches.get("max", 1),
             **model_data_slice(recipe, recipe_dir),
         },
-        environment=lambda: {"torch": torch.__version__, "transformers": package_version("transformers")},
+        environment=lambda: {
+            "torch": torch.__version__,
+            "transformers": package_version("transformers"),
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        },
         produces=("torchscript-fp32",),
     )

@@ -1,7 +1,12 @@
-"""ONNX Runtime's transformer optimizer: fused contrib ops (SkipLayerNormalization, BiasGelu, Attention where
-the pattern is found) in FP32 and FP16. These graphs hold com.microsoft ops, so they target ONNX Runtime only
-(TensorRT and the quantizers take the plain graph). At opt_level 2 the optimizer first runs ONNX Runtime's own
-extended fusions for the CPU provider; level 1 leaves those to session load."""
+"""ONNX Runtime-optimized graphs in FP32 and FP16: fused contrib ops (Attention, SkipLayerNormalization, BiasGelu).
+
+Two fusion passes, in order (export.optimize.fusions): onnxscript's ONNX Runtime rewriter
+(`onnxscript.rewriter.ort_fusions.optimize_for_ort`), which finds the attention pattern of a dynamo export
+(6 Attention, 12 SkipLayerNormalization, 6 BiasGelu on MiniLM), then ONNX Runtime's transformers optimizer, which
+fuses what is left (on a dynamo export it finds no Attention). Attention is what lets the CUDA provider use its
+fused flash / memory-efficient kernels. These graphs hold com.microsoft ops, so they target ONNX Runtime only
+(TensorRT and the quantizers take the plain graph). At opt_level 2 the transformers optimizer first runs ONNX
+Runtime's own extended fusions for the CPU provider; level 1 leaves those to session load."""
 
 from __future__ import annotations
 
@@ -21,8 +26,17 @@ FP32_FILE = "model.optimized.onnx"
 FP16_FILE = "model.optimized.fp16.onnx"
 
 
-def optimize(ctx: RunContext, source: Path, fp16: bool) -> tuple[onnx.ModelProto, dict[str, int]]:
-    """Run the optimizer (and the FP16 conversion); returns the graph and the fused-op statistics."""
+def onnxscript_fusions(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, int]]:
+    """onnxscript's ONNX Runtime fusions; returns the fused graph and the count of each fusion applied."""
+    import onnx_ir as ir
+    from onnxscript.rewriter.ort_fusions import optimize_for_ort
+
+    fused, counts = optimize_for_ort(ir.from_proto(model))
+    return ir.to_proto(fused), {k: int(v) for k, v in sorted(counts.items()) if v}
+
+
+def optimize(ctx: RunContext, source: Path, fp16: bool) -> tuple[onnx.ModelProto, dict[str, Any]]:
+    """Run the fusion passes (and the FP16 conversion); returns the graph and the fusion statistics."""
     try:
         from onnxruntime.transformers.optimizer import optimize_model
     except ImportError as exc:
@@ -31,9 +45,22 @@ def optimize(ctx: RunContext, source: Path, fp16: bool) -> tuple[onnx.ModelProto
         ) from exc
     cfg = ctx.recipe.export.optimize
     config = ctx.model().config
+    graph: str | onnx.ModelProto = str(source.resolve())
+    report: dict[str, Any] = {}
+    if "onnxscript" in cfg.fusions:
+        try:
+            graph, report["onnxscript"] = onnxscript_fusions(onnx_tools.load(source))
+        except Exception as exc:  # noqa: BLE001 - a rewriter failure leaves the transformers optimizer's graph
+            report["onnxscript_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    if "transformers" not in cfg.fusions:
+        model = graph if isinstance(graph, onnx.ModelProto) else onnx_tools.load(source)
+        return _finish(ctx, model, fp16), report
     with onnx_tools.scratch_cwd():
+        if isinstance(graph, onnx.ModelProto):  # the optimizer reads a file (given a proto, it writes one)
+            onnx_tools.save(graph, "fused.onnx")
+            graph = str(Path("fused.onnx").resolve())
         optimized = optimize_model(
-            str(source.resolve()),
+            graph,
             model_type=cfg.model_type or "bert",
             num_heads=int(config.get("num_attention_heads", 0)),
             hidden_size=int(config.get("hidden_size", 0)),
@@ -41,17 +68,26 @@ def optimize(ctx: RunContext, source: Path, fp16: bool) -> tuple[onnx.ModelProto
             use_gpu=False,
             only_onnxruntime=cfg.model_type is None,  # no transformer fusions for other models
         )
-    stats = {k: int(v) for k, v in sorted(optimized.get_fused_operator_statistics().items()) if v}
+    report["transformers"] = {
+        k: int(v) for k, v in sorted(optimized.get_fused_operator_statistics().items()) if v
+    }
+    return _finish(ctx, optimized.model, fp16), report
+
+
+def _finish(ctx: RunContext, model: onnx.ModelProto, fp16: bool) -> onnx.ModelProto:
     if fp16:
-        optimized.convert_float_to_float16(
+        from onnxruntime.transformers.onnx_model import OnnxModel
+
+        wrapped = OnnxModel(model)
+        wrapped.convert_float_to_float16(
             keep_io_types=ctx.recipe.export.fp16.keep_io_types,
             op_block_list=block_list(ctx.recipe.export.fp16),
         )
-    model = optimized.model
+        model = wrapped.model
     onnx_tools.ensure_opset_imports(model)
     onnx_tools.topological_sort(model.graph)
     onnx.checker.check_model(model)
-    return model, stats
+    return model
 
 
 def _runner(
@@ -64,11 +100,12 @@ def _runner(
         ctx.report(f"{name}: running the ONNX Runtime transformer optimizer")
         log = f"logs/{name}.log"
         with onnx_tools.captured(ctx.path(log)):
-            model, stats = optimize(ctx, inputs["onnx-fp32"].path, fp16)
+            model, fusions = optimize(ctx, inputs["onnx-fp32"].path, fp16)
         onnx_tools.save(model, ctx.path(file))
         details: dict[str, Any] = {
             "target": "onnxruntime",
-            "fused_ops": stats,
+            "fused_ops": fusions.get("transformers", {}),
+            "fusions": fusions,
             "contrib_ops": {
                 k: v for k, v in onnx_tools.op_counts(model).items() if k.startswith("com.microsoft.")
             },
@@ -89,7 +126,7 @@ def stages(recipe: Recipe, recipe_dir: Path) -> list[Stage]:
     return [
         Stage(
             name="optimize_onnx_fp32",
-            version=1,
+            version=2,  # 2: onnxscript fusions first
             run=_runner("fp32", FP32_FILE, "onnx-optimized-fp32"),
             config=common,
             environment=onnx_tools.onnx_environment,
@@ -98,7 +135,7 @@ def stages(recipe: Recipe, recipe_dir: Path) -> list[Stage]:
         ),
         Stage(
             name="optimize_onnx_fp16",
-            version=1,
+            version=2,
             run=_runner("fp16", FP16_FILE, "onnx-optimized-fp16"),
             config={**common, "fp16": recipe.export.fp16.model_dump()},
             environment=onnx_tools.onnx_environment,

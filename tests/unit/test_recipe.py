@@ -107,9 +107,9 @@ def test_more_cross_field_checks(tmp_path: Path) -> None:
 
 
 def test_float_fields_say_number_and_unknown_mapping_keys_are_named(tmp_path: Path) -> None:
-    lines = _problems(tmp_path, TINY, ("validation.tolerances={bf16: {cosine: 0.5}}",))
+    lines = _problems(tmp_path, TINY, ("validation.tolerances={int4: {cosine: 0.5}}",))
     assert lines == [
-        "--set validation.tolerances={bf16: {cosine: 0.5}}: validation.tolerances.bf16: unknown key 'bf16'; expected 'fp32', 'fp16' or 'int8'"
+        "--set validation.tolerances={int4: {cosine: 0.5}}: validation.tolerances.int4: unknown key 'int4'; expected 'fp32', 'fp16', 'bf16' or 'int8'"
     ]
     [line] = _problems(tmp_path, TINY, ("validation.tolerances.fp32.max_abs=0",))
     assert line.endswith("must be a positive number (got 0)")

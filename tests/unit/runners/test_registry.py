@@ -10,7 +10,7 @@ from tests.unit.runners.tiny_artifacts import record
 
 
 def test_kinds_are_an_explicit_table() -> None:
-    assert set(RUNNERS) == {"torchscript", "onnx", "engine"}
+    assert set(RUNNERS) == {"torchscript", "onnx", "engine", "exported", "aoti"}
 
 
 def test_onnx_and_torchscript_dispatch(ctx, onnx_artifact, torchscript_artifact) -> None:

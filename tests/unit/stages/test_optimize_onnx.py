@@ -30,7 +30,11 @@ def test_two_stages_with_their_artifacts() -> None:
         "optimize_onnx_fp32": (("onnx-fp32",), ("onnx-optimized-fp32",)),
         "optimize_onnx_fp16": (("onnx-fp32",), ("onnx-optimized-fp16",)),
     }
-    assert stages["optimize_onnx_fp32"].config["optimize"] == {"model_type": "bert", "opt_level": 2}
+    assert stages["optimize_onnx_fp32"].config["optimize"] == {
+        "model_type": "bert",
+        "opt_level": 2,
+        "fusions": ["onnxscript", "transformers"],
+    }
     assert "fp16" in stages["optimize_onnx_fp16"].config
 
 
@@ -54,6 +58,11 @@ def test_optimized_graph(
     )
     assert out.details["target"] == "onnxruntime"
     assert isinstance(out.details["fused_ops"], dict)
+    # onnxscript's rewriter fuses the tiny encoder's attention (into MultiHeadAttention: its Q, K and V
+    # projections are not packed); the transformers optimizer alone finds none in a dynamo export
+    assert out.details["fusions"]["onnxscript"].get("sdpa", 0) == 2, out.details["fusions"]
+    contrib = out.details["contrib_ops"]
+    assert contrib.get("com.microsoft.MultiHeadAttention", 0) + contrib.get("com.microsoft.Attention", 0) == 2
     model = onnx.load(str(tmp_path / file))
     assert not onnx_tools.has_external_data(model)
     assert {o.type.tensor_type.elem_type for o in model.graph.output} == {onnx.TensorProto.FLOAT}

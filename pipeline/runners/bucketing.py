@@ -1,0 +1,165 @@
+"""Padding-aware execution: split a padded batch by real length, run each group trimmed, scatter back.
+
+The recipe's real traffic is short sentences padded to a fixed length (MiniLM's validation split: a quarter of
+the 128 positions are real tokens). Attention masks padded keys out exactly, so a sequence trimmed to any
+length >= its real length gives the same values on its real tokens and the same mask-pooled embedding.
+`plan_groups` sorts the batch by real length and cuts it into at most `max_groups` groups (a dynamic
+programme over the distinct rounded lengths, minimizing computed tokens plus a fixed cost per group); the
+runner then calls the model once per group at (group size, group length) and writes the results into
+full-size outputs. Per-token outputs at padded positions are what the model computes for padding at the
+group's length, and zero beyond it: no consumer may read them (validation compares real tokens only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+    from pipeline.recipe import PaddingConfig, Recipe
+
+
+@dataclass(frozen=True)
+class Group:
+    index: np.ndarray  # rows of the batch, in batch order
+    length: int  # the sequence length this group runs at
+
+
+def plan_groups(
+    lengths: np.ndarray, full: int, multiple: int, max_groups: int, overhead: int, min_length: int = 1
+) -> list[Group]:
+    """Groups covering every row once, each run at its longest rounded real length (never above `full`,
+    never below `min_length`), minimizing sum(rows x length) + overhead per group."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    rounded = np.clip(-(-np.maximum(lengths, 1) // multiple) * multiple, max(min_length, 1), full)
+    if rounded.min() == rounded.max():  # one length (always so at batch 1): nothing to plan
+        return [Group(np.arange(len(rounded)), int(rounded.max()))]
+    values, counts = np.unique(rounded, return_counts=True)
+    m = len(values)
+    k_max = min(max_groups, m)
+    prefix = np.concatenate([[0], np.cumsum(counts)])
+    inf = float("inf")
+    # best[k][j]: cheapest cover of values[0..j] with k+1 groups, the last ending at j; cut[k][j]: its start
+    best = [[inf] * m for _ in range(k_max)]
+    cut = [[0] * m for _ in range(k_max)]
+    for j in range(m):
+        best[0][j] = overhead + int(prefix[j + 1]) * int(values[j])
+    for k in range(1, k_max):
+        for j in range(k, m):
+            for i in range(k, j + 1):  # the last group covers values[i..j]
+                cost = best[k - 1][i - 1] + overhead + int(prefix[j + 1] - prefix[i]) * int(values[j])
+                if cost < best[k][j]:
+                    best[k][j], cut[k][j] = cost, i
+    k = min(range(k_max), key=lambda g: best[g][m - 1])
+    bounds, j = [], m - 1
+    while k >= 0:
+        i = cut[k][j] if k else 0
+        bounds.append((i, j))
+        j, k = i - 1, k - 1
+    groups = []
+    for i, j in reversed(bounds):
+        rows = np.flatnonzero((rounded >= values[i]) & (rounded <= values[j]))
+        groups.append(Group(rows, int(values[j])))
+    return groups
+
+
+class Bucketing:
+    """Runs a model callable group by group on torch tensors (CPU or CUDA); see the module docstring."""
+
+    def __init__(self, cfg: PaddingConfig, recipe: Recipe):
+        seq_dim = recipe.benchmark.sequence_dim
+        self.cfg = cfg
+        self.mask = [s.name for s in recipe.inputs].index(cfg.mask_input)
+        self.trimmed = [len(s.shape) > 1 and s.shape[1] == seq_dim for s in recipe.inputs]
+        self.per_token = [name in cfg.per_token_outputs for name in recipe.outputs]
+        self.min_length = recipe.dims[seq_dim].min if seq_dim in recipe.dims else 1
+        self.last_plan: dict[str, Any] | None = None
+        self.last_groups: list[Group] = []
+
+    def run(
+        self,
+        tensors: Sequence[torch.Tensor],
+        call: Callable[[list[torch.Tensor]], Sequence[torch.Tensor]],
+        contiguous: bool = True,
+    ) -> list[torch.Tensor]:
+        """`call` runs the model on one group; `contiguous=False` when it copies strided inputs itself (a
+        CUDA graph), which saves a copy per input."""
+        import torch
+
+        batch, full = tensors[self.mask].shape[:2]
+        lengths = tensors[self.mask].sum(dim=1).cpu().numpy()  # the one host sync this costs
+        cfg = self.cfg
+        groups = plan_groups(
+            lengths, full, cfg.multiple, cfg.max_groups, cfg.group_overhead_tokens, self.min_length
+        )
+        self.last_groups = groups
+        self.last_plan = {
+            "groups": [[len(g.index), g.length] for g in groups],
+            "computed_tokens": sum(len(g.index) * g.length for g in groups),
+            "padded_tokens": int(batch * full),
+            "real_tokens": int(lengths.sum()),
+        }
+        if len(groups) == 1 and groups[0].length == full:
+            return list(call(list(tensors)))
+        if len(groups) == 1:  # every row, in order: trim by slicing
+            return self._trimmed(tensors, call, groups[0].length, full, contiguous)
+        device = tensors[0].device
+        outputs: list[torch.Tensor] | None = None
+        for group in groups:
+            rows = torch.from_numpy(group.index).to(device, non_blocking=True)
+            sub = [
+                _contiguous(t.index_select(0, rows)[:, : group.length], contiguous)
+                if trim
+                else t.index_select(0, rows)
+                for t, trim in zip(tensors, self.trimmed, strict=True)
+            ]
+            results = list(call(sub))
+            if outputs is None:
+                outputs = [
+                    self._full(r, batch, full, per) for r, per in zip(results, self.per_token, strict=True)
+                ]
+            for out, r, per in zip(outputs, results, self.per_token, strict=True):
+                if per:
+                    out[rows, : group.length] = r
+                else:
+                    out.index_copy_(0, rows, r)
+        assert outputs is not None
+        return outputs
+
+    def _trimmed(
+        self,
+        tensors: Sequence[torch.Tensor],
+        call: Callable[[list[torch.Tensor]], Sequence[torch.Tensor]],
+        length: int,
+        full: int,
+        contiguous: bool,
+    ) -> list[torch.Tensor]:
+        sub = [
+            _contiguous(t[:, :length], contiguous) if trim else t
+            for t, trim in zip(tensors, self.trimmed, strict=True)
+        ]
+        outputs = []
+        for r, per in zip(call(sub), self.per_token, strict=True):
+            if per:
+                out = self._full(r, r.shape[0], full, True)
+                out[:, :length] = r
+                r = out
+            outputs.append(r)
+        return outputs
+
+    @staticmethod
+    def _full(result: torch.Tensor, batch: int, full: int, per_token: bool) -> torch.Tensor:
+        import torch
+
+        if per_token:
+            return torch.zeros((batch, full, *result.shape[2:]), dtype=result.dtype, device=result.device)
+        return torch.empty((batch, *result.shape[1:]), dtype=result.dtype, device=result.device)
+
+
+def _contiguous(tensor: torch.Tensor, wanted: bool) -> torch.Tensor:
+    return tensor.contiguous() if wanted else tensor

@@ -1,0 +1,218 @@
+"""ONNX Runtime's CUDA provider in CUDA-graph mode (runtime `onnxruntime-cuda-graph`, device I/O).
+
+A CUDA graph replays fixed shapes and fixed buffers, and ONNX Runtime captures one only when every node runs
+on the CUDA provider. So the runner keeps one session per shape it serves: the graph's symbolic dims are
+fixed to that shape (`make_dim_param_fixed`), the shape arithmetic a dynamic export carries (Shape, Gather,
+Concat ... that the provider would place on the CPU) is constant-folded away by onnxscript's optimizer, and the
+session is created with `enable_cuda_graph` and no CPU fallback. Inputs and outputs are preallocated torch
+CUDA tensors bound through IOBinding by address, so a replay reads and writes the same memory; the first runs
+(capture) happen in prepare(), outside the timed windows.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+from pipeline import onnx_tools
+from pipeline.runners.base import Feeds
+from pipeline.runners.onnxruntime_runner import (
+    CUDA_PROVIDER,
+    ORT_TYPES,
+    _onnxruntime,
+    cuda_provider_available,
+    output_names,
+    session_options,
+)
+from pipeline.runners.torch_runner import intra_op_threads
+
+if TYPE_CHECKING:
+    from pipeline.recipe import Recipe
+    from pipeline.stages.base import ArtifactRecord, RunContext
+
+RUNTIME = "onnxruntime-cuda-graph"
+SHAPE_OPS = frozenset({"Shape", "Size"})
+CAPTURE_RUNS = 4  # ONNX Runtime runs regularly a few times before it captures, then replays
+
+
+def fixed_dims_model(model: onnx.ModelProto, dims: dict[str, int]) -> onnx.ModelProto:
+    """A copy of `model` with each named dim fixed and the shape computations folded into constants."""
+    import onnx_ir as ir
+    import onnxscript.optimizer
+    from onnxruntime.tools.onnx_model_utils import make_dim_param_fixed
+
+    fixed = onnx.ModelProto.FromString(model.SerializeToString())
+    for name, value in dims.items():
+        make_dim_param_fixed(fixed.graph, name, value)
+    folded = ir.from_proto(fixed)
+    onnxscript.optimizer.optimize(folded, input_size_limit=1 << 22, output_size_limit=1 << 24)
+    return ir.to_proto(folded)
+
+
+def runtime_shape_ops(model: onnx.ModelProto) -> list[str]:
+    """Nodes still computing shapes at run time (they would land on the CPU and prevent a graph)."""
+    return [n.name or n.op_type for n in model.graph.node if n.op_type in SHAPE_OPS]
+
+
+def provider_options(stream: int | None) -> dict[str, str]:
+    options = {"enable_cuda_graph": "1"}
+    if stream is not None:
+        options["user_compute_stream"] = str(stream)
+    return options
+
+
+def graph_session_options(threads: int) -> Any:
+    """The pipeline's session options, with CPU fallback off: a node that cannot run on the CUDA provider
+    fails session creation with its name, instead of a graph that is silently not captured."""
+    options = session_options(threads)
+    options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    return options
+
+
+def dims_of(recipe: Recipe, feeds: Feeds) -> dict[str, int]:
+    """The value of every symbolic dim at these feeds (from the recipe's input shapes)."""
+    dims: dict[str, int] = {}
+    for spec in recipe.inputs:
+        if spec.name in feeds:
+            for axis, d in enumerate(spec.shape):
+                if isinstance(d, str):
+                    dims[d] = int(feeds[spec.name].shape[axis])
+    return dims
+
+
+@dataclass
+class _Entry:
+    session: Any
+    binding: Any
+    inputs: dict[str, Any]  # name -> torch CUDA tensor (bound)
+    outputs: dict[str, Any]
+
+
+class OrtCudaGraphRunner:
+    """One fixed-shape CUDA-graph session per shape served (see the module docstring)."""
+
+    runtime = RUNTIME
+    io = "device"
+    cuda_graph = True
+
+    def __init__(self, artifact: str, path: Path, recipe: Recipe, threads: int):
+        self.artifact, self.path, self._recipe, self._threads = artifact, Path(path), recipe, threads
+        self._model: onnx.ModelProto | None = None
+        self._entries: dict[tuple[tuple[str, int], ...], _Entry] = {}
+        self._current: _Entry | None = None
+        self.cuda_stream: Any = None
+        self.details: dict[str, Any] = {}
+
+    def activate(self) -> None:
+        import torch
+
+        self.cuda_stream = torch.cuda.Stream()
+        self._model = onnx_tools.load(self.path)
+        self.details = {"cuda_graph": True, "sessions": {}, "user_stream": True}
+
+    def deactivate(self) -> None:
+        self._entries, self._current, self._model, self.cuda_stream = {}, None, None, None
+
+    def infer(self, feeds: Feeds) -> Feeds:
+        entry = self._entry(feeds)
+        self._load(entry, feeds)
+        self._run(entry)
+        self.synchronize()
+        names = output_names(list(entry.outputs), list(self._recipe.outputs))
+        return {names[name]: t.cpu().numpy() for name, t in entry.outputs.items()}
+
+    def prepare(self, feeds: Feeds) -> None:
+        entry = self._entry(feeds)
+        self._load(entry, feeds)
+        for _ in range(CAPTURE_RUNS):
+            self._run(entry)
+        self.synchronize()
+        self._current = entry
+
+    def infer_prepared(self) -> None:
+        assert self._current is not None
+        self._run(self._current)
+
+    def synchronize(self) -> None:
+        import torch
+
+        if self.cuda_stream is not None:
+            self.cuda_stream.synchronize()
+        else:  # ONNX Runtime computes on a stream of its own
+            torch.cuda.synchronize()
+
+    # ------------------------------------------------------------ internals
+
+    def _entry(self, feeds: Feeds) -> _Entry:
+        dims = dims_of(self._recipe, feeds)
+        key = tuple(sorted(dims.items()))
+        if key not in self._entries:
+            started = time.perf_counter()
+            self._entries[key] = self._create(dims)
+            label = " ".join(f"{k}={v}" for k, v in key)
+            self.details["sessions"][label] = round(time.perf_counter() - started, 3)
+        return self._entries[key]
+
+    def _create(self, dims: dict[str, int]) -> _Entry:
+        import torch
+
+        ort = _onnxruntime()
+        assert self._model is not None
+        fixed = fixed_dims_model(self._model, dims)
+        left = runtime_shape_ops(fixed)
+        if left:
+            raise RuntimeError(f"{self.artifact}: shape ops left after folding at {dims}: {left[:5]}")
+        data = fixed.SerializeToString()
+        options = graph_session_options(self._threads)
+        stream = self.cuda_stream.cuda_stream if self.cuda_stream is not None else None
+        try:
+            session = ort.InferenceSession(
+                data, options, providers=[(CUDA_PROVIDER, provider_options(stream))]
+            )
+        except Exception:  # noqa: BLE001 - a build that refuses graphs on a user stream: let it use its own
+            if stream is None:
+                raise
+            session = ort.InferenceSession(data, options, providers=[(CUDA_PROVIDER, provider_options(None))])
+            self.cuda_stream, self.details["user_stream"] = None, False
+        binding = session.io_binding()
+        inputs, outputs = {}, {}
+        for value, table in [(v, inputs) for v in session.get_inputs()] + [
+            (v, outputs) for v in session.get_outputs()
+        ]:
+            dtype = np.dtype(ORT_TYPES[value.type])
+            shape = [int(d) for d in value.shape]
+            tensor = torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype, device="cuda")
+            bind = binding.bind_input if table is inputs else binding.bind_output
+            bind(value.name, "cuda", 0, dtype.type, shape, tensor.data_ptr())
+            table[value.name] = tensor
+        return _Entry(session, binding, inputs, outputs)
+
+    def _load(self, entry: _Entry, feeds: Feeds) -> None:
+        import torch
+
+        with torch.cuda.stream(self.cuda_stream or torch.cuda.current_stream()):
+            for name, tensor in entry.inputs.items():
+                host = np.ascontiguousarray(
+                    feeds[name], dtype=torch.empty(0, dtype=tensor.dtype).numpy().dtype
+                )
+                tensor.copy_(torch.from_numpy(host))
+
+    @staticmethod
+    def _run(entry: _Entry) -> None:
+        entry.session.run_with_iobinding(entry.binding)
+
+
+def graph_runners(artifact: ArtifactRecord, ctx: RunContext) -> list[OrtCudaGraphRunner]:
+    """A graph-mode runner for FP32/FP16 graphs where the CUDA provider sees a GPU and the recipe wants
+    graphs (INT8 Q/DQ and dynamic-quantized graphs have nodes the CUDA provider does not run)."""
+    recipe = ctx.recipe
+    if not recipe.runtime.cuda_graphs or artifact.precision not in ("fp32", "fp16"):
+        return []
+    if not cuda_provider_available():
+        return []
+    return [OrtCudaGraphRunner(artifact.name, artifact.path, recipe, intra_op_threads(recipe))]

@@ -1,0 +1,291 @@
+"""Runners for the compiled PyTorch artifacts (pipeline/stages/export_pt2.py) and their execution modes.
+
+- `exported-<p>` (ExportedProgram): `torch-cpu` / `torch-cuda` run its graph module eagerly; on CUDA one
+  `torch-compile-cuda[-<mode>]` runtime per mode in `runtime.torch_compile` compiles it (reduce-overhead
+  replays CUDA graphs through cudagraph trees).
+- `aoti-<p>` (AOTInductor package, compiled for one device): `torch-aoti-cpu` / `torch-aoti-cuda`; on CUDA also
+  `torch-aoti-cuda-bucketed` (padding-aware, runtime.padding), `torch-aoti-cuda-graph` (explicit capture per
+  shape, runtime.cuda_graphs) and `torch-aoti-cuda-graph-bucketed` (both).
+- `torch-cpu-bucketed`: the exported program, padding-aware, on the CPU.
+
+Every mode is a runtime of its own, so that validation and the benchmark see each as a separate
+(artifact, runtime) pair. Compilation and graph capture happen in prepare(), outside the timed windows; the
+seconds they took are reported with the row (`details`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pipeline.runners.base import Feeds, NotRunnable
+from pipeline.runners.bucketing import Bucketing
+from pipeline.runners.cuda_graphs import GraphCache
+from pipeline.runners.torch_runner import cuda_available, intra_op_threads
+
+if TYPE_CHECKING:
+    from pipeline.stages.base import ArtifactRecord, RunContext
+
+Loader = Callable[[], Callable[..., Any]]
+CUDAGRAPH_MODES = frozenset({"reduce-overhead", "max-autotune"})
+
+
+class Pt2Runner:
+    """A compiled torch callable on one device, optionally captured in CUDA graphs and/or padding-aware."""
+
+    def __init__(
+        self,
+        artifact: str,
+        runtime: str,
+        load: Loader,
+        inputs: list[str],
+        outputs: list[str],
+        device: str,
+        io: str,
+        *,
+        cuda_graph: bool = False,
+        compile_mode: str | None = None,
+        bucketing: Bucketing | None = None,
+        threads: int | None = None,
+    ):
+        self.artifact, self.runtime, self.io, self.device = artifact, runtime, io, device
+        self._load, self._inputs, self._outputs, self._threads = load, inputs, outputs, threads
+        self.compile_mode, self.bucketing = compile_mode, bucketing
+        self.cuda_graph = cuda_graph or compile_mode in CUDAGRAPH_MODES
+        self._explicit_graphs = cuda_graph
+        self._fn: Any = None
+        self._graphs: GraphCache | None = None
+        self._prepared: Any = None
+        self._result: Any = None
+        self._saved_threads: int | None = None
+        self.cuda_stream: Any = None
+        self.details: dict[str, Any] = {}
+
+    # ------------------------------------------------------------ life cycle
+
+    def activate(self) -> None:
+        import torch
+
+        if self._threads and self.device == "cpu":
+            self._saved_threads = torch.get_num_threads()
+            torch.set_num_threads(self._threads)
+        started = time.perf_counter()
+        fn = self._load()
+        if self.compile_mode is not None:
+            fn = torch.compile(fn, mode=None if self.compile_mode == "default" else self.compile_mode)
+        self._fn = fn
+        self._graphs = GraphCache(fn) if self._explicit_graphs else None
+        self.details = {
+            "cuda_graph": self.cuda_graph,
+            "load_s": round(time.perf_counter() - started, 3),
+            "prepare_s": {},
+        }
+        if self.compile_mode is not None:
+            self.details["compile_mode"] = self.compile_mode
+        if self.device != "cpu":
+            self.cuda_stream = torch.cuda.current_stream(torch.device(self.device))
+
+    def deactivate(self) -> None:
+        import torch
+
+        if self._graphs is not None:
+            self._graphs.clear()
+        self._fn = self._graphs = self._prepared = self._result = self.cuda_stream = None
+        if self._saved_threads is not None:
+            torch.set_num_threads(self._saved_threads)
+            self._saved_threads = None
+
+    # ------------------------------------------------------------ inference
+
+    def infer(self, feeds: Feeds) -> Feeds:
+        values = self._forward(self._tensors(feeds))
+        return {name: v.detach().cpu().numpy() for name, v in zip(self._outputs, values, strict=True)}
+
+    def prepare(self, feeds: Feeds) -> None:
+        """Stage the inputs (device I/O) and run once: compilation and graph capture for this shape happen
+        here, outside the timed windows; their seconds are kept in details['prepare_s']."""
+        self._prepared = self._tensors(feeds) if self.io == "device" else feeds
+        started = time.perf_counter()
+        self.infer_prepared()
+        self.synchronize()
+        if self._graphs is not None and self.bucketing is None and self.io == "device":
+            # keep the inputs in the graph's own buffers: each timed call is then one replay, no copies
+            self._prepared = self._graphs.inputs_of(self._prepared) or self._prepared
+        shape = "x".join(str(d) for d in next(iter(feeds.values())).shape)
+        self.details["prepare_s"][shape] = round(time.perf_counter() - started, 3)
+        if self.bucketing is not None and self.bucketing.last_plan is not None:
+            self.details["padding"] = dict(self.bucketing.last_plan)
+
+    def infer_prepared(self) -> None:
+        if self.io == "device":
+            self._result = self._forward(self._prepared)
+        else:
+            self.infer(self._prepared)
+
+    def synchronize(self) -> None:
+        if self.device != "cpu":
+            import torch
+
+            torch.cuda.synchronize(torch.device(self.device))
+
+    # ------------------------------------------------------------ internals
+
+    def _forward(self, tensors: list[Any]) -> list[Any]:
+        import torch
+
+        with torch.inference_mode():
+            if self.bucketing is not None:  # graphs copy strided inputs in themselves
+                return self.bucketing.run(tensors, self._call, contiguous=self._graphs is None)
+            return self._call(tensors)
+
+    def _call(self, tensors: Sequence[Any]) -> list[Any]:
+        if self._graphs is not None:
+            return self._graphs(tensors)
+        if self.compile_mode in CUDAGRAPH_MODES:
+            import torch
+
+            torch.compiler.cudagraph_mark_step_begin()
+        result = self._fn(*tensors)
+        return [result] if hasattr(result, "shape") else list(result)
+
+    def _tensors(self, feeds: Feeds) -> list[Any]:
+        import torch
+
+        missing = [name for name in self._inputs if name not in feeds]
+        if missing:
+            raise KeyError(f"{self.artifact}: feeds lack input(s) {missing} (got {sorted(feeds)})")
+        return [torch.from_numpy(np.ascontiguousarray(feeds[name])).to(self.device) for name in self._inputs]
+
+
+# ---------------------------------------------------------------- loaders
+
+
+def exported_loader(path: Path, device: str) -> Loader:
+    def load() -> Callable[..., Any]:
+        import torch
+        from torch.export.passes import move_to_device_pass
+
+        program = torch.export.load(str(path))
+        if device != "cpu":
+            program = move_to_device_pass(program, torch.device(device, 0) if device == "cuda" else device)
+        return program.module()
+
+    return load
+
+
+def aoti_loader(path: Path, single_threaded: bool) -> Loader:
+    def load() -> Callable[..., Any]:
+        import torch
+
+        return torch._inductor.aoti_load_package(str(path), run_single_threaded=single_threaded)
+
+    return load
+
+
+# ---------------------------------------------------------------- factories (registry entries)
+
+
+def exported_runners(artifact: ArtifactRecord, ctx: RunContext) -> list[Pt2Runner]:
+    """On a CUDA host: eager on the GPU plus one torch.compile runtime per mode; else eager on the CPU (and
+    padding-aware, when the recipe configures it)."""
+    recipe = ctx.recipe
+    names, outputs = [s.name for s in recipe.inputs], list(recipe.outputs)
+    if not cuda_available():
+        threads = intra_op_threads(recipe)
+        load = exported_loader(artifact.path, "cpu")
+        runners = [
+            Pt2Runner(artifact.name, "torch-cpu", load, names, outputs, "cpu", "host", threads=threads)
+        ]
+        if recipe.runtime.padding is not None:
+            bucketing = Bucketing(recipe.runtime.padding, recipe)
+            runners.append(
+                Pt2Runner(
+                    artifact.name,
+                    "torch-cpu-bucketed",
+                    load,
+                    names,
+                    outputs,
+                    "cpu",
+                    "host",
+                    bucketing=bucketing,
+                    threads=threads,
+                )
+            )
+        return runners
+    load = exported_loader(artifact.path, "cuda")
+    runners = [Pt2Runner(artifact.name, "torch-cuda", load, names, outputs, "cuda", "device")]
+    for mode in recipe.runtime.torch_compile:
+        runtime = "torch-compile-cuda" + ("" if mode == "default" else f"-{mode}")
+        runners.append(
+            Pt2Runner(artifact.name, runtime, load, names, outputs, "cuda", "device", compile_mode=mode)
+        )
+    return runners
+
+
+def aoti_runners(artifact: ArtifactRecord, ctx: RunContext) -> list[Pt2Runner] | NotRunnable:
+    """The package runs on the device it was compiled for; on CUDA in plain, graph and bucketed modes."""
+    recipe = ctx.recipe
+    names, outputs = [s.name for s in recipe.inputs], list(recipe.outputs)
+    device = artifact.details.get("device", "cpu")
+    if device == "cpu":
+        load = aoti_loader(artifact.path, single_threaded=False)
+        threads = intra_op_threads(recipe)
+        return [
+            Pt2Runner(artifact.name, "torch-aoti-cpu", load, names, outputs, "cpu", "host", threads=threads)
+        ]
+    if not cuda_available():
+        return NotRunnable(
+            artifact.name, f"compiled for {device} ({artifact.details.get('gpu')}); no CUDA GPU here"
+        )
+    plain = aoti_loader(artifact.path, single_threaded=False)
+    runners = [
+        Pt2Runner(artifact.name, "torch-aoti-cuda", plain, names, outputs, "cuda", io)
+        for io in ("host", "device")
+    ]
+    if recipe.runtime.padding is not None:
+        bucketing = Bucketing(recipe.runtime.padding, recipe)
+        runners.append(
+            Pt2Runner(
+                artifact.name,
+                "torch-aoti-cuda-bucketed",
+                plain,
+                names,
+                outputs,
+                "cuda",
+                "device",
+                bucketing=bucketing,
+            )
+        )
+    if recipe.runtime.cuda_graphs:
+        capturable = aoti_loader(artifact.path, single_threaded=True)
+        runners.append(
+            Pt2Runner(
+                artifact.name,
+                "torch-aoti-cuda-graph",
+                capturable,
+                names,
+                outputs,
+                "cuda",
+                "device",
+                cuda_graph=True,
+            )
+        )
+        if recipe.runtime.padding is not None:
+            runners.append(
+                Pt2Runner(
+                    artifact.name,
+                    "torch-aoti-cuda-graph-bucketed",
+                    capturable,
+                    names,
+                    outputs,
+                    "cuda",
+                    "device",
+                    cuda_graph=True,
+                    bucketing=Bucketing(recipe.runtime.padding, recipe),
+                )
+            )
+    return runners

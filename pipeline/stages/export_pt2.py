@@ -1,0 +1,235 @@
+"""Compiled PyTorch artifacts: a torch.export ExportedProgram per precision (`exported-<p>`,
+`model.exported[.<p>].pt2`) and an AOTInductor package compiled from it for this host's device (`aoti-<p>`,
+`model.aoti.<p>.pt2`).
+
+The ExportedProgram is traced once on the CPU with one symbolic dim per recipe dim; it is device-agnostic in
+practice, since runners and the AOTInductor stage move it with `torch.export.passes.move_to_device_pass`,
+which also rewrites device arguments baked into the graph (the failure mode of a TorchScript trace). Lower
+precisions keep float32 inputs and outputs, as the FP16 ONNX graphs do. Transformers models are exported with
+`scaled_dot_product_attention` (export.pt2.attention), which Inductor lowers to fused attention kernels; the
+reference and the ONNX exports keep the eager attention. The AOTInductor compile time is recorded."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from pipeline.onnx_tools import captured
+from pipeline.recipe import Recipe
+from pipeline.stages.base import (
+    ArtifactRecord,
+    Output,
+    RunContext,
+    Stage,
+    StageResult,
+    model_data_slice,
+    package_version,
+)
+from pipeline.stages.export_torchscript import corner_args
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def exported_file(precision: str) -> str:
+    return "model.exported.pt2" if precision == "fp32" else f"model.exported.{precision}.pt2"
+
+
+def aoti_file(precision: str) -> str:
+    return f"model.aoti.{precision}.pt2"
+
+
+class KeepIoTypes(nn.Module):
+    """The model in a lower precision behind float32 inputs and outputs: floating inputs are cast in,
+    floating outputs cast back to float32 (integer inputs such as token ids pass untouched)."""
+
+    def __init__(self, inner: nn.Module, dtype: torch.dtype):
+        super().__init__()
+        self.inner, self.dtype = inner, dtype
+
+    def forward(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        cast = [a.to(self.dtype) if a.is_floating_point() else a for a in args]
+        out = self.inner(*cast)
+        out = (out,) if isinstance(out, torch.Tensor) else tuple(out)
+        return tuple(o.float() if o.is_floating_point() else o for o in out)
+
+
+def use_sdpa(module: nn.Module) -> bool:
+    """Switch every transformers model inside `module` to scaled_dot_product_attention; False if none."""
+    switched = False
+    for sub in module.modules():
+        setter = getattr(sub, "set_attn_implementation", None)
+        if callable(setter) and getattr(getattr(sub, "config", None), "_attn_implementation", None):
+            setter("sdpa")
+            switched = True
+    return switched
+
+
+def target_device(recipe: Recipe) -> str:
+    """Where the AOTInductor package is compiled for: the recipe's choice, auto = cuda where present."""
+    choice = recipe.export.pt2.device
+    if choice == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return choice
+
+
+def export_program(ctx: RunContext, precision: str) -> tuple[torch.export.ExportedProgram, dict[str, Any]]:
+    """torch.export of the recipe's model at `precision` with every recipe dim symbolic."""
+    recipe = ctx.recipe
+    module = copy.deepcopy(ctx.model().module).eval()  # the shared module stays as the reference needs it
+    sdpa = recipe.export.pt2.attention == "sdpa" and use_sdpa(module)
+    wrapped = KeepIoTypes(module.to(DTYPES[precision]), DTYPES[precision]).eval()
+    dims = {name: torch.export.Dim(name, min=rng.min, max=rng.max) for name, rng in recipe.dims.items()}
+    dynamic = tuple(
+        {axis: dims[d] for axis, d in enumerate(spec.shape) if isinstance(d, str)} for spec in recipe.inputs
+    )
+    batch_dim = recipe.benchmark.batch_dim
+    example = corner_args(
+        ctx, "opt", batch=max(2, recipe.dims[batch_dim].opt) if batch_dim in recipe.dims else None
+    )
+    with torch.no_grad():
+        program = torch.export.export(wrapped, example, dynamic_shapes=(dynamic,), strict=False)
+    details: dict[str, Any] = {
+        "precision": precision,
+        "attention": "sdpa" if sdpa else "model's own",
+        "io_dtype": "float32 (floating inputs and outputs)",
+        "dims": {name: [rng.min, rng.max] for name, rng in recipe.dims.items()},
+    }
+    if recipe.export.pt2.fuse_projections:
+        try:
+            program, details["fused_projections"] = _fused(program, example, dynamic)
+        except Exception as exc:  # noqa: BLE001 - the unfused program is as correct: keep it, say why
+            details["fused_projections"] = 0
+            details["fuse_projections_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+    return program, details
+
+
+def _fused(
+    program: torch.export.ExportedProgram, example: tuple[torch.Tensor, ...], dynamic: tuple
+) -> tuple[torch.export.ExportedProgram, int]:
+    """The program with projections on one input fused (pipeline/stages/fuse_projections.py), re-exported."""
+    from pipeline.stages.fuse_projections import fuse_linear_groups
+
+    module = program.module()
+    count = fuse_linear_groups(module)
+    if not count:
+        return program, 0
+    params = inspect.signature(module.forward).parameters.values()
+    starred = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
+    with torch.no_grad():  # the graph module takes the inputs one by one (or as *args, as the wrapper did)
+        shapes = (dynamic,) if starred else dynamic
+        return torch.export.export(module, example, dynamic_shapes=shapes, strict=False), count
+
+
+def _export_runner(precision: str) -> Callable[[RunContext, dict[str, ArtifactRecord]], StageResult]:
+    def run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
+        ctx.report(f"export_pt2 {precision}: torch.export")
+        file, log = exported_file(precision), f"logs/export_pt2_{precision}.log"
+        started = time.perf_counter()
+        with captured(ctx.path(log)):
+            program, details = export_program(ctx, precision)
+            torch.export.save(program, str(ctx.path(file)))
+        details["export_s"] = round(time.perf_counter() - started, 2)
+        artifact = f"exported-{precision}"
+        return StageResult(
+            outputs=[Output(file, "exported", artifact, precision, details), Output(log, "log")],
+            details=details,
+        )
+
+    return run
+
+
+def compile_aoti(
+    source: Path, target: Path, device: str, max_autotune: bool
+) -> tuple[str, float, dict[str, Any]]:
+    """AOTInductor package of an ExportedProgram for `device`; returns its path, compile seconds, device info."""
+    from torch.export.passes import move_to_device_pass
+
+    program = torch.export.load(str(source))
+    if device != "cpu":
+        program = move_to_device_pass(program, torch.device(device, 0) if device == "cuda" else device)
+    started = time.perf_counter()
+    path = torch._inductor.aoti_compile_and_package(
+        program, package_path=str(target), inductor_configs={"max_autotune": max_autotune}
+    )
+    return str(path), time.perf_counter() - started, device_info(device)
+
+
+def device_info(device: str) -> dict[str, Any]:
+    if device == "cpu":
+        return {"device": "cpu"}
+    major, minor = torch.cuda.get_device_capability(0)
+    return {"device": "cuda", "gpu": torch.cuda.get_device_name(0), "compute_capability": f"{major}.{minor}"}
+
+
+def _aoti_runner(precision: str) -> Callable[[RunContext, dict[str, ArtifactRecord]], StageResult]:
+    def run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
+        cfg = ctx.recipe.export.pt2
+        device = target_device(ctx.recipe)
+        if device == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("export.pt2.device is cuda, but this host has no CUDA GPU")
+        ctx.report(f"aoti {precision}: compiling with AOTInductor for {device}")
+        file, log = aoti_file(precision), f"logs/aoti_{precision}.log"
+        with captured(ctx.path(log)):
+            _, seconds, info = compile_aoti(
+                inputs[f"exported-{precision}"].path, ctx.path(file), device, cfg.max_autotune
+            )
+        details = {
+            **info,
+            "precision": precision,
+            "compile_s": round(seconds, 2),
+            "max_autotune": cfg.max_autotune,
+        }
+        return StageResult(
+            outputs=[Output(file, "aoti", f"aoti-{precision}", precision, details), Output(log, "log")],
+            details=details,
+        )
+
+    return run
+
+
+def _aoti_environment(recipe: Recipe) -> Callable[[], dict[str, Any]]:
+    def environment() -> dict[str, Any]:
+        device = target_device(recipe)
+        info = device_info(device) if device == "cpu" or torch.cuda.is_available() else {"device": device}
+        return {"torch": torch.__version__, "triton": package_version("triton"), **info}
+
+    return environment
+
+
+def stages(recipe: Recipe, recipe_dir: Path) -> list[Stage]:
+    """One export stage and one AOTInductor stage per precision; the plan keeps the ones it needs."""
+    slice_ = {"pt2": recipe.export.pt2.model_dump(), **model_data_slice(recipe, recipe_dir)}
+    out = []
+    for precision in DTYPES:
+        out.append(
+            Stage(
+                name=f"export_pt2_{precision}",
+                version=1,
+                run=_export_runner(precision),
+                config={**slice_, "precision": precision},
+                environment=lambda: {
+                    "torch": torch.__version__,
+                    "transformers": package_version("transformers"),
+                },
+                produces=(f"exported-{precision}",),
+            )
+        )
+        out.append(
+            Stage(
+                name=f"aoti_{precision}",
+                version=1,
+                run=_aoti_runner(precision),
+                config={"pt2": recipe.export.pt2.model_dump(), "precision": precision},
+                environment=_aoti_environment(recipe),
+                consumes=(f"exported-{precision}",),
+                produces=(f"aoti-{precision}",),
+            )
+        )
+    return out

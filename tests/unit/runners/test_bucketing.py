@@ -1,0 +1,110 @@
+"""Padding-aware execution: the group plan, and the tiny encoder run group by group on the CPU matches the
+whole padded batch on every real token and on the pooled embedding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline.recipe import PaddingConfig
+from pipeline.runners.bucketing import Bucketing, plan_groups
+
+# MiniLM's validation split (token lengths), cycled to a batch of 256 as the benchmark does
+MINILM = np.array(
+    [6, 7, 8, 11, 12, 16, 17, 17, 18, 18, 19, 19, 19, 20, 20, 21, 21, 21, 21, 21]
+    + [29, 39, 40, 41, 42, 42, 42, 44, 45, 46, 128, 128]
+)
+
+
+def _check_cover(groups: list, lengths: np.ndarray, full: int) -> None:
+    rows = np.concatenate([g.index for g in groups])
+    assert sorted(rows.tolist()) == list(range(len(lengths)))  # every row exactly once
+    for g in groups:
+        assert (lengths[g.index] <= g.length).all() and g.length <= full
+
+
+@pytest.mark.parametrize("max_groups", [1, 2, 3, 4])
+def test_plan_covers_the_batch_and_saves_tokens(max_groups: int) -> None:
+    lengths = np.tile(MINILM, 8)
+    groups = plan_groups(lengths, 128, 16, max_groups, overhead=512, min_length=8)
+    _check_cover(groups, lengths, 128)
+    assert len(groups) <= max_groups
+    computed = sum(len(g.index) * g.length for g in groups)
+    if max_groups == 1:
+        assert [(len(g.index), g.length) for g in groups] == [(256, 128)]
+    else:  # the two 128-token sentences get a group of their own; the short ones run at most 48 long
+        assert computed <= 13568 and any(g.length == 128 and len(g.index) == 16 for g in groups)
+
+
+def test_plan_edge_cases() -> None:
+    assert [(len(g.index), g.length) for g in plan_groups(np.array([17]), 128, 16, 4, 512, 8)] == [(1, 32)]
+    # splitting off one short row would save less than a call costs
+    assert [(len(g.index), g.length) for g in plan_groups(np.array([3, 128]), 128, 16, 4, 512)] == [(2, 128)]
+    # never below the sequence dim's minimum, never above the padded length
+    assert plan_groups(np.array([0, 1]), 12, 16, 2, 0, min_length=4)[0].length == 12
+    assert plan_groups(np.array([2, 2]), 128, 1, 2, 0, min_length=4)[0].length == 4
+
+
+def test_bucketed_run_matches_the_padded_batch_on_real_tokens(ctx) -> None:
+    recipe = ctx.recipe
+    module = ctx.model().module
+    feeds = ctx.dataset().feeds_at({"batch": 6, "sequence": 32})
+    real = np.array([3, 32, 5, 9, 17, 4])
+    mask = (np.arange(32)[None, :] < real[:, None]).astype(feeds["attention_mask"].dtype)
+    tensors = [torch.from_numpy(feeds["input_ids"]), torch.from_numpy(mask)]
+    cfg = PaddingConfig(
+        mask_input="attention_mask", per_token_outputs=["hidden"], multiple=4, group_overhead_tokens=0
+    )
+    bucketing = Bucketing(cfg, recipe)
+    calls: list[tuple[int, ...]] = []
+
+    def call(sub: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        calls.append(tuple(sub[0].shape))
+        return module(*sub)
+
+    with torch.no_grad():
+        hidden, pooled = bucketing.run(tensors, call)
+        want_hidden, want_pooled = module(*tensors)
+    assert len(calls) > 1 and all(shape[1] < 32 for shape in calls[:-1])
+    assert bucketing.last_plan["computed_tokens"] < bucketing.last_plan["padded_tokens"] == 6 * 32
+    real_mask = torch.from_numpy(mask).bool()
+    assert torch.allclose(hidden[real_mask], want_hidden[real_mask], atol=1e-5)
+    # padded positions beyond each group's length are zero (not left over from another call)
+    for row, group_len in _group_length_of_rows(bucketing).items():
+        assert (hidden[row, group_len:] == 0).all()
+    assert torch.allclose(pooled, want_pooled, atol=1e-6)
+
+
+def _group_length_of_rows(bucketing: Bucketing) -> dict[int, int]:
+    return {int(r): g.length for g in bucketing.last_groups for r in g.index}
+
+
+def test_unpadded_batch_is_one_plain_call(ctx) -> None:
+    feeds = ctx.dataset().feeds_at({"batch": 2, "sequence": 16})
+    tensors = [torch.from_numpy(feeds[s.name]) for s in ctx.recipe.inputs]
+    bucketing = Bucketing(PaddingConfig(per_token_outputs=["hidden"]), ctx.recipe)
+    calls = []
+    bucketing.run(tensors, lambda sub: calls.append(sub) or ctx.model().module(*sub))
+    assert len(calls) == 1 and calls[0][0] is tensors[0]
+
+
+def test_one_group_is_trimmed_by_slicing(ctx) -> None:
+    module = ctx.model().module
+    feeds = ctx.dataset().feeds_at({"batch": 2, "sequence": 32})
+    mask = (np.arange(32)[None, :] < np.array([[5], [7]])).astype(feeds["attention_mask"].dtype)
+    tensors = [torch.from_numpy(feeds["input_ids"]), torch.from_numpy(mask)]
+    cfg = PaddingConfig(per_token_outputs=["hidden"], multiple=4)
+    shapes: list[tuple[int, ...]] = []
+
+    def call(sub: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        shapes.append(tuple(sub[0].shape))
+        return module(*sub)
+
+    with torch.no_grad():
+        hidden, pooled = Bucketing(cfg, ctx.recipe).run(tensors, call)
+        want_hidden, want_pooled = module(*tensors)
+    assert shapes == [(2, 8)] and hidden.shape == want_hidden.shape
+    real = torch.from_numpy(mask).bool()
+    assert torch.allclose(hidden[real], want_hidden[real], atol=1e-5) and (hidden[:, 8:] == 0).all()
+    assert torch.allclose(pooled, want_pooled, atol=1e-6)

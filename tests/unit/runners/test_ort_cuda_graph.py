@@ -1,0 +1,71 @@
+"""The CUDA-graph mode of ONNX Runtime, structurally on the CPU: the fixed-dims rewrite (no shape ops left, same
+outputs), the session and provider options, and which artifacts get a graph runner. The GPU test runs it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from pipeline.runners import ort_cuda_graph
+from pipeline.runners.ort_cuda_graph import (
+    dims_of,
+    fixed_dims_model,
+    graph_runners,
+    graph_session_options,
+    provider_options,
+    runtime_shape_ops,
+)
+
+
+@pytest.fixture(scope="module")
+def fixed(onnx_artifact) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+    model = onnx.load(str(onnx_artifact.path))
+    return model, fixed_dims_model(model, {"batch": 3, "sequence": 12})
+
+
+def test_fixed_dims_fold_the_shape_ops(fixed) -> None:
+    model, folded = fixed
+    assert runtime_shape_ops(model)  # the dynamic export computes shapes at run time
+    assert runtime_shape_ops(folded) == []
+    for value in [*folded.graph.input, *folded.graph.output]:
+        dims = [d.dim_value for d in value.type.tensor_type.shape.dim]
+        assert dims[:2] == [3, 12] or dims[:1] == [3], (value.name, dims)
+        assert all(not d.dim_param for d in value.type.tensor_type.shape.dim)
+
+
+def test_fixed_model_computes_the_same(fixed, feeds) -> None:
+    model, folded = fixed
+    options = ort_cuda_graph.session_options(1)  # the graph options refuse the CPU provider
+    dynamic = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    static = ort.InferenceSession(folded.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    for a, b in zip(dynamic.run(None, feeds), static.run(None, feeds), strict=True):
+        assert np.abs(a - b).max() < 1e-5
+
+
+def test_session_and_provider_options() -> None:
+    assert provider_options(1234) == {"enable_cuda_graph": "1", "user_compute_stream": "1234"}
+    assert provider_options(None) == {"enable_cuda_graph": "1"}
+    options = graph_session_options(2)
+    assert options.get_session_config_entry("session.disable_cpu_ep_fallback") == "1"
+    assert options.intra_op_num_threads == 2
+
+
+def test_dims_of_follow_the_recipe_shapes(ctx, feeds) -> None:
+    assert dims_of(ctx.recipe, feeds) == {"batch": 3, "sequence": 12}
+
+
+def test_which_artifacts_get_a_graph_runner(ctx, onnx_artifact, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ort_cuda_graph, "cuda_provider_available", lambda: True)
+    (runner,) = graph_runners(onnx_artifact, ctx)
+    assert (runner.runtime, runner.io, runner.cuda_graph) == ("onnxruntime-cuda-graph", "device", True)
+    assert graph_runners(replace(onnx_artifact, precision="int8"), ctx) == []
+    no_graphs = ctx.recipe.model_copy(
+        update={"runtime": ctx.recipe.runtime.model_copy(update={"cuda_graphs": False})}
+    )
+    assert graph_runners(onnx_artifact, replace(ctx, recipe=no_graphs)) == []
+    monkeypatch.setattr(ort_cuda_graph, "cuda_provider_available", lambda: False)
+    assert graph_runners(onnx_artifact, ctx) == []

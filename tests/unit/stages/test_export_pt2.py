@@ -1,0 +1,146 @@
+"""torch.export and AOTInductor artifacts of the tiny encoder on the CPU (one AOTInductor compile for the whole
+module), and their runners: eager, padding-aware and AOTInductor, checked against the eager reference."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline.runners.base import NotRunnable
+from pipeline.runners.registry import runners_for
+from pipeline.stages import export_pt2, needed_variants, plan_stages
+from pipeline.stages.base import ArtifactRecord, RunContext
+from tests.unit.stages.onnx_fixtures import lowest_cosine, tiny_context
+
+PADDING = "runtime.padding={per_token_outputs: [hidden], multiple: 4, group_overhead_tokens: 0}"
+
+
+def _record(ctx: RunContext, out) -> ArtifactRecord:
+    path = ctx.workdir / out.path
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return ArtifactRecord(out.artifact, path, out.kind, out.precision, digest, "test", dict(out.details))
+
+
+def _run(ctx: RunContext, name: str, inputs: dict[str, ArtifactRecord] | None = None) -> ArtifactRecord:
+    stage = {s.name: s for s in export_pt2.stages(ctx.recipe, ctx.recipe_dir)}[name]
+    return _record(ctx, stage.run(ctx, inputs or {}).outputs[0])
+
+
+@pytest.fixture(scope="module")
+def ctx(tmp_path_factory: pytest.TempPathFactory) -> RunContext:
+    return tiny_context(tmp_path_factory.mktemp("pt2"), PADDING, "benchmark.intra_op_threads=1")
+
+
+@pytest.fixture(scope="module")
+def exported(ctx: RunContext) -> ArtifactRecord:
+    return _run(ctx, "export_pt2_fp32")
+
+
+@pytest.fixture(scope="module")
+def aoti(ctx: RunContext, exported: ArtifactRecord) -> ArtifactRecord:
+    return _run(ctx, "aoti_fp32", {"exported-fp32": exported})
+
+
+def _padded_feeds(ctx: RunContext) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    feeds = ctx.dataset().feeds_at({"batch": 4, "sequence": 20})
+    real = np.array([20, 5, 11, 7])
+    mask = (np.arange(20)[None, :] < real[:, None]).astype(feeds["attention_mask"].dtype)
+    return {**feeds, "attention_mask": mask}, mask.astype(bool)
+
+
+def _reference(ctx: RunContext, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    with torch.no_grad():
+        out = ctx.model().module(*(torch.from_numpy(feeds[s.name]) for s in ctx.recipe.inputs))
+    return {name: t.numpy() for name, t in zip(ctx.recipe.outputs, out, strict=True)}
+
+
+def test_stages_and_plan(ctx: RunContext) -> None:
+    stages = {s.name: s for s in export_pt2.stages(ctx.recipe, ctx.recipe_dir)}
+    assert stages["aoti_fp16"].consumes == ("exported-fp16",)
+    assert stages["export_pt2_bf16"].produces == ("exported-bf16",)
+    recipe = ctx.recipe.model_copy(
+        update={"variants": ctx.recipe.variants.model_copy(update={"build": ["onnx-fp32", "aoti-fp16"]})}
+    )
+    assert needed_variants(recipe) == ["onnx-fp32", "exported-fp16", "aoti-fp16"]
+    names = [s.name for s in plan_stages(recipe, ctx.recipe_dir)]
+    assert names.index("export_pt2_fp16") < names.index("aoti_fp16") < names.index("validate")
+
+
+def test_exported_program(exported: ArtifactRecord) -> None:
+    assert (exported.name, exported.kind, exported.precision) == ("exported-fp32", "exported", "fp32")
+    assert exported.path.name == "model.exported.pt2"
+    assert exported.details["attention"] == "model's own"  # not a transformers model
+    assert exported.details["dims"] == {"batch": [1, 8], "sequence": [4, 32]}
+    # each layer's query, key and value projections read one tensor: one GEMM per layer instead of three
+    assert exported.details["fused_projections"] == 2, exported.details
+    program = torch.export.load(str(exported.path))
+    linears = [n for n in program.graph.nodes if n.target == torch.ops.aten.linear.default]
+    assert len(linears) == 2 * (1 + 1 + 2)  # per layer: fused QKV, attention output, two feed-forward
+
+
+def test_exported_runners_match_the_reference(ctx: RunContext, exported: ArtifactRecord) -> None:
+    runners = runners_for(exported, ctx)
+    assert [r.runtime for r in runners] == ["torch-cpu", "torch-cpu-bucketed"]
+    feeds, real = _padded_feeds(ctx)
+    want = _reference(ctx, feeds)
+    for runner in runners:
+        runner.activate()
+        try:
+            got = runner.infer(feeds)
+            runner.prepare(feeds)
+            runner.infer_prepared()
+        finally:
+            runner.deactivate()
+        assert np.abs(got["hidden"][real] - want["hidden"][real]).max() < 1e-5, runner.runtime
+        assert np.abs(got["pooled"] - want["pooled"]).max() < 1e-5
+    assert runners[1].details["padding"]["computed_tokens"] < 4 * 20  # prepare() recorded the plan
+    assert list(runners[1].details["prepare_s"]) == ["4x20"]
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_lower_precision_keeps_float32_io(ctx: RunContext, precision: str) -> None:
+    program = torch.export.load(str(_run(ctx, f"export_pt2_{precision}").path))
+    dtypes = {p.dtype for p in program.state_dict.values() if p.is_floating_point()}
+    assert dtypes == {export_pt2.DTYPES[precision]}
+    feeds = ctx.dataset().feeds_at({"batch": 2, "sequence": 16})
+    with torch.no_grad():
+        hidden, pooled = program.module()(*(torch.from_numpy(feeds[s.name]) for s in ctx.recipe.inputs))
+    assert hidden.dtype == pooled.dtype == torch.float32
+    assert lowest_cosine(pooled.numpy(), _reference(ctx, feeds)["pooled"]) > 0.99
+
+
+def test_aoti_package_for_the_cpu(ctx: RunContext, aoti: ArtifactRecord) -> None:
+    assert (aoti.name, aoti.kind, aoti.path.name) == ("aoti-fp32", "aoti", "model.aoti.fp32.pt2")
+    assert aoti.details["device"] == "cpu" and aoti.details["compile_s"] > 0
+    (runner,) = runners_for(aoti, ctx)
+    assert (runner.runtime, runner.io) == ("torch-aoti-cpu", "host")
+    runner.activate()
+    try:
+        for shape in ({"batch": 1, "sequence": 8}, {"batch": 3, "sequence": 24}):  # one package, any shape
+            feeds = ctx.dataset().feeds_at(shape)
+            got, want = runner.infer(feeds), _reference(ctx, feeds)
+            assert np.abs(got["hidden"] - want["hidden"]).max() < 1e-4
+    finally:
+        runner.deactivate()
+
+
+def test_cuda_package_is_not_runnable_without_a_gpu(ctx: RunContext, aoti: ArtifactRecord) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    cuda = ArtifactRecord(
+        aoti.name, aoti.path, "aoti", "fp32", aoti.sha256, "test", {"device": "cuda", "gpu": "H200"}
+    )
+    result = runners_for(cuda, ctx)
+    assert isinstance(result, NotRunnable) and "no CUDA GPU" in result.reason
+
+
+def test_cuda_target_without_a_gpu_fails_clearly(tmp_path: Path, exported: ArtifactRecord) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    ctx = tiny_context(tmp_path, "export.pt2.device=cuda")
+    with pytest.raises(RuntimeError, match="no CUDA GPU"):
+        _run(ctx, "aoti_fp32", {"exported-fp32": exported})
