@@ -283,10 +283,18 @@ class Pt2Export(Strict):
     """torch.export / AOTInductor settings. `attention`: the attention kernel a transformers model is exported
     with (sdpa lowers to fused flash / memory-efficient kernels; the ONNX exports keep eager)."""
 
-    attention: Literal["sdpa", "eager"] = "sdpa"
-    device: Literal["auto", "cpu", "cuda"] = "auto"  # AOTInductor target; auto: cuda where present
-    max_autotune: bool = False  # AOTInductor GEMM autotuning: minutes of compile for a few percent
-    fuse_projections: bool = True  # one GEMM for linears reading one tensor (Q, K, V): fewer launches
+    attention: Literal["sdpa", "eager"] = Field(
+        "sdpa", description="attention implementation the model is exported with (sdpa: fused kernels)"
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="AOTInductor target device; auto: cuda where present, else cpu"
+    )
+    max_autotune: bool = Field(
+        False, description="AOTInductor GEMM autotuning: minutes of compile for a few percent"
+    )
+    fuse_projections: bool = Field(
+        True, description="one GEMM for linears reading one tensor (Q, K, V): fewer kernel launches"
+    )
 
 
 class ExportConfig(Strict):
@@ -487,19 +495,27 @@ class PaddingConfig(Strict):
     back. Exact on every real token and on pooled outputs; per-token outputs at padded positions are not the
     padded model's values (zero beyond a group's length), so they must be masked by their consumers."""
 
-    mask_input: str = "attention_mask"
-    per_token_outputs: list[str] = []
-    multiple: PositiveInt = 16
-    max_groups: PositiveInt = 4
-    group_overhead_tokens: Annotated[int, Field(ge=0)] = 512  # fixed cost of one more call, in tokens
+    mask_input: str = Field("attention_mask", description="the input whose zeros mark padded positions")
+    per_token_outputs: list[str] = Field(
+        [], description="outputs with one value per token (scattered back to the padded layout)"
+    )
+    multiple: PositiveInt = Field(16, description="trimmed lengths are rounded up to this multiple")
+    max_groups: PositiveInt = Field(4, description="at most this many length groups per batch")
+    group_overhead_tokens: Annotated[int, Field(ge=0)] = Field(
+        512, description="the fixed cost of one more call, in tokens (when splitting a batch pays)"
+    )
 
 
 class RuntimeConfig(Strict):
     """Execution modes the GPU runtimes offer as rows of their own (validated and timed like any other)."""
 
-    torch_compile: list[CompileMode] = ["reduce-overhead"]
-    cuda_graphs: bool = True
-    padding: PaddingConfig | None = None
+    torch_compile: list[CompileMode] = Field(
+        ["reduce-overhead"], description="torch.compile modes timed as runtimes of their own"
+    )
+    cuda_graphs: bool = Field(True, description="also time CUDA-graph modes (captured per benchmarked shape)")
+    padding: PaddingConfig | None = Field(
+        None, description="padding-aware execution modes (split each batch by real length); null: off"
+    )
 
 
 class OutputConfig(Strict):

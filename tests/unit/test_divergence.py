@@ -135,7 +135,7 @@ def test_fused_contrib_ops_of_the_optimized_graph(
     """ONNX Runtime's transformer optimizer fuses LayerNorms and Gelus into com.microsoft ops (untyped for ONNX
     shape inference); their outputs keep the reference's names and are compared like any other."""
     model, stats = optimize_onnx.optimize(tiny_context(tmp_path), flipped[0], fp16=False)
-    assert stats.get("SkipLayerNormalization")
+    assert stats["transformers"].get("SkipLayerNormalization")
     path = tmp_path / "flipped.optimized.onnx"
     onnx_tools.save(model, path)
     order = comparable_tensors(onnx_tools.load(reference), model)
