@@ -1,10 +1,10 @@
 """A speed.json as one markdown table: a line per (artifact, runtime, io), a column group per batch.
 
-    python scripts/speed_table.py artifacts/bert/latest/reports/speed.json [--accuracy accuracy_by_runtime.json]
+    python scripts/speed_table.py artifacts/bert/latest/reports/speed.json [--accuracy .../accuracy.json]
 
 Cells: p50 / p99 ms, throughput (sequences/s) and peak device memory (MiB) where measured; the fastest p50
-of each batch is marked with *. With --accuracy (scripts/runtime_accuracy.py output) a column says whether the
-pair passed. Never imported by pipeline/.
+of each batch is marked with *. With --accuracy (the version's reports/accuracy.json) a column says whether the
+pair passed validation on that very runtime. Never imported by pipeline/.
 """
 
 from __future__ import annotations
@@ -19,7 +19,11 @@ def table(speed: dict, accuracy: dict | None = None) -> str:
     rows = speed["results"]
     batches = sorted({r["batch"] for r in rows})
     best = {b: min((r["p50_ms"] for r in rows if r["batch"] == b), default=None) for b in batches}
-    passed = {(a["artifact"], a["runtime"]): a["passed"] for a in (accuracy or {}).get("results", [])}
+    passed = {
+        (name, runtime): record.get("passed")
+        for name, entry in (accuracy or {}).get("artifacts", {}).items()
+        for runtime, record in (entry.get("runtimes") or {}).items()
+    }
     keys = sorted({(r["artifact"], r["runtime"], r["io"]) for r in rows})
     head = ["artifact", "runtime", "io", "graph"] + (["accuracy"] if accuracy else [])
     head += [f"b{b} p50/p99 ms" for b in batches] + [f"b{b} seq/s" for b in batches] + ["peak MiB"]
@@ -51,9 +55,9 @@ def main() -> int:
     speed = json.loads(args.speed.read_text())
     accuracy = json.loads(args.accuracy.read_text()) if args.accuracy and args.accuracy.is_file() else None
     print(table(speed, accuracy))
-    failures = [f for f in speed.get("not_run", []) if "runtime" in f]
+    failures = speed.get("failed", [])
     for f in failures:
-        print(f"- not run: {f['artifact']} {f['runtime']} {f['io']} batch {f.get('batch')}: {f['reason']}")
+        print(f"- failed: {f['artifact']} {f['runtime']} {f['io']} batch {f.get('batch')}: {f['reason']}")
     return 0
 
 

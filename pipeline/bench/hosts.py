@@ -45,6 +45,11 @@ def timed(recipe: Recipe, artifact: str, runtime: str, batch: int, gpu_host: boo
     return artifact == REFERENCE and runtime == "torch-cpu" and batch == min(recipe.benchmark.batch_sizes)
 
 
+def timed_anywhere(recipe: Recipe, artifact: str, runtime: str, gpu_host: bool) -> bool:
+    """Whether this (artifact, runtime) is timed at some batch: validation covers exactly these pairs."""
+    return any(timed(recipe, artifact, runtime, b, gpu_host) for b in recipe.benchmark.batch_sizes)
+
+
 def policy(recipe: Recipe, gpu_host: bool) -> dict[str, Any]:
     """The rule, as recorded in speed.json's conditions."""
     if recipe.benchmark.runtimes is not None:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.accuracy import ArtifactAccuracy, artifact_entry, evaluate
+from pipeline.bench import hosts
 from pipeline.recipe import Recipe, Tolerance, ValidationConfig
 from pipeline.runners.base import Feeds, NotRunnable, Runner
 from pipeline.runners.polygraphy_adapter import PolygraphyRunner
@@ -217,7 +218,14 @@ def validate_artifact(
         return found
     if not found:
         return NotRunnable(record.name, "no runner for this artifact kind")
-    results = [validate_on(ctx, record, runner, batches, reference) for runner in runtime_runners(found)]
+    gpu_host = hosts.has_cuda()
+    timed = [r for r in found if hosts.timed_anywhere(ctx.recipe, record.name, r.runtime, gpu_host)]
+    if not timed:
+        return NotRunnable(
+            record.name,
+            f"none of its runtimes is timed on this host ({hosts.policy(ctx.recipe, gpu_host)['rule']})",
+        )
+    results = [validate_on(ctx, record, runner, batches, reference) for runner in runtime_runners(timed)]
     if onnx_reference is not None and record.kind == "onnx" and record.name != onnx_reference.name:
         for accuracy in results:
             if not accuracy and accuracy.error is None:
