@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from pipeline.stages.base import ArtifactRecord, RunContext
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
+# FP32 means FP32: the CUDA provider's default TF32 matmuls round inputs to a 10-bit mantissa, which an FP32
+# artifact's tolerance is not meant to absorb (TF32 would be a precision of its own, validated as such).
+CUDA_OPTIONS = {"use_tf32": "0"}
 CPU_PROVIDER = "CPUExecutionProvider"
 ORT_TYPES = {
     "tensor(float)": np.float32,
@@ -173,11 +176,11 @@ class OnnxRuntimeRunner:
         try:
             import torch
         except ImportError:
-            return {}
+            return dict(CUDA_OPTIONS)
         if not torch.cuda.is_available():
-            return {}
+            return dict(CUDA_OPTIONS)
         self.cuda_stream = torch.cuda.Stream()
-        return {"user_compute_stream": str(self.cuda_stream.cuda_stream)}
+        return {**CUDA_OPTIONS, "user_compute_stream": str(self.cuda_stream.cuda_stream)}
 
 
 def cuda_provider_available() -> bool:

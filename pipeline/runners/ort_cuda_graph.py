@@ -22,6 +22,7 @@ import onnx
 from pipeline import onnx_tools
 from pipeline.runners.base import Feeds
 from pipeline.runners.onnxruntime_runner import (
+    CUDA_OPTIONS,
     CUDA_PROVIDER,
     ORT_TYPES,
     _onnxruntime,
@@ -60,7 +61,7 @@ def runtime_shape_ops(model: onnx.ModelProto) -> list[str]:
 
 
 def provider_options(stream: int | None) -> dict[str, str]:
-    options = {"enable_cuda_graph": "1"}
+    options = {**CUDA_OPTIONS, "enable_cuda_graph": "1"}
     if stream is not None:
         options["user_compute_stream"] = str(stream)
     return options

@@ -394,6 +394,7 @@ def _conditions(recipe: Recipe, policy: WindowPolicy, shapes: list[BenchShape]) 
         "reference": REFERENCE if recipe.benchmark.include_reference else None,
         "cuda_graphs": False,
         "onnxruntime_thread_spinning": False,
+        "onnxruntime_cuda_tf32": False,
         "tf32": {k: torch_info[k] for k in ("tf32_matmul", "tf32_cudnn") if k in torch_info} or None,
         "measured_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "host": env["hostname"],
