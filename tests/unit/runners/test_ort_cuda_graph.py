@@ -47,8 +47,9 @@ def test_fixed_model_computes_the_same(fixed, feeds) -> None:
 
 
 def test_session_and_provider_options() -> None:
-    assert provider_options(1234) == {"enable_cuda_graph": "1", "user_compute_stream": "1234"}
-    assert provider_options(None) == {"enable_cuda_graph": "1"}
+    fp32 = {"use_tf32": "0"}  # an FP32 graph computes in FP32
+    assert provider_options(1234) == {**fp32, "enable_cuda_graph": "1", "user_compute_stream": "1234"}
+    assert provider_options(None) == {**fp32, "enable_cuda_graph": "1"}
     options = graph_session_options(2)
     assert options.get_session_config_entry("session.disable_cpu_ep_fallback") == "1"
     assert options.intra_op_num_threads == 2
