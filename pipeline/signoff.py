@@ -27,19 +27,25 @@ def resolved_recipe(loaded: LoadedRecipe) -> dict[str, Any]:
     return loaded.recipe.model_dump(mode="json")
 
 
-def git_revision() -> str | None:
+def _git(*args: str) -> str | None:
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            cwd=Path(__file__).parent,
-            check=True,
+            ["git", *args], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent, check=True
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None
+    return out.stdout
+
+
+def git_revision() -> str | None:
+    """The commit the pipeline's code came from (None outside a git checkout)."""
+    return (_git("rev-parse", "HEAD") or "").strip() or None
+
+
+def git_dirty() -> bool | None:
+    """Whether the pipeline's code differs from that commit: a revision alone must not claim code it is not."""
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", str(Path(__file__).parent))
+    return None if status is None else bool(status.strip())
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -141,6 +147,7 @@ def write_signoff(
         "created": created,
         **outcome,
         "git_revision": git_revision(),
+        "git_dirty": git_dirty(),
         "environment": environment,
         "artifacts": _artifacts(records),
         "benchmark_reused_from": next(
@@ -192,6 +199,7 @@ def write_signoff(
         "created": created,
         **outcome,
         "git_revision": header["git_revision"],
+        "git_dirty": header["git_dirty"],
         "recipe": resolved,
         "overrides": list(loaded.overrides),
         "environment": environment,

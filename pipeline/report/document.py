@@ -23,6 +23,7 @@ from pipeline.report.facts import (
     flag_text,
     flatten,
     fmt_ci,
+    fmt_metric,
     fmt_ms,
     fmt_seconds,
     is_informational,
@@ -130,9 +131,10 @@ def build_document(
         _stages(stages),
         _conditions(speed, header.get("environment")),
     ]
-    subtitle = (
-        f"created {header.get('created') or '—'} · git revision {header.get('git_revision') or 'unknown'}"
-    )
+    revision = header.get("git_revision") or "unknown"
+    if header.get("git_dirty"):
+        revision += " with uncommitted changes to the pipeline's code"
+    subtitle = f"created {header.get('created') or '—'} · git revision {revision}"
     title = f"Sign-off: {header.get('name', '?')} {header.get('version', '?')}"
     return Document(title, subtitle, bool(header.get("signed_off")), [s for s in sections if s.blocks])
 
@@ -231,12 +233,8 @@ def _cost_line(winner: Dict, baseline: Dict | None) -> str | None:
     speed = f"{ratio:.2f}× faster than" if ratio >= 1 else f"{1 / ratio:.2f}× slower than"
     text = f"{speed} {baseline.get('artifact')} ({baseline.get('runtime')})"
     if metric:
-        text += f" at {metric} {_figure(mine[metric])} vs {_figure(theirs[metric])}"
+        text += f" at {metric} {fmt_metric(metric, mine[metric])} vs {fmt_metric(metric, theirs[metric])}"
     return text + "."
-
-
-def _figure(value: Any) -> str:
-    return f"{value:.4f}" if isinstance(value, int | float) and abs(value) <= 1 else f"{value:.3g}"
 
 
 def _speedup(value: Any, other: Any, unit: Any) -> float | None:

@@ -23,7 +23,7 @@ def test_verdict_comes_first_and_winner_is_named(inputs):
     assert "onnx-int8-dynamic on onnxruntime-cpu (host I/O): 10.8 ms" in winner
     assert "Runner-up: onnx-fp16 on onnxruntime-cpu at 30.2 ms (the winner is 2.80× faster)" in winner
     assert "does not overlap the runner-up" in winner
-    assert "2.93× faster than onnx-fp32 (onnxruntime-cpu) at cosine 0.9862 vs 1.0000." in winner
+    assert "2.93× faster than onnx-fp32 (onnxruntime-cpu) at cosine 0.986200 vs 0.9999999." in winner
     assert "File: model.int8-dynamic.onnx" in winner and "(95% interval 10.7–10.9)" in winner
     assert "artifacts.onnx-int8-dynamic.runtimes.onnxruntime-cpu" in winner
 
@@ -151,3 +151,9 @@ def test_the_record_is_folded(inputs):
     for title in ("Artifacts", "Stages", "Conditions"):
         assert f"<details>\n<summary><b>{title}</b></summary>" in text
         assert f"## {title}" not in text
+
+
+def test_the_revision_says_when_the_code_is_not_that_commit(inputs):
+    header = samples.header() | {"git_dirty": True}
+    text = render_markdown(**(inputs | {"header": header}))
+    assert "git revision abc1234 with uncommitted changes to the pipeline's code" in text.splitlines()[2]
