@@ -6,7 +6,7 @@ TORCH_VERSION ?= 2.13.0
 RECIPE ?= bert.yaml
 ARGS ?=
 # optional extras: triton (tritonclient, for the Triton config test), mlflow (mlflow-skinny, run records)
-EXTRAS ?= cpu,dev,tensorrt-rtx
+EXTRAS ?= cpu,dev,tensorrt-rtx,triton,mlflow
 
 .PHONY: setup deploy plan validate test test-gpu lint clean
 
