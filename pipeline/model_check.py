@@ -1,7 +1,7 @@
 """Pre-flight model check: instantiate the model from its source and run it on the CPU, once at the min shape
 and once per dynamic dim at its max, so that a model that cannot be built, rejects its inputs or returns
 something other than the recipe's `outputs` is a located user error before any work starts. Cheap by design
-(batch at its min; MiniLM takes milliseconds); the deploy loads the model again but never repeats this."""
+(batch at its min); the deploy loads the model again but never repeats this."""
 
 from __future__ import annotations
 

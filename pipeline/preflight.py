@@ -100,17 +100,6 @@ def _package_problems(loaded: LoadedRecipe) -> list[Problem]:
                 "onnxruntime is not installed (pip install 'deploy-pipeline[cpu]', or '[gpu]' on a CUDA machine)",
             )
         )
-    if (
-        "onnx-int8" in recipe.variants.build
-        and recipe.export.int8.quantizer == "modelopt"
-        and not _installed("modelopt")
-    ):
-        out.append(
-            loaded.problem(
-                "export.int8.quantizer",
-                "NVIDIA ModelOpt is not installed (pip install nvidia-modelopt, without its [onnx] extra)",
-            )
-        )
     if recipe.tracking.mlflow is not None and not _installed("mlflow"):
         out.append(
             loaded.problem(

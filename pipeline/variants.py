@@ -70,7 +70,9 @@ class Variant:
         if self.format == "engine":
             return f"model.{self.flavour}.{self.precision}.engine" if self.flavour else None
         if self.format == "exported":
-            return "model.exported.pt2" if self.precision == "fp32" else f"model.exported.{self.precision}.pt2"
+            return (
+                "model.exported.pt2" if self.precision == "fp32" else f"model.exported.{self.precision}.pt2"
+            )
         return f"model.aoti.{self.precision}.pt2"
 
     @property

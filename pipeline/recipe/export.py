@@ -58,7 +58,11 @@ class Int8Export(Strict):
         "family: transformer ['*.intermediate.dense', '*.layer.*[0-9].output.dense'] (BERT feed-forward "
         "layers), generic []",
     )
-    quantizer: Literal["onnxruntime", "modelopt"] = Field("onnxruntime", description="quantization library")
+    quantizer: Literal["onnxruntime"] = Field(
+        "onnxruntime",
+        description="quantization library: ONNX Runtime's static Q/DQ quantizer (NVIDIA ModelOpt is not "
+        "offered: its [onnx] extra replaces the CPU onnxruntime, and a quantizer is not added unverified)",
+    )
 
 
 class OptimizeExport(Strict):

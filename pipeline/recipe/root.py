@@ -3,7 +3,7 @@ changes); where artifacts are stored and how runs are tracked live here too."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
@@ -17,7 +17,6 @@ class OutputConfig(Strict):
     root: Annotated[str, Field(min_length=1)] = Field(
         "artifacts", description="store root: versions go to <root>/<name>/vNNNN"
     )
-    version_scheme: Literal["sequential"] = Field("sequential", description="version naming")
     lock_timeout_s: Annotated[float, Field(ge=0)] = Field(
         0, description="seconds to wait for another deploy of the same name"
     )

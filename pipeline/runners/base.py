@@ -43,18 +43,3 @@ class NotRunnable:
 
     artifact: str
     reason: str
-
-
-class HostRunner:
-    """Base for runners whose inputs and outputs live on the host: prepare() just keeps the feeds."""
-
-    io = "host"
-
-    def prepare(self, feeds: Feeds) -> None:
-        self._prepared = feeds
-
-    def infer_prepared(self) -> None:
-        self.infer(self._prepared)
-
-    def synchronize(self) -> None:
-        return None

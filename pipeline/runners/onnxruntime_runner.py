@@ -54,8 +54,7 @@ def session_options(threads: int) -> Any:
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3
     # Candidates are interleaved window by window: an idle session's spinning intra-op threads would steal the
-    # cores from whichever candidate runs next (measured on 2 cores: batch-1 p99 of the torch reference 139 ms
-    # with spinning, 54 ms without; cv 0.14-0.50 -> 0.06-0.14).
+    # cores from whichever candidate runs next (docs/benchmarking.md has what it did to the tails).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
 

@@ -2,9 +2,8 @@
 quantized per call (DynamicQuantizeLinear + MatMulInteger). No calibration data, and on the CPU the fastest
 ONNX variant for encoders; TensorRT cannot use it (no MatMulInteger), onnx-int8 is the TensorRT graph.
 
-Weights are quantized per output channel: on MiniLM per-tensor weights gave a lowest pooled-embedding cosine
-of 0.942 against 0.988 per channel (32 held-out sentences); the latency difference was within noise on a
-2-core CPU (both ~27-30 ms at batch 1 x 128 against ~38 ms for FP32)."""
+Weights are quantized per output channel: per-tensor weights cost accuracy for no speed (docs/benchmarking.md
+has the figures)."""
 
 from __future__ import annotations
 

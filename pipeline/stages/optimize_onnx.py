@@ -1,9 +1,9 @@
 """ONNX Runtime-optimized graphs in FP32 and FP16: fused contrib ops (Attention, SkipLayerNormalization, BiasGelu).
 
 Two fusion passes, in order (export.optimize.fusions): onnxscript's ONNX Runtime rewriter
-(`onnxscript.rewriter.ort_fusions.optimize_for_ort`), which finds the attention pattern of a dynamo export
-(6 Attention, 12 SkipLayerNormalization, 6 BiasGelu on MiniLM), then ONNX Runtime's transformers optimizer, which
-fuses what is left (on a dynamo export it finds no Attention). Attention is what lets the CUDA provider use its
+(`onnxscript.rewriter.ort_fusions.optimize_for_ort`), which finds the attention pattern of a dynamo export,
+then ONNX Runtime's transformers optimizer, which fuses what is left (on a dynamo export it finds no Attention;
+the counts on MiniLM are in docs/benchmarking.md). Attention is what lets the CUDA provider use its
 fused flash / memory-efficient kernels. These graphs hold com.microsoft ops, so they target ONNX Runtime only
 (TensorRT and the quantizers take the plain graph). At opt_level 2 the transformers optimizer first runs ONNX
 Runtime's own extended fusions for the CPU provider; level 1 leaves those to session load."""
