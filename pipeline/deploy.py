@@ -15,27 +15,26 @@ from rich.markup import escape
 from pipeline import preflight
 from pipeline.errors import PipelineError
 from pipeline.executor import Executor, Freshness, StageRecord, read_records
+from pipeline.plan import plan_stages
 from pipeline.progress import StageProgress
 from pipeline.recipe_loader import LoadedRecipe
-from pipeline.stages import plan_stages
 from pipeline.stages.base import RunContext, Stage
 from pipeline.store import Store, read_json, storage_failure
 from pipeline.tracking import log_run
 from pipeline.verdict import Verdict
 
 
-def _setup(loaded: LoadedRecipe) -> tuple[list[Stage], Store, Path]:
+def _setup(loaded: LoadedRecipe) -> tuple[list[Stage], Store]:
     preflight.check(loaded)
-    recipe_dir = loaded.path.parent.resolve()
-    stages = plan_stages(loaded.recipe, recipe_dir)
-    return stages, Store(Path(loaded.recipe.output.root), loaded.recipe.name), recipe_dir
+    stages = plan_stages(loaded.recipe, loaded.path.parent.resolve())
+    return stages, Store(Path(loaded.recipe.output.root), loaded.recipe.name)
 
 
 def plan(
     loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_failed: bool = False
 ) -> list[tuple[Stage, Freshness]]:
     """Print each stage as fresh or stale and why; touches nothing."""
-    stages, store, _ = _setup(loaded)
+    stages, store = _setup(loaded)
     latest = _verified_latest(store, console)  # as the deploy will judge it
     executor = Executor(stages, store, [(latest, read_records(latest))] if latest else [], retry_failed)
     verdicts = executor.plan(rebench)
@@ -107,7 +106,7 @@ def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_
 def run_deploy(
     loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_failed: bool = False
 ) -> Outcome:
-    stages, store, recipe_dir = _setup(loaded)
+    stages, store = _setup(loaded)
     name = loaded.recipe.name
     unwritable = store.write_problem()
     if unwritable:  # a read-only root: nothing can be published, but "up to date" needs no writing
@@ -142,7 +141,7 @@ def run_deploy(
         try:
             records = _run_with_progress(
                 executor,
-                RunContext(loaded.recipe, recipe_dir, work, cache_dir=store.cache_dir),
+                RunContext(work, cache_dir=store.cache_dir),
                 rebench,
                 console,
             )

@@ -12,7 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.stages.base import ArtifactRecord, RunContext, Stage
+from pipeline.artifacts import ArtifactRecord
+from pipeline.stages.base import RunContext, Stage
 from pipeline.store import Store, kill_point, read_json, sha256_file, storage_failure, warn, write_json_atomic
 
 RUN_RECORD = "stages.json"
@@ -43,12 +44,12 @@ class StageRecord:
 
 
 def fingerprint(stage: Stage, inputs: dict[str, str], environment: dict[str, Any]) -> str:
-    """sha256 of canonical JSON of the stage name and version, its config slice, its inputs' sha256 and the
-    environment keys it declares (docs/architecture.md)."""
+    """sha256 of canonical JSON of the stage name and version, its config (what its run reads), its inputs'
+    sha256 and the environment keys it declares (docs/architecture.md)."""
     payload = {
         "stage": stage.name,
         "version": stage.version,
-        "config": stage.config,
+        "config": stage.config.fingerprinted(),
         "inputs": inputs,
         "environment": environment,
     }
@@ -78,9 +79,8 @@ class Freshness:
 def _diff_reason(stage: Stage, prev: StageRecord, inputs: dict[str, str], env: dict[str, Any]) -> str:
     if prev.version != stage.version:
         return f"stage version {prev.version} -> {stage.version}"
-    changed = [
-        k for k in sorted(set(prev.config) | set(stage.config)) if prev.config.get(k) != stage.config.get(k)
-    ]
+    config = stage.config.fingerprinted()
+    changed = [k for k in sorted(set(prev.config) | set(config)) if prev.config.get(k) != config.get(k)]
     if changed:
         return "config changed: " + ", ".join(changed)
     moved = [k for k in sorted(set(prev.inputs) | set(inputs)) if prev.inputs.get(k) != inputs.get(k)]
@@ -130,8 +130,6 @@ class Executor:
         fp = fingerprint(stage, inputs, env)
         if force_stale:
             return Freshness(False, "re-measure requested (--rebench)")
-        if stage.always_run:
-            return Freshness(False, "always runs in a new version")
         first_reason = "no previous run"
         for folder, records in self.previous:
             prev = records.get(stage.name)
@@ -206,7 +204,7 @@ class Executor:
                     stage.version,
                     None,
                     "skipped",
-                    stage.config,
+                    stage.config.fingerprinted(),
                     error=f"input unavailable ({why})",
                 )
                 self._mark_unavailable(stage, unavailable, f"skipped: {why}")
@@ -266,7 +264,7 @@ class Executor:
             stage.version,
             prev.fingerprint,
             "reused" if prev.status != "failed" else "failed",
-            stage.config,
+            stage.config.fingerprinted(),
             self.environment(stage),
             shas,
             prev.outputs,
@@ -283,9 +281,9 @@ class Executor:
         env = self.environment(stage)
         fp = fingerprint(stage, shas, env)
         started = time.perf_counter()
-        record = StageRecord(stage.name, stage.version, fp, "ran", stage.config, env, shas)
+        record = StageRecord(stage.name, stage.version, fp, "ran", stage.config.fingerprinted(), env, shas)
         try:
-            result = stage.run(ctx, inputs)
+            result = stage.run(ctx, stage.config, inputs)
         except Exception as exc:
             if stage.critical or storage_failure(exc):
                 raise  # a bug, or a full / read-only disk: the run stops (and can be resumed), no variant failed

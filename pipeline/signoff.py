@@ -16,9 +16,10 @@ from pipeline.executor import RUN_RECORD, StageRecord
 from pipeline.recipe_loader import LoadedRecipe
 from pipeline.store import read_json, sha256_file, write_json_atomic, write_text_atomic
 from pipeline.triton import write_model_repository
+from pipeline.variants import FORMATS
 from pipeline.verdict import Verdict, decide, shape_warnings, variant_failures
 
-ARTIFACT_KINDS = ("torchscript", "onnx", "engine", "exported", "aoti")
+ARTIFACT_KINDS = FORMATS
 
 
 def resolved_recipe(loaded: LoadedRecipe) -> dict[str, Any]:
@@ -101,11 +102,11 @@ def _reproduce_script(loaded: LoadedRecipe, final: Path) -> str:
 def judge(loaded: LoadedRecipe, records: list[StageRecord], workdir: Path) -> Verdict:
     """The verdict from what ran: requested and required variants (contract names), their failures, the
     selection, and the warnings the validation and the exports raised."""
-    from pipeline.stages import artifact_name
+    from pipeline.plan import artifact_name
 
     recipe = loaded.recipe
-    requested = [artifact_name(v, recipe) for v in recipe.variants.build]
-    required = [artifact_name(v, recipe) for v in recipe.variants.required]
+    requested = [artifact_name(recipe, v) for v in recipe.variants.build]
+    required = [artifact_name(recipe, v) for v in recipe.variants.required]
     accuracy = _read(workdir / "reports/accuracy.json")
     speed = _read(workdir / "reports/speed.json")
     selection = _read(workdir / "reports/selection.json") or {"reasons": ["selection did not run"]}

@@ -76,6 +76,11 @@ class Variant:
         return f"model.aoti.{self.precision}.pt2"
 
     @property
+    def flavour_from_setting(self) -> bool:
+        """An `engine-<precision>` request: its flavour is export.tensorrt.flavour's, not its name's."""
+        return self.format == "engine" and self.requested.startswith("engine-")
+
+    @property
     def built_from(self) -> str | None:
         """The artifact this one is made from: engines and ONNX conversions from the ONNX export of their
         precision (precision lives in the graph), AOTInductor packages from the exported program."""

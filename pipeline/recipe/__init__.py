@@ -63,6 +63,7 @@ from pipeline.recipe.sources import (
     TextData,
     TorchScriptSource,
     TorchvisionSource,
+    corner_shape,
 )
 
 __all__ = [
@@ -79,6 +80,7 @@ __all__ = [
     "ModelSourceBase",
     "HuggingFaceSource",
     "TorchvisionSource",
+    "corner_shape",
     "EntrypointSource",
     "TorchScriptSource",
     "ModelSource",

@@ -10,7 +10,7 @@ from pydantic import Field, model_validator
 from pipeline.recipe.base import Strict
 from pipeline.recipe.export import ExportConfig, VariantsConfig
 from pipeline.recipe.measure import BenchmarkConfig, RuntimeConfig, SelectionConfig, ValidationConfig
-from pipeline.recipe.sources import DataConfig, DimRange, InputSpec, ModelSource
+from pipeline.recipe.sources import DataConfig, DimRange, InputSpec, ModelSource, corner_shape
 
 
 class OutputConfig(Strict):
@@ -73,7 +73,4 @@ class Recipe(Strict):
         self, spec: InputSpec, corner: str, overrides: dict[str, int] | None = None
     ) -> list[int]:
         """Concrete shape of one input at a corner (min/opt/max), with some dims pinned by `overrides`."""
-        overrides = overrides or {}
-        return [
-            d if isinstance(d, int) else overrides.get(d, getattr(self.dims[d], corner)) for d in spec.shape
-        ]
+        return corner_shape(spec, self.dims, corner, overrides)

@@ -91,6 +91,14 @@ class InputSpec(Strict):
     high: float = Field(1.0, description="largest value of random samples (integers: inclusive)")
 
 
+def corner_shape(
+    spec: InputSpec, dims: dict[str, DimRange], corner: str, overrides: dict[str, int] | None = None
+) -> list[int]:
+    """Concrete shape of one input at a corner (min/opt/max), with some dims pinned by `overrides`."""
+    overrides = overrides or {}
+    return [d if isinstance(d, int) else overrides.get(d, getattr(dims[d], corner)) for d in spec.shape]
+
+
 class TextData(Strict):
     """Sentences (JSONL with a text field, or one per line) tokenized with the model's own tokenizer."""
 

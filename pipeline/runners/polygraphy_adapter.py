@@ -15,8 +15,8 @@ from polygraphy.common import TensorMetadata
 from pipeline.data import NUMPY_DTYPES
 
 if TYPE_CHECKING:
-    from pipeline.recipe import Recipe
     from pipeline.runners.base import Runner
+    from pipeline.specs import RunnerSettings
 
 
 def runner_name(runner: Runner) -> str:
@@ -32,10 +32,12 @@ class PolygraphyRunner(BaseRunner):
     before the i-th inference of an activation (progress text; Comparator's loop has no hook of its own).
     """
 
-    def __init__(self, runner: Runner, recipe: Recipe, on_infer: Callable[[int], None] | None = None):
+    def __init__(
+        self, runner: Runner, settings: RunnerSettings, on_infer: Callable[[int], None] | None = None
+    ):
         super().__init__(name=runner_name(runner))
         self.runner = runner
-        self.recipe = recipe
+        self.settings = settings
         self.on_infer = on_infer
         self.calls = 0
 
@@ -46,7 +48,7 @@ class PolygraphyRunner(BaseRunner):
     def get_input_metadata_impl(self) -> TensorMetadata:
         """Recipe inputs; dynamic dims keep their names, which Polygraphy treats as dynamic."""
         meta = TensorMetadata()
-        for spec in self.recipe.inputs:
+        for spec in self.settings.inputs:
             meta.add(spec.name, np.dtype(NUMPY_DTYPES[spec.dtype]), list(spec.shape))
         return meta
 
@@ -62,13 +64,13 @@ class PolygraphyRunner(BaseRunner):
         start = time.perf_counter()
         results = self.runner.infer(dict(feed_dict))
         self.inference_time = time.perf_counter() - start
-        missing = [name for name in self.recipe.outputs if name not in results]
+        missing = [name for name in self.settings.outputs if name not in results]
         if missing:
             raise KeyError(
                 f"{self.runner.artifact} on {self.runner.runtime} returned outputs {sorted(results)}, "
                 f"not {missing} that the recipe names"
             )
-        return OrderedDict((name, np.asarray(results[name])) for name in self.recipe.outputs)
+        return OrderedDict((name, np.asarray(results[name])) for name in self.settings.outputs)
 
     def deactivate_impl(self) -> None:
         self.runner.deactivate()

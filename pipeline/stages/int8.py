@@ -17,12 +17,15 @@ from typing import Any
 import onnx
 
 from pipeline import onnx_tools
-from pipeline.data import Feeds, data_fingerprint
+from pipeline.artifacts import ArtifactRecord
+from pipeline.data import Dataset, Feeds
 from pipeline.errors import StageError
 from pipeline.recipe import Int8Export, Recipe
-from pipeline.stages.base import ArtifactRecord, Output, RunContext, Stage, StageResult
+from pipeline.specs import DataSpec
+from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
+from pipeline.variants import Variant, parse
 
-FILE = "model.int8.onnx"
+FILE = parse("onnx-int8").file
 LOG = "logs/int8.log"
 CALIBRATION_BATCH = 8
 METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
@@ -40,6 +43,16 @@ SETTINGS: dict[str, Any] = {
     "exclude_output_quantization": True,
     "calibration_batch": CALIBRATION_BATCH,
 }
+
+
+class Int8Config(StageConfig):
+    int8: Int8Export
+    settings: dict[str, Any]  # SETTINGS: fixed, but a change to them must re-run the stage
+    data: DataSpec  # calibration split
+
+    @classmethod
+    def from_recipe(cls, recipe: Recipe, recipe_dir: Path) -> Int8Config:
+        return cls(int8=recipe.export.int8, settings=SETTINGS, data=DataSpec.from_recipe(recipe, recipe_dir))
 
 
 class FeedsReader:
@@ -61,11 +74,11 @@ class FeedsReader:
         return next(self._iter, None)
 
 
-def calibration_feeds(ctx: RunContext, graph_inputs: list[str]) -> list[Feeds]:
+def calibration_feeds(dataset: Dataset, graph_inputs: list[str]) -> list[Feeds]:
     """The calibration split only (never validation), restricted to the inputs the graph declares."""
     feeds = [
         {k: v for k, v in batch.items() if k in graph_inputs}
-        for batch in ctx.dataset().calibration_feeds(CALIBRATION_BATCH)
+        for batch in dataset.calibration_feeds(CALIBRATION_BATCH)
     ]
     if not feeds:
         raise StageError("int8: the calibration split is empty (data.calibration and the sample count)")
@@ -128,8 +141,8 @@ def quantized_nodes(model: onnx.ModelProto, op_types: list[str]) -> list[str]:
     ]
 
 
-def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
-    cfg = ctx.recipe.export.int8
+def _run(ctx: RunContext, config: Int8Config, inputs: dict[str, ArtifactRecord]) -> StageResult:
+    cfg, dataset = config.int8, ctx.dataset(config.data)
     target = ctx.path(FILE)
     with tempfile.TemporaryDirectory(prefix="int8-") as tmp, onnx_tools.captured(ctx.path(LOG)):
         source = Path(tmp) / "preprocessed.onnx"
@@ -146,7 +159,7 @@ def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
             raise StageError(
                 f"int8: no {'/'.join(cfg.op_types)} node is left to quantize after include/exclude"
             )
-        feeds = calibration_feeds(ctx, graph_inputs)
+        feeds = calibration_feeds(dataset, graph_inputs)
         ctx.report(
             f"int8: {cfg.calibration} calibration on {len(feeds)} batches, {len(selection.quantize)} nodes"
         )
@@ -158,14 +171,14 @@ def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
             ) from exc
         result = onnx_tools.load(Path(tmp) / FILE)
     onnx_tools.save(result, target)
-    details = _details(ctx, result, selection, cfg, feeds, pre)
+    details = _details(dataset, result, selection, cfg, feeds, pre)
     return StageResult(
         outputs=[Output(FILE, "onnx", "onnx-int8", "int8", details), Output(LOG, "log")], details=details
     )
 
 
 def _details(
-    ctx: RunContext,
+    dataset: Dataset,
     model: onnx.ModelProto,
     selection: onnx_tools.Selection,
     cfg: Int8Export,
@@ -177,7 +190,7 @@ def _details(
     return {
         "calibration_method": cfg.calibration,
         "calibration_samples": sum(len(next(iter(batch.values()))) for batch in feeds),
-        "calibration_hash": ctx.dataset().calibration_hash(),
+        "calibration_hash": dataset.calibration_hash(),
         "quantized_nodes": [selection.label(n) for n in done],
         "quantized_count": len(done),
         "qdq_pairs": counts.get("QuantizeLinear", 0),
@@ -190,17 +203,17 @@ def _details(
     }
 
 
-def stage(recipe: Recipe, recipe_dir: Path) -> Stage:
-    return Stage(
-        name="int8",
-        version=1,
-        run=_run,
-        config={
-            "int8": recipe.export.int8.model_dump(),
-            "settings": SETTINGS,
-            "data": data_fingerprint(recipe, recipe_dir),
-        },
-        environment=onnx_tools.onnx_environment,
-        consumes=("onnx-fp32",),
-        produces=("onnx-int8",),
-    )
+def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[Stage]:
+    if not any(v.name == "onnx-int8" for v in variants):
+        return []
+    return [
+        Stage(
+            name="int8",
+            version=1,
+            config=Int8Config.from_recipe(recipe, recipe_dir),
+            run=_run,
+            environment=onnx_tools.onnx_environment,
+            consumes=("onnx-fp32",),
+            produces=("onnx-int8",),
+        )
+    ]

@@ -1,0 +1,21 @@
+"""An artifact as its consumers see it: what stages hand on, what validation and the benchmark run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ArtifactRecord:
+    """Where an artifact lies in this run's folder, and what it is (kind: torchscript | onnx | engine |
+    exported | aoti; details: what the stage that made it recorded, e.g. an engine's compute capabilities)."""
+
+    name: str
+    path: Path
+    kind: str
+    precision: str | None
+    sha256: str
+    stage: str
+    details: dict[str, Any] = field(default_factory=dict)
