@@ -59,7 +59,7 @@ class ModelSpec(Spec):
     @classmethod
     def from_recipe(cls, recipe: Recipe, recipe_dir: Path) -> ModelSpec:
         return cls(
-            source=recipe.model,
+            source=recipe.model.model_copy(update={"family": None}),  # the family only picks defaults
             recipe_dir=recipe_dir,
             inputs=list(recipe.inputs),
             dims=dict(recipe.dims),
