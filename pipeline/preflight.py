@@ -17,6 +17,7 @@ from pipeline.recipe import (
     TorchvisionSource,
 )
 from pipeline.recipe_loader import LoadedRecipe
+from pipeline.variants import parse
 
 
 def _installed(module: str) -> bool:
@@ -106,7 +107,7 @@ def _package_problems(loaded: LoadedRecipe) -> list[Problem]:
                 "tracking.mlflow", "mlflow is not installed (pip install 'deploy-pipeline[mlflow]')"
             )
         )
-    if any(v.startswith(("tensorrt-", "engine-")) for v in recipe.variants.build):
+    if any(parse(v).format == "engine" for v in recipe.variants.build):
         from pipeline.stages.tensorrt import preflight_problems
 
         out += [loaded.problem(key, message) for key, message in preflight_problems(recipe)]

@@ -1,7 +1,9 @@
 """Runtime names, in one place: every runtime an artifact can be validated and timed on, and which of them
-compute on a GPU. Pure: no imports of the rest of the pipeline."""
+compute on a GPU. Pure: only the variant names below it."""
 
 from __future__ import annotations
+
+from pipeline.variants import ENGINE_FLAVOURS
 
 RUNTIMES = (
     "torch-cpu",
@@ -25,7 +27,7 @@ RUNTIMES = (
     "torch-cpu-bucketed",
     "onnxruntime-cuda-graph",
 )
-ENGINE_RUNTIMES = frozenset({"tensorrt", "tensorrt-rtx"})  # TensorRT engines run on the GPU only
+ENGINE_RUNTIMES = frozenset(ENGINE_FLAVOURS)  # an engine's runtime is its flavour: on the GPU only
 
 
 def is_gpu_runtime(runtime: str) -> bool:

@@ -1,5 +1,6 @@
 """How a speed row is read, in one place: the interval of a latency statistic, whether two intervals overlap
-(within noise), and the row's sequence length. Selection, compare and the reports all read rows this way."""
+(within noise), the row's sequence length, and whether it is the row the winner was chosen on. Selection,
+compare and the reports all read rows this way."""
 
 from __future__ import annotations
 
@@ -47,3 +48,22 @@ def sequence_of(row: Row) -> int | None:
         return row["sequence_length"]
     shapes = list((row.get("shapes") or {}).values())
     return shapes[0][1] if shapes and len(shapes[0]) > 1 else None
+
+
+def is_winner_row(row: Row, winner: Row | None) -> bool:
+    """The row the winner was chosen on: its artifact, runtime and I/O at the objective's batch and at the
+    shapes winner.json records (without them, at the objective's sequence length)."""
+    if not winner:
+        return False
+    who = ("artifact", "runtime")
+    if [row.get(k) for k in who] != [winner.get(k) for k in who] or row.get("io", "host") != winner.get(
+        "io", "host"
+    ):
+        return False
+    objective = winner.get("objective") or {}
+    if objective.get("batch") is not None and row.get("batch") != objective["batch"]:
+        return False
+    if winner.get("shapes"):
+        return row.get("shapes") == winner["shapes"]
+    sequence = objective.get("sequence_length")
+    return sequence is None or sequence_of(row) == sequence

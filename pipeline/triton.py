@@ -17,7 +17,9 @@ from typing import Any
 import onnx
 
 from pipeline.recipe import Recipe
+from pipeline.runtimes import is_gpu_runtime
 from pipeline.store import write_text_atomic
+from pipeline.variants import parse
 
 FOLDER = "triton"
 TRITON_TYPES = {
@@ -37,8 +39,6 @@ PLATFORMS = {
     "engine": ("tensorrt_plan", "model.plan"),
     "torchscript": ("pytorch_libtorch", "model.pt"),
 }
-ENGINE_SOURCES = {"fp32": "onnx-fp32", "fp16": "onnx-fp16", "int8": "onnx-int8"}
-GPU_RUNTIMES = ("cuda", "tensorrt")
 
 
 def artifact_entry(winner: dict[str, Any], artifacts: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -55,7 +55,7 @@ def signature_source(entry: dict[str, Any], artifacts: list[dict[str, Any]]) -> 
     FP32 ONNX export of a TorchScript winner (same model, same inputs and outputs)."""
     if entry["kind"] == "onnx":
         return entry
-    wanted = ENGINE_SOURCES.get(entry.get("precision") or "") if entry["kind"] == "engine" else "onnx-fp32"
+    wanted = parse(entry["name"]).built_from if entry["kind"] == "engine" else "onnx-fp32"
     return next((a for a in artifacts if a["name"] == wanted), None)
 
 
@@ -64,7 +64,7 @@ def unservable(entry: dict[str, Any] | None, source: dict[str, Any] | None) -> s
         return "the winner is not among the version's artifacts"
     if entry["kind"] not in PLATFORMS:
         return f"Triton has no backend for a {entry['kind']} artifact"
-    if entry["name"].startswith("tensorrt-rtx-"):
+    if entry["kind"] == "engine" and parse(entry["name"]).flavour == "tensorrt-rtx":
         return "Triton's TensorRT backend loads TensorRT engines, not TensorRT-RTX engines: serve the ONNX"
     if source is None:
         return "no ONNX export of the winner to take its signature from"
@@ -165,7 +165,7 @@ def model_config(
         _tensor(name, TRITON_TYPES[value.type.tensor_type.elem_type], tensor_dims(graph_dims(value), strip))
         for name, value in zip(names["outputs"], graph.output, strict=True)
     ]
-    gpu = any(word in winner["runtime"] for word in GPU_RUNTIMES)
+    gpu = is_gpu_runtime(winner["runtime"])
     lines = [
         f"# {recipe.name}: the signed-off winner {winner['artifact']} ({winner['runtime']}), written by the",
         "# deploy pipeline from the artifact's ONNX signature, the recipe's dims and the benchmark.",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 REFERENCE = "torch-fp32"  # the eager PyTorch FP32 model every artifact is compared with: not a file
 FORMATS = ("torchscript", "onnx", "engine", "exported", "aoti")  # artifact kinds, as manifest.json says
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 ENGINE_FLAVOURS = ("tensorrt", "tensorrt-rtx")
 VARIANTS = (
     "torchscript-fp32",

@@ -7,12 +7,12 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.runtimes import RUNTIMES
-from pipeline.variants import VARIANTS
+from pipeline.variants import PRECISIONS, VARIANTS
 
 PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
-Precision = Literal["fp32", "fp16", "bf16", "int8"]
+Precision = Literal[PRECISIONS]  # type: ignore[valid-type]
 Metric = Literal["max_abs", "mean_abs", "max_rel", "cosine", "neighbours"]
 METRICS: tuple[str, ...] = ("max_abs", "mean_abs", "max_rel", "cosine", "neighbours")
 Runtime = Literal[RUNTIMES]  # type: ignore[valid-type]

@@ -27,7 +27,6 @@ from pipeline.report.facts import (
     fmt_ms,
     fmt_seconds,
     is_informational,
-    is_winner_row,
     key_checks,
     metrics_present,
     not_run,
@@ -37,6 +36,7 @@ from pipeline.report.facts import (
     sorted_results,
     where,
 )
+from pipeline.speed import is_winner_row
 
 Dict = Mapping[str, Any]
 DETAIL_CHARS = 160  # a detail value longer than this is cut in the artifacts table (the JSON keeps it whole)

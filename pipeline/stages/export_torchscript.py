@@ -23,10 +23,11 @@ from pipeline.recipe import Recipe, TorchScriptExport
 from pipeline.specs import DataSpec, ModelSpec
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.store import write_bytes_atomic
-from pipeline.variants import Variant
+from pipeline.variants import Variant, parse
 from pipeline.verdict import SHAPE_DEPENDENT
 
-CUDA_FILE = "model.cuda.ts"
+FILE = parse("torchscript-fp32").file
+CUDA_FILE = "model.cuda.ts"  # the same module traced on the GPU (its devices baked in)
 
 
 class TorchScriptConfig(StageConfig):
@@ -60,13 +61,13 @@ def _save(traced: torch.jit.ScriptModule, target: Path) -> None:
 def _run(ctx: RunContext, config: TorchScriptConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
     model, dataset = ctx.model(config.model), ctx.dataset(config.data)
     traced, details = _trace(ctx, config, dataset, model.module, "cpu")
-    _save(traced, ctx.path("model.ts"))
-    outputs = [Output("model.ts", "torchscript", "torchscript-fp32", "fp32", details)]
+    _save(traced, ctx.path(FILE))
+    outputs = [Output(FILE, "torchscript", "torchscript-fp32", "fp32", details)]
     if torch.cuda.is_available():
         module = copy.deepcopy(model.module).to("cuda")
         traced_cuda, cuda_details = _trace(ctx, config, dataset, module, "cuda")
         _save(traced_cuda, ctx.path(CUDA_FILE))
-        details["devices"] = {"cpu": "model.ts", "cuda": CUDA_FILE}
+        details["devices"] = {"cpu": FILE, "cuda": CUDA_FILE}
         details["cuda_check_max_abs"] = cuda_details["check_max_abs"]
         outputs.append(Output(CUDA_FILE, "torchscript"))
     return StageResult(outputs=outputs, details=details)
