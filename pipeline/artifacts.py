@@ -10,7 +10,8 @@ from typing import Any
 @dataclass(frozen=True)
 class ArtifactRecord:
     """Where an artifact lies in this run's folder, and what it is (kind: torchscript | onnx | engine |
-    exported | aoti; details: what the stage that made it recorded, e.g. an engine's compute capabilities)."""
+    exported | aoti | report; details: what the stage that made it recorded, e.g. an engine's compute
+    capabilities)."""
 
     name: str
     path: Path
@@ -19,3 +20,10 @@ class ArtifactRecord:
     sha256: str
     stage: str
     details: dict[str, Any] = field(default_factory=dict)
+    value: Any = None  # a report handed on in memory (pipeline/results.py); None for artifacts
+
+    def report(self) -> Any:
+        """The report this record stands for: in memory when its stage ran in this deploy, else its file."""
+        from pipeline.results import read_report
+
+        return self.value if self.value is not None else read_report(self.path)

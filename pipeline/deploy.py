@@ -14,10 +14,11 @@ from rich.markup import escape
 
 from pipeline import preflight
 from pipeline.errors import PipelineError
-from pipeline.executor import Executor, Freshness, StageRecord, read_records
+from pipeline.executor import Executor, Freshness
 from pipeline.plan import plan_stages
 from pipeline.progress import StageProgress
 from pipeline.recipe_loader import LoadedRecipe
+from pipeline.run_record import StageRecord, read_records
 from pipeline.stages.base import RunContext, Stage
 from pipeline.store import Store, read_json, storage_failure
 from pipeline.tracking import log_run

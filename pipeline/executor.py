@@ -8,39 +8,15 @@ import json
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from pipeline.artifacts import ArtifactRecord
-from pipeline.stages.base import RunContext, Stage
-from pipeline.store import Store, kill_point, read_json, sha256_file, storage_failure, warn, write_json_atomic
-
-RUN_RECORD = "stages.json"
-
-
-@dataclass
-class StageRecord:
-    name: str
-    version: int
-    fingerprint: str | None
-    status: str  # ran | reused | failed | skipped
-    config: dict[str, Any] = field(default_factory=dict)
-    environment: dict[str, Any] = field(default_factory=dict)
-    inputs: dict[str, str] = field(default_factory=dict)  # artifact name -> sha256
-    outputs: list[dict[str, Any]] = field(default_factory=list)
-    error: str | None = None
-    duration_s: float = 0.0
-    details: dict[str, Any] = field(default_factory=dict)
-    reused_from: str | None = None
-    finished: str | None = None
-    why: str | None = None  # why it ran (stale reason) or why it could be reused
-    produces: list[str] = field(default_factory=list)  # artifacts it was to make (a failure names them)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> StageRecord:
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
+from pipeline.results import read_report
+from pipeline.run_record import RUN_RECORD, StageRecord
+from pipeline.stages.base import Output, RunContext, Stage
+from pipeline.store import Store, kill_point, sha256_file, storage_failure, write_json_atomic
 
 
 def fingerprint(stage: Stage, inputs: dict[str, str], environment: dict[str, Any]) -> str:
@@ -54,16 +30,6 @@ def fingerprint(stage: Stage, inputs: dict[str, str], environment: dict[str, Any
         "environment": environment,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def read_records(folder: Path) -> dict[str, StageRecord]:
-    """The run record of an earlier version or killed run; unreadable ones are warned about and skipped."""
-    data = read_json(folder / RUN_RECORD)
-    try:
-        return {r["name"]: StageRecord.from_json(r) for r in data.get("stages", [])} if data else {}
-    except (AttributeError, KeyError, TypeError):
-        warn(f"{folder / RUN_RECORD}: not a run record; ignored")
-        return {}
 
 
 @dataclass
@@ -119,6 +85,7 @@ class Executor:
         self.previous = previous
         self.retry_failed = retry_failed
         self._environments: dict[str, dict[str, Any]] = {}
+        self.values: dict[str, Any] = {}  # what the stages that ran handed on in memory, by declared name
 
     def environment(self, stage: Stage) -> dict[str, Any]:
         if stage.name not in self._environments:
@@ -226,15 +193,7 @@ class Executor:
                     self._mark_unavailable(stage, unavailable, f"failed: {record.error}")
                 for out in record.outputs:
                     if out.get("artifact"):
-                        artifacts[out["artifact"]] = ArtifactRecord(
-                            out["artifact"],
-                            ctx.workdir / out["path"],
-                            out["kind"],
-                            out.get("precision"),
-                            out["sha256"],
-                            stage.name,
-                            out.get("details", {}),
-                        )
+                        artifacts[out["artifact"]] = self._record(ctx.workdir, stage, out)
             record.produces = list(stage.produces)
             records.append(record)
             write_json_atomic(
@@ -243,6 +202,25 @@ class Executor:
             on_done(record)
             kill_point(f"stage:{stage.name}")
         return records
+
+    def _record(self, workdir: Path, stage: Stage, out: dict[str, Any]) -> ArtifactRecord:
+        """How consumers see an output; a report comes with its content, in memory when its stage ran now
+        and read once from its file when the stage was reused."""
+        name, path = out["artifact"], workdir / out["path"]
+        value = None
+        if out["kind"] == "report":
+            value = self.values[name] if name in self.values else read_report(path)
+            self.values[name] = value
+        return ArtifactRecord(
+            name,
+            path,
+            out["kind"],
+            out.get("precision"),
+            out["sha256"],
+            stage.name,
+            out.get("details", {}),
+            value,
+        )
 
     @staticmethod
     def _mark_unavailable(stage: Stage, unavailable: dict[str, str], why: str) -> None:
@@ -295,12 +273,21 @@ class Executor:
             record.outputs = [self._describe(ctx.workdir, f"logs/{stage.name}.error.txt", {"kind": "log"})]
         else:
             record.details = result.details
-            record.outputs = [self._describe(ctx.workdir, o.path, _named(asdict(o))) for o in result.outputs]
+            record.outputs = [self._output(ctx.workdir, o) for o in result.outputs]
+            self.values.update(result.values)
         record.duration_s = round(time.perf_counter() - started, 3)
         record.finished = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         for out in record.outputs:
             self.store.cache_put(ctx.workdir / out["path"], out["sha256"])
         return record
+
+    def _output(self, workdir: Path, output: Output) -> dict[str, Any]:
+        """An output as the run record lists it; a report's content stays in memory for its consumers."""
+        meta = _named(asdict(replace(output, value=None)))
+        del meta["value"]
+        if output.value is not None:
+            self.values[meta["artifact"]] = output.value
+        return self._describe(workdir, output.path, meta)
 
     @staticmethod
     def _describe(workdir: Path, path: str, meta: dict[str, Any]) -> dict[str, Any]:

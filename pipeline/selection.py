@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.accuracy import runtime_passed
 from pipeline.recipe import Objective, Recipe
+from pipeline.results import Winner
 from pipeline.speed import METRIC_INTERVAL, interval_or_point, overlap, sequence_of
 from pipeline.variants import parse
 
@@ -133,7 +134,7 @@ def choose(
     speed: dict[str, Any],
     accuracy: dict[str, Any],
     files: dict[str, str] | None = None,
-) -> dict[str, Any] | None:
+) -> Winner | None:
     """The winner as winner.json holds it, or None when no candidate exists."""
     metric = policy.objective.metric
     ranked = candidates(policy, speed, accuracy)

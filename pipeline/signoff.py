@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from pipeline.executor import RUN_RECORD, StageRecord
 from pipeline.recipe_loader import LoadedRecipe
+from pipeline.run_record import RUN_RECORD, StageRecord
 from pipeline.store import read_json, sha256_file, write_json_atomic, write_text_atomic
 from pipeline.triton import write_model_repository
 from pipeline.variants import FORMATS

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.artifacts import ArtifactRecord
+from pipeline.results import EngineDetails
 from pipeline.runners.base import Feeds, NotRunnable, Runner
 from pipeline.specs import RunnerSettings
 from pipeline.trt.flavour import (
@@ -28,9 +29,14 @@ from pipeline.trt.flavour import (
 from pipeline.variants import parse
 
 
+def engine_details(artifact: ArtifactRecord) -> EngineDetails:
+    """What the engine stage recorded about the build (pipeline/stages/tensorrt.py)."""
+    return artifact.details  # type: ignore[return-value]
+
+
 def engine_flavour(artifact: ArtifactRecord) -> str:
     """The flavour that built an engine: recorded in its details, else the one its name states."""
-    return artifact.details.get("flavour") or parse(artifact.name).flavour or "tensorrt"
+    return engine_details(artifact).get("flavour") or parse(artifact.name).flavour or "tensorrt"
 
 
 def not_runnable_reason(
@@ -56,11 +62,9 @@ def not_runnable_reason(
 
 def runners_for_engine(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Runner] | NotRunnable:
     """A host-I/O and a device-I/O runner for the engine, or why it cannot run on this machine."""
-    flavour = engine_flavour(artifact)
-    built_for = list(artifact.details.get("compute_capabilities") or [])
-    reason = not_runnable_reason(
-        flavour, built_for, artifact.details.get("trt_version"), local_compute_capability()
-    )
+    flavour, details = engine_flavour(artifact), engine_details(artifact)
+    built_for = list(details.get("compute_capabilities") or [])
+    reason = not_runnable_reason(flavour, built_for, details.get("trt_version"), local_compute_capability())
     if reason:
         return NotRunnable(artifact.name, reason)
     return [TensorRTRunner(artifact, flavour, "host"), TensorRTRunner(artifact, flavour, "device")]

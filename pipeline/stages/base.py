@@ -42,12 +42,14 @@ class Output:
     artifact: str | None = None
     precision: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    value: Any = None  # a report's content, handed to the stages that consume it in memory
 
 
 @dataclass
 class StageResult:
     outputs: list[Output]
     details: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)  # results with no file of their own, by name
 
 
 @dataclass

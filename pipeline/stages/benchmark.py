@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +26,7 @@ from pipeline.bench.timer import Timer, on_gpu, timer_for
 from pipeline.bench.windows import Measurement, WindowPolicy, measure_interleaved, measure_more
 from pipeline.packages import package_version
 from pipeline.recipe import BenchmarkConfig, Recipe
+from pipeline.results import REPORTS, SpeedReport, write_report
 from pipeline.runners.base import NotRunnable, Runner
 from pipeline.runners.registry import reference_runners, runners_for, runtime_environment
 from pipeline.selection import SelectionPolicy, choose, tied
@@ -36,7 +36,7 @@ from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageRe
 from pipeline.variants import REFERENCE
 
 SCHEMA_VERSION = 1
-REPORT = "reports/speed.json"
+REPORT = REPORTS["report:speed"]
 ACCURACY = "report:accuracy"  # read to know which candidate would win (an unstable one is measured again)
 
 
@@ -123,9 +123,9 @@ def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, Artifac
         results += rows
         failed += failures
     if ACCURACY in inputs:
-        accuracy = json.loads(inputs[ACCURACY].path.read_text())
+        accuracy = inputs[ACCURACY].report()
         results = confirm_winner(ctx, config, results, accuracy, candidates, measured, policy)
-    report = {
+    report: SpeedReport = {
         "schema_version": SCHEMA_VERSION,
         "conditions": {
             **_conditions(config, policy, shapes),
@@ -137,8 +137,7 @@ def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, Artifac
         "failed": failed,  # candidates that raised at a shape: (artifact, runtime, io, shape, reason)
         "flags": flags(results),
     }
-    target = ctx.path(REPORT)
-    target.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_report(ctx.path(REPORT), report)
     details = {
         "rows": len(results),
         "not_run": len(not_run),
@@ -146,7 +145,7 @@ def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, Artifac
         "flags": len(report["flags"]),
         "remeasured": [r["artifact"] for r in results if r.get("remeasured")],
     }
-    return StageResult(outputs=[Output(path=REPORT, kind="report")], details=details)
+    return StageResult(outputs=[Output(path=REPORT, kind="report", value=report)], details=details)
 
 
 def confirm_winner(

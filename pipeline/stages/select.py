@@ -3,14 +3,16 @@ reports/selection.json with the reasons nothing could be chosen, if none could."
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from pipeline.artifacts import ArtifactRecord
 from pipeline.recipe import Recipe
+from pipeline.results import REPORTS, Selection
 from pipeline.selection import SelectionPolicy, choose, selection_problems
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.store import write_json_atomic
+
+REPORT = REPORTS["report:selection"]
 
 
 class SelectConfig(StageConfig):
@@ -29,18 +31,19 @@ class SelectConfig(StageConfig):
 
 
 def _run(ctx: RunContext, config: SelectConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
-    accuracy = json.loads(inputs["report:accuracy"].path.read_text())
-    speed = json.loads(inputs["report:speed"].path.read_text())
+    accuracy, speed = inputs["report:accuracy"].report(), inputs["report:speed"].report()
     files = {
         name: record.path.relative_to(ctx.workdir).as_posix()
         for name, record in inputs.items()
         if not name.startswith("report:") and record.path.is_relative_to(ctx.workdir)
     }
     winner = choose(config.policy, speed, accuracy, files)
-    reasons = selection_problems(accuracy, winner)
-    write_json_atomic(ctx.path("reports/selection.json"), {"reasons": reasons, "winner": winner})
-    outputs = [Output("reports/selection.json", "report", "report:selection")]
-    return StageResult(outputs, {"winner": winner["artifact"] if winner else None, "reasons": reasons})
+    selection: Selection = {"reasons": selection_problems(accuracy, winner), "winner": winner}
+    write_json_atomic(ctx.path(REPORT), selection)
+    outputs = [Output(REPORT, "report", "report:selection", value=selection)]
+    return StageResult(
+        outputs, {"winner": winner["artifact"] if winner else None, "reasons": selection["reasons"]}
+    )
 
 
 def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:

@@ -23,6 +23,7 @@ from pipeline.artifacts import ArtifactRecord
 from pipeline.children import popen_tied
 from pipeline.errors import StageError
 from pipeline.recipe import Recipe, corner_shape
+from pipeline.results import EngineDetails
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.trt.flavour import (
     DISPLAY,
@@ -205,19 +206,7 @@ def build_engine(ctx: RunContext, onnx: ArtifactRecord, config: EngineConfig) ->
     ctx.path(rel["build"]).write_text(json.dumps(record, indent=1))
     if not result.get("ok"):
         raise EngineBuildError(failure_message(name, result), result.get("parser_errors"))
-    details = {
-        k: result.get(k)
-        for k in (
-            "flavour",
-            "trt_version",
-            "compute_capabilities",
-            "profiles",
-            "optimization_level",
-            "build_s",
-            "layer_count",
-            "layers_source",
-        )
-    }
+    details: EngineDetails = {k: result.get(k) for k in EngineDetails.__annotations__}  # type: ignore[misc]
     return StageResult(
         outputs=[
             Output(rel["engine"], "engine", artifact=name, precision=precision, details=details),

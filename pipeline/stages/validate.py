@@ -8,7 +8,6 @@ whose runtime raises fails with the error as its reason (the stage itself goes o
 from __future__ import annotations
 
 import gc
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from pipeline.bench import hosts
 from pipeline.data import Dataset
 from pipeline.packages import package_version
 from pipeline.recipe import DimRange, Recipe, Tolerance, ValidationConfig
+from pipeline.results import REPORTS, AccuracyReport, write_report
 from pipeline.runners.base import Feeds, NotRunnable, Runner
 from pipeline.runners.polygraphy_adapter import PolygraphyRunner
 from pipeline.runners.registry import runtime_environment
@@ -29,7 +29,7 @@ from pipeline.specs import DataSpec, ModelSpec, RunnerSettings
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.variants import REFERENCE
 
-REPORT = "reports/accuracy.json"
+REPORT = REPORTS["report:accuracy"]
 ERROR_CHARS = 400
 
 
@@ -332,7 +332,7 @@ def accuracy_report(
     not_run: list[NotRunnable],
     reference_runtime: str | None = None,
     warnings: list[str] | None = None,
-) -> dict[str, Any]:
+) -> AccuracyReport:
     """accuracy.json per the contract, each artifact with its record per runtime (plus the reference's
     runtime and what the validation does not cover)."""
     return {
@@ -370,8 +370,7 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
         gc.collect()
     warnings = coverage_warnings(config.validation, config.model.dims)
     report = accuracy_report(results, not_run, reference_runtime, warnings)
-    target = ctx.path(REPORT)
-    target.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    write_report(ctx.path(REPORT), report, allow_nan=False)
     entries = report["artifacts"]
     summary = {
         "passed": [name for name, e in entries.items() if e["passed"]],
@@ -380,7 +379,7 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
         "absent": [name for name in order if name not in inputs],
         "warnings": report["warnings"],
     }
-    return StageResult(outputs=[Output(REPORT, "report", details=summary)], details=summary)
+    return StageResult(outputs=[Output(REPORT, "report", details=summary, value=report)], details=summary)
 
 
 def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:

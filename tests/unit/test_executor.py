@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.executor import Executor, fingerprint, read_records
+from pipeline.executor import Executor, fingerprint
+from pipeline.run_record import read_records
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.store import Store
 

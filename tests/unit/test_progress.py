@@ -9,8 +9,8 @@ import time
 
 from rich.console import Console
 
-from pipeline.executor import StageRecord
 from pipeline.progress import StageProgress
+from pipeline.run_record import StageRecord
 from pipeline.stages.base import Stage, StageConfig
 
 STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d"

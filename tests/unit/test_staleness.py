@@ -26,10 +26,11 @@ import pytest
 from pydantic import BaseModel
 
 from pipeline.errors import PipelineError
-from pipeline.executor import Executor, StageRecord, fingerprint
+from pipeline.executor import Executor, fingerprint
 from pipeline.plan import plan_stages
 from pipeline.recipe import Recipe
 from pipeline.recipe_loader import load
+from pipeline.run_record import StageRecord
 from pipeline.stages.base import Stage
 from pipeline.store import Store
 
