@@ -15,7 +15,7 @@ from typing import Any
 from pipeline.artifacts import ArtifactRecord
 from pipeline.results import read_report
 from pipeline.run_record import RUN_RECORD, StageRecord
-from pipeline.stages.base import Output, RunContext, Stage
+from pipeline.stages.base import RUN_STAGES, Output, RunContext, Stage
 from pipeline.store import Store, kill_point, sha256_file, storage_failure, write_json_atomic
 
 
@@ -60,13 +60,6 @@ def _diff_reason(stage: Stage, prev: StageRecord, inputs: dict[str, str], env: d
             f"{k} {prev.environment.get(k)} -> {env.get(k)}" for k in env_changed
         )
     return "fingerprint changed"
-
-
-def _named(output: dict[str, Any]) -> dict[str, Any]:
-    """Reports flow between stages like artifacts: reports/speed.json is available as 'report:speed'."""
-    if output["kind"] == "report" and not output.get("artifact"):
-        output["artifact"] = "report:" + Path(output["path"]).stem
-    return output
 
 
 class Executor:
@@ -178,13 +171,19 @@ class Executor:
             else:
                 inputs = {n: artifacts[n] for n in (*stage.consumes, *stage.consumes_any) if n in artifacts}
                 shas = {n: a.sha256 for n, a in inputs.items()}
+                if RUN_STAGES in stage.consumes_any:  # in memory and outside the fingerprint: the run
+                    # record says what the fingerprints and outputs of the stages before already say
+                    inputs[RUN_STAGES] = self._run_stages(ctx.workdir, records)
                 verdict = self.judge(stage, shas, force_stale=rebench and stage.volatile)
-                record = self._reuse(stage, verdict, ctx.workdir, shas) if verdict.fresh else None
+                reusable = verdict.fresh and not stage.final
+                record = self._reuse(stage, verdict, ctx.workdir, shas) if reusable else None
                 why = (
                     verdict.why
-                    if record is not None or not verdict.fresh
+                    if record is not None or not reusable
                     else "cached outputs could not be fetched"
                 )
+                if stage.final and verdict.fresh:
+                    why = "runs in every new version"
                 if record is None:
                     on_start(stage, why)
                     record = self._execute(stage, ctx, inputs, shas)
@@ -202,6 +201,11 @@ class Executor:
             on_done(record)
             kill_point(f"stage:{stage.name}")
         return records
+
+    @staticmethod
+    def _run_stages(workdir: Path, records: list[StageRecord]) -> ArtifactRecord:
+        path = workdir / RUN_RECORD
+        return ArtifactRecord(RUN_STAGES, path, "record", None, "", "executor", value=list(records))
 
     def _record(self, workdir: Path, stage: Stage, out: dict[str, Any]) -> ArtifactRecord:
         """How consumers see an output; a report comes with its content, in memory when its stage ran now
@@ -277,13 +281,14 @@ class Executor:
             self.values.update(result.values)
         record.duration_s = round(time.perf_counter() - started, 3)
         record.finished = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        for out in record.outputs:
-            self.store.cache_put(ctx.workdir / out["path"], out["sha256"])
+        if not stage.final:  # never reused: its files name the version they are in
+            for out in record.outputs:
+                self.store.cache_put(ctx.workdir / out["path"], out["sha256"])
         return record
 
     def _output(self, workdir: Path, output: Output) -> dict[str, Any]:
         """An output as the run record lists it; a report's content stays in memory for its consumers."""
-        meta = _named(asdict(replace(output, value=None)))
+        meta = asdict(replace(output, value=None))
         del meta["value"]
         if output.value is not None:
             self.values[meta["artifact"]] = output.value

@@ -2,7 +2,7 @@
 
 The registry is a plain table of stage factories in plan order. A build factory takes the recipe and the
 variants the plan needs and returns the stages for those it builds, each declaring what it produces; the
-checks (validate, benchmark, select) take the artifact names they work on."""
+checks (validate, benchmark, select, and sign-off last) take the artifact names they work on."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline.recipe import Recipe
+from pipeline.specs import resolved_variant
 from pipeline.stages import (
     benchmark,
     export_onnx,
@@ -20,6 +21,7 @@ from pipeline.stages import (
     int8_dynamic,
     optimize_onnx,
     select,
+    signoff,
     tensorrt,
     validate,
 )
@@ -43,6 +45,7 @@ CHECKS: dict[str, CheckFactory] = {
     "validate": validate.stage,
     "benchmark": benchmark.stage,
     "select": select.stage,
+    "signoff": signoff.stage,
 }
 
 
@@ -53,19 +56,9 @@ def requested_variants(recipe: Recipe) -> list[str]:
     return [*recipe.variants.build, *(gpu_only_variants(recipe) if has_cuda() else [])]
 
 
-def variant(recipe: Recipe, name: str) -> Variant:
-    """A recipe's variant name parsed, an `engine-<p>` resolved to export.tensorrt.flavour's flavour."""
-    found = parse(name)
-    if found.flavour_from_setting:
-        from pipeline.trt.flavour import resolve_flavour
-
-        found = parse(name, resolve_flavour(recipe.export.tensorrt.flavour))
-    return found
-
-
 def artifact_name(recipe: Recipe, name: str) -> str:
     """The contract's artifact name for a recipe variant (engine-<p> takes the resolved flavour)."""
-    return variant(recipe, name).name
+    return resolved_variant(recipe, name).name
 
 
 def needed_variants(recipe: Recipe) -> list[Variant]:
@@ -79,7 +72,7 @@ def needed_variants(recipe: Recipe) -> list[Variant]:
             wanted.append(found)
 
     for name in requested_variants(recipe):
-        add(variant(recipe, name))
+        add(resolved_variant(recipe, name))
     return wanted
 
 

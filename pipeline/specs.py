@@ -34,6 +34,7 @@ from pipeline.recipe import (
     TorchScriptSource,
     corner_shape,
 )
+from pipeline.variants import Variant, parse
 
 DATA_LAYOUT = 2  # 2: random samples spread over each dynamic dim's range, batches grouped by shape
 
@@ -227,3 +228,14 @@ class RunnerSettings(Spec):
     def threads(self) -> int:
         """Threads every CPU runtime is pinned to: the recipe's setting, else all CPUs (os.cpu_count())."""
         return self.intra_op_threads or os.cpu_count() or 1
+
+
+def resolved_variant(recipe: Recipe, name: str) -> Variant:
+    """A recipe's variant name parsed, an `engine-<p>` resolved to the flavour export.tensorrt.flavour names
+    (`auto`: the installed one)."""
+    found = parse(name)
+    if found.flavour_from_setting:
+        from pipeline.trt.flavour import resolve_flavour
+
+        found = parse(name, resolve_flavour(recipe.export.tensorrt.flavour))
+    return found

@@ -52,14 +52,28 @@ class StageResult:
     values: dict[str, Any] = field(default_factory=dict)  # results with no file of their own, by name
 
 
+@dataclass(frozen=True)
+class Release:
+    """What a deploy records about itself in the version it makes (sign-off writes it down). None of it is a
+    stage setting: the version's name, the recipe as resolved and as given, and the version before it."""
+
+    version: str
+    recipe: dict[str, Any]  # the resolved recipe, every default filled in (recipe.yaml)
+    recipe_path: Path  # the recipe file as given
+    overrides: tuple[str, ...]
+    previous: Path | None  # the latest version: what the report's "changes since" compares with
+
+
 @dataclass
 class RunContext:
     """What a running stage may use besides its config and inputs: its work folder, a progress line, the
-    store's cache, and the model and data, loaded once per slice and shared by the stages that name it."""
+    store's cache, the release being made, and the model and data, loaded once per slice and shared by the
+    stages that name it."""
 
     workdir: Path
     report: Callable[[str], None] = lambda message: None  # progress text for the live display
     cache_dir: Path | None = None  # the store's cache (e.g. TensorRT timing caches), never a version folder
+    release: Release | None = None
     _loaded: dict[str, Any] = field(default_factory=dict)
 
     def model(self, spec: ModelSpec) -> LoadedModel:
@@ -86,6 +100,7 @@ class RunContext:
 
 
 RunFunction = Callable[[RunContext, Any, dict[str, ArtifactRecord]], StageResult]
+RUN_STAGES = "run:stages"  # a consumable name: the run record so far, handed on in memory by the executor
 
 
 @dataclass(frozen=True)
@@ -95,7 +110,8 @@ class Stage:
     consumes: artifact names that must exist (a failed one skips this stage);
     consumes_any: artifact names used when present (validate/benchmark work on whatever was built);
     produces: the artifact names this stage may create; critical: a failure is a bug (exit 3), not a variant's;
-    volatile: results are measurements (benchmark), re-made on --rebench.
+    volatile: results are measurements (benchmark), re-made on --rebench; final: runs in every new version
+    (sign-off: its files name the version), though `plan` judges it fresh or stale like any other.
     """
 
     name: str
@@ -108,3 +124,4 @@ class Stage:
     produces: tuple[str, ...] = ()
     critical: bool = False
     volatile: bool = False
+    final: bool = False

@@ -145,7 +145,7 @@ def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, Artifac
         "flags": len(report["flags"]),
         "remeasured": [r["artifact"] for r in results if r.get("remeasured")],
     }
-    return StageResult(outputs=[Output(path=REPORT, kind="report", value=report)], details=details)
+    return StageResult(outputs=[Output(REPORT, "report", "report:speed", value=report)], details=details)
 
 
 def confirm_winner(

@@ -17,17 +17,10 @@ REPORT = REPORTS["report:selection"]
 
 class SelectConfig(StageConfig):
     policy: SelectionPolicy
-    # read by the verdict that follows: a change must make a new version, not "up to date"
-    required: list[str]
-    allow_failed: bool
 
     @classmethod
     def from_recipe(cls, recipe: Recipe) -> SelectConfig:
-        return cls(
-            policy=SelectionPolicy.from_recipe(recipe),
-            required=list(recipe.variants.required),
-            allow_failed=recipe.variants.allow_failed,
-        )
+        return cls(policy=SelectionPolicy.from_recipe(recipe))
 
 
 def _run(ctx: RunContext, config: SelectConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:

@@ -379,7 +379,9 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
         "absent": [name for name in order if name not in inputs],
         "warnings": report["warnings"],
     }
-    return StageResult(outputs=[Output(REPORT, "report", details=summary, value=report)], details=summary)
+    return StageResult(
+        outputs=[Output(REPORT, "report", "report:accuracy", details=summary, value=report)], details=summary
+    )
 
 
 def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:

@@ -58,14 +58,12 @@ FULL = [
 ]
 # Keys the stages do not read, and who does.
 NOT_READ = {
-    "name": "the store folder <root>/<name>: another name is another store",
     "output.root": "where the store lies",
     "output.lock_timeout_s": "how long a deploy waits for the store's lock",
     "tracking.mlflow.uri": "run tracking, after sign-off",
     "tracking.mlflow.experiment": "run tracking, after sign-off",
     "selection.regression.max_slowdown": "compare's release gate",
     "selection.regression.max_accuracy_loss": "compare's release gate",
-    "export.triton": "sign-off writes the Triton repository (deploy compares it with latest's manifest)",
 }
 # Changes that need a companion change to stay a valid recipe: key -> the --set overrides to apply.
 CHANGES = {
