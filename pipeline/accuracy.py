@@ -313,37 +313,6 @@ class ArtifactAccuracy:
         }
 
 
-def artifact_entry(results: list[ArtifactAccuracy]) -> dict[str, Any]:
-    """One artifact's accuracy.json entry from its record on each runtime it was validated on.
-
-    `passed` holds when every required check on every runtime passed (the contract's meaning); `runtimes`
-    keeps each runtime's own verdict, which is what selection reads: a benchmark row can only win on a
-    runtime whose record passed. Every check names its runtime."""
-    first = results[0]
-    failing = [r for r in results if not r]
-    reason = None
-    if failing:
-        reason = failing[0].reason
-        if len(results) > 1:
-            reason = f"on {failing[0].runtime}: {reason}"
-    return {
-        "passed": not failing,
-        "reason": reason,
-        "precision": first.precision,
-        "runtime": first.runtime,
-        "runtimes": {
-            r.runtime: {"passed": r.passed, "reason": r.reason, **r.details} for r in results if r.runtime
-        },
-        "checks": [{**c.to_json(), "runtime": r.runtime} for r in results for c in r.checks],
-    }
-
-
-def runtime_passed(entry: Mapping[str, Any] | None, runtime: str) -> bool:
-    """Whether an accuracy.json entry holds a passing record of its own for this runtime."""
-    record = ((entry or {}).get("runtimes") or {}).get(runtime)
-    return bool(record and record.get("passed"))
-
-
 Outputs = Mapping[str, np.ndarray]
 Masks = Mapping[str, list[np.ndarray | None]]
 

@@ -9,8 +9,12 @@ file only when its stage was reused from an earlier version (`read_report`)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+
+if TYPE_CHECKING:
+    from pipeline.accuracy import ArtifactAccuracy
 
 
 class SpeedRow(TypedDict):
@@ -109,6 +113,37 @@ class EngineDetails(TypedDict, total=False):
     build_s: float
     layer_count: int
     layers_source: str
+
+
+def artifact_entry(results: list[ArtifactAccuracy]) -> AccuracyEntry:
+    """One artifact's accuracy.json entry from its record on each runtime it was validated on.
+
+    `passed` holds when every required check on every runtime passed (the contract's meaning); `runtimes`
+    keeps each runtime's own verdict, which is what selection reads: a benchmark row can only win on a
+    runtime whose record passed. Every check names its runtime."""
+    first = results[0]
+    failing = [r for r in results if not r]
+    reason = None
+    if failing:
+        reason = failing[0].reason
+        if len(results) > 1:
+            reason = f"on {failing[0].runtime}: {reason}"
+    return {
+        "passed": not failing,
+        "reason": reason,
+        "precision": first.precision,
+        "runtime": first.runtime,
+        "runtimes": {
+            r.runtime: {"passed": r.passed, "reason": r.reason, **r.details} for r in results if r.runtime
+        },
+        "checks": [{**c.to_json(), "runtime": r.runtime} for r in results for c in r.checks],
+    }
+
+
+def runtime_passed(entry: Mapping[str, Any] | None, runtime: str) -> bool:
+    """Whether an accuracy.json entry holds a passing record of its own for this runtime."""
+    record = ((entry or {}).get("runtimes") or {}).get(runtime)
+    return bool(record and record.get("passed"))
 
 
 REPORTS = {  # declared name -> the file its stage writes

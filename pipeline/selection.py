@@ -14,9 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.accuracy import runtime_passed
 from pipeline.recipe import Objective, Recipe
-from pipeline.results import Winner
+from pipeline.results import Winner, runtime_passed
 from pipeline.speed import METRIC_INTERVAL, interval_or_point, overlap, sequence_of
 from pipeline.variants import parse
 

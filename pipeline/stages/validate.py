@@ -8,22 +8,21 @@ whose runtime raises fails with the error as its reason (the stage itself goes o
 from __future__ import annotations
 
 import gc
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pipeline.accuracy import ArtifactAccuracy, artifact_entry, evaluate
+from pipeline.accuracy import ArtifactAccuracy, evaluate
 from pipeline.artifacts import ArtifactRecord
 from pipeline.bench import hosts
 from pipeline.data import Dataset
 from pipeline.packages import package_version
 from pipeline.recipe import DimRange, Recipe, Tolerance, ValidationConfig
-from pipeline.results import REPORTS, AccuracyReport, write_report
+from pipeline.results import REPORTS, AccuracyReport, artifact_entry, write_report
 from pipeline.runners.base import Feeds, NotRunnable, Runner
-from pipeline.runners.polygraphy_adapter import PolygraphyRunner
+from pipeline.runners.polygraphy_adapter import PolygraphyRunner, polygraphy_verdict
 from pipeline.runners.registry import runtime_environment
 from pipeline.specs import DataSpec, ModelSpec, RunnerSettings
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
@@ -155,47 +154,6 @@ def coverage_warnings(cfg: ValidationConfig, dims: dict[str, DimRange]) -> list[
         for dim in dims
         for corner in skipped
     ]
-
-
-def polygraphy_verdict(
-    reference: Any, actual: Any, outputs: list[str], tolerance: Tolerance
-) -> dict[str, Any]:
-    """Polygraphy's own elementwise verdict per output (CompareFunc.simple with the recipe's max_abs as atol and
-    max_rel as rtol): recorded beside our checks for cross-reference; it never gates."""
-    from polygraphy.comparator import Comparator, CompareFunc, RunResults
-    from polygraphy.logger import G_LOGGER
-
-    from pipeline.accuracy import thresholds_for
-
-    atol = {o: thresholds_for(tolerance, o)["max_abs"][0] or 1e-5 for o in outputs}
-    rtol = {o: thresholds_for(tolerance, o)["max_rel"][0] or 1e-5 for o in outputs}
-    ((ref_name, ref_iters),) = reference.items()
-    ((act_name, act_iters),) = actual.items()
-    combined = RunResults([(ref_name, ref_iters), (act_name, act_iters)])
-    with G_LOGGER.verbosity(G_LOGGER.CRITICAL):
-        results = Comparator.compare_accuracy(combined, compare_func=CompareFunc.simple(atol=atol, rtol=rtol))
-    per_output: dict[str, Any] = {}
-    for iteration in next(iter(results[0].values())):
-        for output, result in iteration.items():
-            entry = per_output.setdefault(
-                output, {"passed": True, "atol": atol[output], "rtol": rtol[output]}
-            )
-            entry["passed"] = entry["passed"] and bool(result)
-            for stat in ("max_absdiff", "max_reldiff"):
-                value = _finite_or_none(getattr(result, stat, None))
-                if value is None or entry.get(stat, -1.0) is None:
-                    entry[stat] = None
-                else:
-                    entry[stat] = max(entry.get(stat, value), value)
-    return per_output
-
-
-def _finite_or_none(value: Any) -> float | None:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
 
 
 # ---------------------------------------------------------------- one artifact
