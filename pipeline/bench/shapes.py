@@ -1,4 +1,5 @@
-"""The benchmark's shapes: batch sizes x sequence lengths on the dims the recipe names (BENCHMARKING.md rule 11)."""
+"""The benchmark's shapes: batch sizes x sequence lengths on the dims the recipe names (BENCHMARKING.md
+rule 11)."""
 
 from __future__ import annotations
 

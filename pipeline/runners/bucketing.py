@@ -1,7 +1,8 @@
 """Padding-aware execution: split a padded batch by real length, run each group trimmed, scatter back.
 
 Real text traffic is short sentences padded to a fixed length, so most positions of a batch are padding.
-Attention masks padded keys out exactly, so a sequence trimmed to any length >= its real length gives the same values on its real tokens and the same mask-pooled embedding.
+Attention masks padded keys out exactly, so a sequence trimmed to any length >= its real length gives the same
+values on its real tokens and the same mask-pooled embedding.
 `plan_groups` sorts the batch by real length and cuts it into at most `max_groups` groups (a dynamic
 programme over the distinct rounded lengths, minimizing computed tokens plus a fixed cost per group); the
 runner then calls the model once per group at (group size, group length) and writes the results into
