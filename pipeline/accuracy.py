@@ -186,16 +186,10 @@ class Check:
 
     def severity(self) -> float:
         """How far past its threshold (1.0 = at it); problems and non-finite values rank worst."""
-        if (
-            self.reason is not None
-            or self.metric in (FINITE, COMPARABLE)
-            or None in (self.value, self.threshold)
-        ):
+        if self.reason is not None or self.metric in (FINITE, COMPARABLE):
             return math.inf
-        if self.metric in LOWER_BOUNDS:
-            slack = 1.0 - self.threshold
-            return (1.0 - self.value) / slack if slack > 0 else math.inf
-        return self.value / self.threshold
+        share = tolerance_share(self.metric, self.value, self.threshold)
+        return math.inf if share is None else share
 
     def describe(self) -> str:
         """One line naming output, metric and input set, e.g. 'pooled cosine 0.91 < 0.98 at opt'."""
@@ -224,6 +218,18 @@ class Check:
         if self.reason is not None:
             out["reason"] = self.reason
         return out
+
+
+def tolerance_share(metric: str, value: Any, threshold: Any) -> float | None:
+    """How much of its tolerance a figure uses: 0 = exact, 1 = at the threshold, above 1 = past it; for lower
+    bounds (cosine, neighbours) measured from 1. None when it cannot be told: no finite value or threshold, or
+    a tolerance of zero width."""
+    if not isinstance(value, int | float) or not isinstance(threshold, int | float) or math.isnan(value):
+        return None
+    if metric in LOWER_BOUNDS:
+        slack = 1.0 - threshold
+        return (1.0 - value) / slack if slack > 0 else None
+    return value / threshold if threshold > 0 else None
 
 
 def _distinct(a: float, b: float) -> tuple[str, str]:
@@ -305,37 +311,6 @@ class ArtifactAccuracy:
             "checks": [c.to_json() for c in self.checks],
             **self.details,
         }
-
-
-def artifact_entry(results: list[ArtifactAccuracy]) -> dict[str, Any]:
-    """One artifact's accuracy.json entry from its record on each runtime it was validated on.
-
-    `passed` holds when every required check on every runtime passed (the contract's meaning); `runtimes`
-    keeps each runtime's own verdict, which is what selection reads: a benchmark row can only win on a
-    runtime whose record passed. Every check names its runtime."""
-    first = results[0]
-    failing = [r for r in results if not r]
-    reason = None
-    if failing:
-        reason = failing[0].reason
-        if len(results) > 1:
-            reason = f"on {failing[0].runtime}: {reason}"
-    return {
-        "passed": not failing,
-        "reason": reason,
-        "precision": first.precision,
-        "runtime": first.runtime,
-        "runtimes": {
-            r.runtime: {"passed": r.passed, "reason": r.reason, **r.details} for r in results if r.runtime
-        },
-        "checks": [{**c.to_json(), "runtime": r.runtime} for r in results for c in r.checks],
-    }
-
-
-def runtime_passed(entry: Mapping[str, Any] | None, runtime: str) -> bool:
-    """Whether an accuracy.json entry holds a passing record of its own for this runtime."""
-    record = ((entry or {}).get("runtimes") or {}).get(runtime)
-    return bool(record and record.get("passed"))
 
 
 Outputs = Mapping[str, np.ndarray]

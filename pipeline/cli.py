@@ -133,7 +133,7 @@ def _load(args: argparse.Namespace, defer: bool = False):
 
 def _validate(args: argparse.Namespace, console: Console) -> Result:
     from pipeline import preflight
-    from pipeline.signoff import resolved_recipe
+    from pipeline.manifest import resolved_recipe
 
     loaded = _load(args, defer=True)
     preflight.check(loaded)

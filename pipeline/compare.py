@@ -20,11 +20,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from pipeline.accuracy import tolerance_share
 from pipeline.errors import PipelineError
 from pipeline.recipe import RegressionBudget
+from pipeline.speed import Interval, interval, is_winner_row
 from pipeline.tracking import flatten
 
-SHARE_METRICS = ("max_abs", "mean_abs", "max_rel", "cosine")
 IGNORED_RECIPE_KEYS = ("output.root",)
 
 
@@ -80,17 +81,7 @@ def _version(folder: Path) -> dict[str, Any]:
 # ---------------------------------------------------------------- speed
 
 
-def interval(row: dict[str, Any], metric: str) -> list[float] | None:
-    """The row's 95 % interval of the metric: ci95_ms[p50|p90|p99|mean] when the row has it, else
-    p50_ci95_ms for the median; None when the row gives none."""
-    short = metric.removesuffix("_ms")
-    ci = (row.get("ci95_ms") or {}).get(short)
-    if ci is None and metric == "p50_ms":
-        ci = row.get("p50_ci95_ms")
-    return [float(ci[0]), float(ci[1])] if ci else None
-
-
-def speed_verdict(a_ci: list[float] | None, b_ci: list[float] | None) -> str:
+def speed_verdict(a_ci: Interval | None, b_ci: Interval | None) -> str:
     """faster / slower (B against A) when the intervals are disjoint, within noise when they overlap."""
     if a_ci is None or b_ci is None:
         return "no interval"
@@ -138,30 +129,10 @@ def _winner_row(version: dict[str, Any]) -> dict[str, Any] | None:
     winner = version["winner"]
     if not winner:
         return None
-    batch = (winner.get("objective") or {}).get("batch")
-    for row in version["speed"].get("results", []):
-        same = (row["artifact"], row["runtime"], row.get("io", "host")) == (
-            winner["artifact"],
-            winner["runtime"],
-            winner.get("io", "host"),
-        )
-        if same and row["batch"] == batch and (not winner.get("shapes") or row["shapes"] == winner["shapes"]):
-            return row
-    return winner
+    return next((row for row in version["speed"].get("results", []) if is_winner_row(row, winner)), winner)
 
 
 # ---------------------------------------------------------------- accuracy
-
-
-def tolerance_share(metric: str, value: Any, threshold: Any) -> float | None:
-    """How much of its tolerance a check uses: 0 = exact, 1 = at the threshold."""
-    if not isinstance(value, int | float) or not isinstance(threshold, int | float):
-        return None
-    if metric == "cosine":
-        return (1 - value) / (1 - threshold) if threshold < 1 else None
-    if metric in SHARE_METRICS:
-        return value / threshold if threshold > 0 else None
-    return None
 
 
 def _shares(entry: dict[str, Any] | None) -> dict[tuple[str, str, str], float]:

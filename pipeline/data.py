@@ -11,10 +11,10 @@ from typing import Any
 import numpy as np
 
 from pipeline.errors import RecipeError
-from pipeline.recipe import InputSpec, NpzData, RandomData, Recipe, TextData
+from pipeline.recipe import InputSpec, NpzData, RandomData, TextData
+from pipeline.specs import DataSpec
 
 Feeds = dict[str, np.ndarray]
-DATA_LAYOUT = 2  # 2: random samples spread over each dynamic dim's range, batches grouped by shape
 NUMPY_DTYPES = {
     "float32": np.float32,
     "float16": np.float16,
@@ -38,57 +38,28 @@ def read_texts(path: Path, field: str) -> list[str]:
     return texts
 
 
-def data_file(recipe: Recipe, recipe_dir: Path) -> Path | None:
-    samples = recipe.data.samples
-    if isinstance(samples, TextData | NpzData):
-        path = Path(samples.path)
-        return path if path.is_absolute() else recipe_dir / path
-    return None
-
-
-def data_fingerprint(recipe: Recipe, recipe_dir: Path) -> str:
-    """Everything the feeds depend on: the sample file's content, the split settings, the inputs (dtype,
-    shape, random range), the dims (padding and truncation) and the model (its tokenizer)."""
-    from pipeline.models import model_fingerprint
-
-    settings = {
-        "layout": DATA_LAYOUT,
-        "data": recipe.data.model_dump(exclude={"samples": {"path"}}),
-        "inputs": [s.model_dump() for s in recipe.inputs],
-        "dims": {k: v.model_dump() for k, v in recipe.dims.items()},
-        "batch_dim": recipe.benchmark.batch_dim,
-        "sequence_dim": recipe.benchmark.sequence_dim,
-        "model": model_fingerprint(recipe, recipe_dir) if recipe.data.samples.source == "text" else None,
-    }
-    h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    path = data_file(recipe, recipe_dir)
-    if path is not None:
-        h.update(path.read_bytes())
-    return h.hexdigest()
-
-
 class Dataset:
     """Samples are kept raw (texts or per-sample arrays) and turned into feeds at the shape asked for."""
 
-    def __init__(self, recipe: Recipe, recipe_dir: Path, tokenizer: Any = None):
-        self.recipe = recipe
+    def __init__(self, spec: DataSpec, tokenizer: Any = None):
+        self.spec = spec
         self.tokenizer = tokenizer
-        self.rng_seed = recipe.data.seed
-        source = recipe.data.samples
+        data = spec.data
+        source = data.samples
         if isinstance(source, TextData):
-            self.items: list[Any] = read_texts(data_file(recipe, recipe_dir), source.field)
+            self.items: list[Any] = read_texts(_file(spec), source.field)
         elif isinstance(source, NpzData):
-            with np.load(data_file(recipe, recipe_dir)) as npz:
-                arrays = {spec.name: npz[spec.name] for spec in recipe.inputs}
+            with np.load(_file(spec)) as npz:
+                arrays = {inp.name: npz[inp.name] for inp in spec.inputs}
             count = min(len(a) for a in arrays.values())
             self.items = [{k: a[i] for k, a in arrays.items()} for i in range(count)]
         else:
             assert isinstance(source, RandomData)
-            count = source.samples or recipe.data.calibration + recipe.data.validation
+            count = source.samples or data.calibration + data.validation
             self.items = [self._random_sample(i) for i in range(count)]
-        order = np.random.default_rng(recipe.data.seed).permutation(len(self.items))
-        n_cal = min(recipe.data.calibration, len(self.items) // 2)
-        n_val = min(recipe.data.validation, len(self.items) - n_cal)
+        order = np.random.default_rng(data.seed).permutation(len(self.items))
+        n_cal = min(data.calibration, len(self.items) // 2)
+        n_val = min(data.validation, len(self.items) - n_cal)
         self.calibration_index = [int(i) for i in order[:n_cal]]
         self.validation_index = [int(i) for i in order[n_cal : n_cal + n_val]]
 
@@ -111,26 +82,33 @@ class Dataset:
     def feeds_at(self, dims: dict[str, int], start: int = 0, pool: str = "validation") -> Feeds:
         """A batch with every dynamic dim pinned (from `dims`), filled with real samples from `pool`."""
         index = self.validation_index if pool == "validation" else list(range(len(self.items)))
-        batch_dim = self.recipe.benchmark.batch_dim
+        batch_dim = self.spec.batch_dim
         batch = dims.get(batch_dim, 1)
         picks = [index[(start + k) % len(index)] for k in range(batch)]
-        if isinstance(self.recipe.data.samples, TextData):
-            seq = dims.get(self.recipe.benchmark.sequence_dim or "")
+        if isinstance(self.spec.data.samples, TextData):
+            seq = dims.get(self.spec.sequence_dim or "")
             return self._tokenize([self.items[i] for i in picks], length=seq)
-        shapes = {s.name: self._shape(s, dims) for s in self.recipe.inputs}
+        shapes = {s.name: self._shape(s, dims) for s in self.spec.inputs}
         return {
             s.name: np.stack(
                 [_fit(np.asarray(self.items[i][s.name]), shapes[s.name][1:]) for i in picks]
             ).astype(NUMPY_DTYPES[s.dtype])
-            for s in self.recipe.inputs
+            for s in self.spec.inputs
         }
 
     def corner_dims(self, corner: str) -> dict[str, int]:
-        return {name: getattr(rng, corner) for name, rng in self.recipe.dims.items()}
+        return self.spec.corner_dims(corner)
+
+    def corner_feeds(self, corner: str, batch: int | None = None) -> Feeds:
+        """Real data at a shape corner, with the batch dim pinned to `batch` when given."""
+        dims = self.corner_dims(corner)
+        if batch is not None and self.spec.batch_dim in dims:
+            dims[self.spec.batch_dim] = batch
+        return self.feeds_at(dims)
 
     def token_lengths(self) -> list[int]:
         """Natural tokenized lengths of all samples (text data), for representative benchmark shapes."""
-        if not isinstance(self.recipe.data.samples, TextData):
+        if not isinstance(self.spec.data.samples, TextData):
             return []
         enc = self.tokenizer(self.items, truncation=True, max_length=self._seq_range()[1])
         return [len(ids) for ids in enc["input_ids"]]
@@ -138,22 +116,20 @@ class Dataset:
     # ------------------------------------------------------------ internals
 
     def _seq_range(self) -> tuple[int, int]:
-        seq = self.recipe.dims.get(self.recipe.benchmark.sequence_dim or "")
+        seq = self.spec.dims.get(self.spec.sequence_dim or "")
         return (seq.min, seq.max) if seq else (1, 512)
 
     def _natural_batches(self, index: list[int], batch: int) -> list[Feeds]:
         """Batches of samples at their own lengths: text is padded to the longest in its batch; other samples
         are grouped by shape (first appearance first), so a batch never mixes shapes."""
-        if isinstance(self.recipe.data.samples, TextData):
+        if isinstance(self.spec.data.samples, TextData):
             return [
                 self._tokenize([self.items[i] for i in index[start : start + batch]], length=None)
                 for start in range(0, len(index), batch)
             ]
         groups: dict[tuple, list[int]] = {}
         for i in index:
-            groups.setdefault(tuple(np.shape(self.items[i][s.name]) for s in self.recipe.inputs), []).append(
-                i
-            )
+            groups.setdefault(tuple(np.shape(self.items[i][s.name]) for s in self.spec.inputs), []).append(i)
         out = []
         for members in groups.values():
             for start in range(0, len(members), batch):
@@ -163,7 +139,7 @@ class Dataset:
                         s.name: np.stack([np.asarray(self.items[i][s.name]) for i in picks]).astype(
                             NUMPY_DTYPES[s.dtype]
                         )
-                        for s in self.recipe.inputs
+                        for s in self.spec.inputs
                     }
                 )
         return out
@@ -183,7 +159,7 @@ class Dataset:
                 texts, padding="max_length", truncation=True, max_length=length, return_tensors="np"
             )
         feeds = {}
-        for spec in self.recipe.inputs:
+        for spec in self.spec.inputs:
             if spec.name not in enc:
                 raise RecipeError(
                     f"inputs: the model's tokenizer does not produce input '{spec.name}' (it gives {', '.join(sorted(enc))})"
@@ -192,23 +168,23 @@ class Dataset:
         return feeds
 
     def _shape(self, spec: InputSpec, dims: dict[str, int]) -> list[int]:
-        return self.recipe.corner_shape(spec, "opt", dims)
+        return self.spec.corner_shape(spec, "opt", dims)
 
     def _random_sample(self, i: int) -> dict[str, np.ndarray]:
         """Sample i at its own point of each dynamic dim's range (the batch dim aside): validation and
         calibration then see short, typical and long inputs, not only the opt shape."""
-        rng = np.random.default_rng([self.recipe.data.seed, i])
+        rng = np.random.default_rng([self.spec.data.seed, i])
         dims = {name: lengths[i % len(lengths)] for name, lengths in self._spread().items()}
         sample = {}
-        for spec in self.recipe.inputs:
-            sample[spec.name] = random_values(spec, self.recipe.corner_shape(spec, "opt", dims)[1:], rng)
+        for spec in self.spec.inputs:
+            sample[spec.name] = random_values(spec, self.spec.corner_shape(spec, "opt", dims)[1:], rng)
         return sample
 
     def _spread(self) -> dict[str, list[int]]:
         """Lengths drawn per dynamic dim: min, the quartiles of the range, opt and max."""
         spread = {}
-        for name, r in self.recipe.dims.items():
-            if name == self.recipe.benchmark.batch_dim:
+        for name, r in self.spec.dims.items():
+            if name == self.spec.batch_dim:
                 continue
             points = {r.min, r.opt, r.max} | {round(r.min + (r.max - r.min) * f) for f in (0.25, 0.5, 0.75)}
             spread[name] = sorted(points)
@@ -219,6 +195,12 @@ class Dataset:
         if isinstance(item, str):
             return item
         return hashlib.sha256(b"".join(np.ascontiguousarray(v).tobytes() for v in item.values())).hexdigest()
+
+
+def _file(spec: DataSpec) -> Path:
+    path = spec.file
+    assert path is not None, "text and npz samples have a file"
+    return path
 
 
 def random_values(spec: InputSpec, shape: list[int], rng: np.random.Generator) -> np.ndarray:

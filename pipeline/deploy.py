@@ -14,28 +14,29 @@ from rich.markup import escape
 
 from pipeline import preflight
 from pipeline.errors import PipelineError
-from pipeline.executor import Executor, Freshness, StageRecord, read_records
+from pipeline.executor import Executor, Freshness
+from pipeline.manifest import resolved_recipe, write_manifest
+from pipeline.plan import plan_stages
 from pipeline.progress import StageProgress
 from pipeline.recipe_loader import LoadedRecipe
-from pipeline.stages import plan_stages
-from pipeline.stages.base import RunContext, Stage
-from pipeline.store import Store, read_json, storage_failure
+from pipeline.run_record import StageRecord, read_records
+from pipeline.stages.base import Release, RunContext, Stage
+from pipeline.stages.signoff import VERDICT, SignOff
+from pipeline.store import Store, storage_failure
 from pipeline.tracking import log_run
-from pipeline.verdict import Verdict
 
 
-def _setup(loaded: LoadedRecipe) -> tuple[list[Stage], Store, Path]:
+def _setup(loaded: LoadedRecipe) -> tuple[list[Stage], Store]:
     preflight.check(loaded)
-    recipe_dir = loaded.path.parent.resolve()
-    stages = plan_stages(loaded.recipe, recipe_dir)
-    return stages, Store(Path(loaded.recipe.output.root), loaded.recipe.name), recipe_dir
+    stages = plan_stages(loaded.recipe, loaded.path.parent.resolve())
+    return stages, Store(Path(loaded.recipe.output.root), loaded.recipe.name)
 
 
 def plan(
     loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_failed: bool = False
 ) -> list[tuple[Stage, Freshness]]:
     """Print each stage as fresh or stale and why; touches nothing."""
-    stages, store, _ = _setup(loaded)
+    stages, store = _setup(loaded)
     latest = _verified_latest(store, console)  # as the deploy will judge it
     executor = Executor(stages, store, [(latest, read_records(latest))] if latest else [], retry_failed)
     verdicts = executor.plan(rebench)
@@ -47,10 +48,17 @@ def plan(
         if failed:
             state = f"[red]fresh (failed: {escape(failed)})[/red]"
         console.print(f"  {state}  {stage.name:<24} {escape(verdict.why)}", highlight=False)
-    changed = _signoff_changes(latest, loaded) if latest else None
-    if changed and all(v.fresh for _, v in verdicts):
+    changed = _signoff_changes(verdicts) if latest else None
+    if changed:
         console.print(f"sign-off changes ({changed}): deploy makes a new version reusing every stage")
     return verdicts
+
+
+def _signoff_changes(verdicts: list[tuple[Stage, Freshness]]) -> str | None:
+    """Why sign-off alone is stale (a sign-off setting such as export.triton changed), else None."""
+    if all(v.fresh or stage.final for stage, v in verdicts):
+        return next((v.why for stage, v in verdicts if not v.fresh), None)
+    return None
 
 
 def _failed_error(verdict: Freshness) -> str | None:
@@ -107,7 +115,7 @@ def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_
 def run_deploy(
     loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_failed: bool = False
 ) -> Outcome:
-    stages, store, recipe_dir = _setup(loaded)
+    stages, store = _setup(loaded)
     name = loaded.recipe.name
     unwritable = store.write_problem()
     if unwritable:  # a read-only root: nothing can be published, but "up to date" needs no writing
@@ -130,27 +138,25 @@ def run_deploy(
         latest = _verified_latest(store, console)
         from_latest = [(latest, read_records(latest))] if latest else []
         executor = Executor(stages, store, from_latest, retry_failed)
-        if latest and all(v.fresh for _, v in executor.plan(rebench)):
-            changed = _signoff_changes(latest, loaded)
-            if not changed:
-                console.print(f"up to date: {name}/{latest.name}")
-                return Outcome(0, latest, up_to_date=True)
+        verdicts = executor.plan(rebench) if latest else []
+        if latest and all(v.fresh for _, v in verdicts):
+            console.print(f"up to date: {name}/{latest.name}")
+            return Outcome(0, latest, up_to_date=True)
+        changed = _signoff_changes(verdicts)
+        if changed:
             console.print(f"every stage is fresh, but the sign-off changes ({changed}): a new version")
         latest = store.latest()  # a damaged latest still lends its verified files and its reports' history
         executor.previous = _reuse_candidates(store, latest)
         work = store.new_work_dir()
         try:
-            records = _run_with_progress(
-                executor,
-                RunContext(loaded.recipe, recipe_dir, work, cache_dir=store.cache_dir),
-                rebench,
-                console,
-            )
             version = store.next_version()
-            from pipeline.bench.environment import capture_environment
-            from pipeline.signoff import write_signoff
-
-            verdict = write_signoff(work, loaded, version, records, capture_environment(), latest)
+            release = Release(version, resolved_recipe(loaded), loaded.path, tuple(loaded.overrides), latest)
+            records = _run_with_progress(
+                executor, RunContext(work, cache_dir=store.cache_dir, release=release), rebench, console
+            )
+            signoff: SignOff = executor.values[VERDICT]
+            write_manifest(work, loaded, signoff)
+            verdict = signoff.verdict
             target = store.publish(work, version, verdict.signed_off)
         except PipelineError:
             shutil.rmtree(work, ignore_errors=True)  # a user error found mid-run: nothing half-made stays
@@ -163,7 +169,7 @@ def run_deploy(
                 problems=[loaded.problem("output.root", _storage_message(failure, exc, work))]
             ) from exc
         store.discard_work()
-    _print_summary(console, target, verdict, loaded)
+    _print_summary(console, target, signoff, executor.values, loaded)
     tracked = log_run(loaded.recipe, target, console)
     return Outcome(
         0 if verdict.signed_off else 1, target, False, verdict.signed_off, verdict.reasons, records, tracked
@@ -196,14 +202,6 @@ def _storage_message(failure: OSError, exc: BaseException, work: Path) -> str:
     return f"{what} while writing {filename} (free space and re-run: the work folder {work} is resumed)"
 
 
-def _signoff_changes(latest: Path, loaded: LoadedRecipe) -> str | None:
-    """Sign-off outputs no stage fingerprint covers: the Triton repository (export.triton)."""
-    manifest = read_json(latest / "manifest.json") or {}
-    before = bool(((manifest.get("recipe") or {}).get("export") or {}).get("triton", False))
-    now = loaded.recipe.export.triton
-    return f"export.triton {str(before).lower()} -> {str(now).lower()}" if before != now else None
-
-
 def _reuse_candidates(store: Store, latest: Path | None) -> list[tuple[Path, dict[str, StageRecord]]]:
     """Where fresh outputs may come from: latest, then the newest version even if its sign-off failed (its
     exports are as good), then folders of killed runs. "Up to date" is still judged against latest only."""
@@ -223,16 +221,15 @@ def _run_with_progress(
         return executor.run(ctx, rebench, progress.on_start, progress.on_done)
 
 
-def _print_summary(console: Console, target: Path, verdict: Verdict, loaded: LoadedRecipe) -> None:
+def _print_summary(
+    console: Console, target: Path, signoff: SignOff, values: dict[str, Any], loaded: LoadedRecipe
+) -> None:
     """The closing lines: the table of every requested variant (failed ones included), then the verdict with
     its reasons, failures and warnings, the winner, and where the report is."""
     from pipeline.report.summary import summary_table
 
-    def read(rel: str) -> dict | None:
-        path = target / rel
-        return json.loads(path.read_text()) if path.is_file() else None
-
-    accuracy, speed, winner = read("reports/accuracy.json"), read("reports/speed.json"), read("winner.json")
+    verdict, winner = signoff.verdict, signoff.winner
+    accuracy, speed = values.get("report:accuracy"), values.get("report:speed")
     failed = [f.to_json() for f in verdict.failures]
     console.print(
         summary_table(accuracy, speed, winner, loaded.recipe.selection.objective.batch, failed),

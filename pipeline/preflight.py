@@ -17,6 +17,7 @@ from pipeline.recipe import (
     TorchvisionSource,
 )
 from pipeline.recipe_loader import LoadedRecipe
+from pipeline.variants import parse
 
 
 def _installed(module: str) -> bool:
@@ -100,24 +101,13 @@ def _package_problems(loaded: LoadedRecipe) -> list[Problem]:
                 "onnxruntime is not installed (pip install 'deploy-pipeline[cpu]', or '[gpu]' on a CUDA machine)",
             )
         )
-    if (
-        "onnx-int8" in recipe.variants.build
-        and recipe.export.int8.quantizer == "modelopt"
-        and not _installed("modelopt")
-    ):
-        out.append(
-            loaded.problem(
-                "export.int8.quantizer",
-                "NVIDIA ModelOpt is not installed (pip install nvidia-modelopt, without its [onnx] extra)",
-            )
-        )
     if recipe.tracking.mlflow is not None and not _installed("mlflow"):
         out.append(
             loaded.problem(
                 "tracking.mlflow", "mlflow is not installed (pip install 'deploy-pipeline[mlflow]')"
             )
         )
-    if any(v.startswith(("tensorrt-", "engine-")) for v in recipe.variants.build):
+    if any(parse(v).format == "engine" for v in recipe.variants.build):
         from pipeline.stages.tensorrt import preflight_problems
 
         out += [loaded.problem(key, message) for key, message in preflight_problems(recipe)]

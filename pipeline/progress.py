@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.progress import Progress, ProgressColumn, SpinnerColumn, Task, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from pipeline.executor import StageRecord
+from pipeline.run_record import StageRecord
 from pipeline.stages.base import Stage
 
 STYLES = {"ran": "green", "reused": "cyan", "failed": "red", "skipped": "yellow"}

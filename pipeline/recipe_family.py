@@ -14,7 +14,7 @@ FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "transformer": {
         "export.int8.op_types": ["MatMul"],
         # fnmatch's * crosses dots: '*.layer.*[0-9].output.dense' is the FFN down-projection, not
-        # attention.output.dense (keeping the feed-forward layers in float: 0.81 -> 0.985 cosine on MiniLM)
+        # attention.output.dense (why the feed-forward layers stay in float: docs/benchmarking.md)
         "export.int8.exclude": ["*.intermediate.dense", "*.layer.*[0-9].output.dense"],
         "export.optimize.model_type": "bert",
     },

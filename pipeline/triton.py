@@ -15,9 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import onnx
+from pydantic import BaseModel, ConfigDict
 
-from pipeline.recipe import Recipe
+from pipeline.recipe import DimRange, InputSpec, Recipe
+from pipeline.runtimes import is_gpu_runtime
 from pipeline.store import write_text_atomic
+from pipeline.variants import parse
 
 FOLDER = "triton"
 TRITON_TYPES = {
@@ -37,8 +40,29 @@ PLATFORMS = {
     "engine": ("tensorrt_plan", "model.plan"),
     "torchscript": ("pytorch_libtorch", "model.pt"),
 }
-ENGINE_SOURCES = {"fp32": "onnx-fp32", "fp16": "onnx-fp16", "int8": "onnx-int8"}
-GPU_RUNTIMES = ("cuda", "tensorrt")
+
+
+class ServingSpec(BaseModel):
+    """What a Triton configuration is written from besides the winner: the model's name, its inputs and dims,
+    and which dim is the batch axis; `enabled` is export.triton."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool
+    name: str
+    inputs: list[InputSpec]
+    dims: dict[str, DimRange]
+    batch_dim: str
+
+    @classmethod
+    def from_recipe(cls, recipe: Recipe) -> ServingSpec:
+        return cls(
+            enabled=recipe.export.triton,
+            name=recipe.name,
+            inputs=list(recipe.inputs),
+            dims=dict(recipe.dims),
+            batch_dim=recipe.benchmark.batch_dim,
+        )
 
 
 def artifact_entry(winner: dict[str, Any], artifacts: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -55,7 +79,7 @@ def signature_source(entry: dict[str, Any], artifacts: list[dict[str, Any]]) -> 
     FP32 ONNX export of a TorchScript winner (same model, same inputs and outputs)."""
     if entry["kind"] == "onnx":
         return entry
-    wanted = ENGINE_SOURCES.get(entry.get("precision") or "") if entry["kind"] == "engine" else "onnx-fp32"
+    wanted = parse(entry["name"]).built_from if entry["kind"] == "engine" else "onnx-fp32"
     return next((a for a in artifacts if a["name"] == wanted), None)
 
 
@@ -64,7 +88,7 @@ def unservable(entry: dict[str, Any] | None, source: dict[str, Any] | None) -> s
         return "the winner is not among the version's artifacts"
     if entry["kind"] not in PLATFORMS:
         return f"Triton has no backend for a {entry['kind']} artifact"
-    if entry["name"].startswith("tensorrt-rtx-"):
+    if entry["kind"] == "engine" and parse(entry["name"]).flavour == "tensorrt-rtx":
         return "Triton's TensorRT backend loads TensorRT engines, not TensorRT-RTX engines: serve the ONNX"
     if source is None:
         return "no ONNX export of the winner to take its signature from"
@@ -73,13 +97,13 @@ def unservable(entry: dict[str, Any] | None, source: dict[str, Any] | None) -> s
 
 def write_model_repository(
     workdir: Path,
-    recipe: Recipe,
+    spec: ServingSpec,
     winner: dict[str, Any] | None,
     artifacts: list[dict[str, Any]],
     speed: dict[str, Any],
 ) -> list[str]:
     """Write triton/ into the version's work folder (before the manifest); returns the files written."""
-    if not recipe.export.triton or winner is None:
+    if not spec.enabled or winner is None:
         return []
     entry = artifact_entry(winner, artifacts)
     source = signature_source(entry, artifacts) if entry else None
@@ -90,24 +114,24 @@ def write_model_repository(
     assert entry is not None and source is not None
     platform, filename = PLATFORMS[entry["kind"]]
     graph = onnx.load(str(workdir / source["path"]), load_external_data=False).graph
-    model_dir = workdir / FOLDER / recipe.name
+    model_dir = workdir / FOLDER / spec.name
     (model_dir / "1").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(workdir / entry["path"], model_dir / "1" / filename)
-    config = model_config(recipe, winner, platform, graph, speed)
+    config = model_config(spec, winner, platform, graph, speed)
     write_text_atomic(model_dir / "config.pbtxt", config)
-    return [f"{FOLDER}/{recipe.name}/config.pbtxt", f"{FOLDER}/{recipe.name}/1/{filename}"]
+    return [f"{FOLDER}/{spec.name}/config.pbtxt", f"{FOLDER}/{spec.name}/1/{filename}"]
 
 
 # ---------------------------------------------------------------- config.pbtxt
 
 
-def batched(recipe: Recipe, graph: onnx.GraphProto) -> bool:
+def batched(spec: ServingSpec, graph: onnx.GraphProto) -> bool:
     """Triton batches along the first axis of every input and output: only when all of them lead with the
     recipe's batch dim may max_batch_size be set."""
-    batch = recipe.benchmark.batch_dim
-    if batch not in recipe.dims:
+    batch = spec.batch_dim
+    if batch not in spec.dims:
         return False
-    firsts = [spec.shape[0] if spec.shape else None for spec in recipe.inputs]
+    firsts = [inp.shape[0] if inp.shape else None for inp in spec.inputs]
     for value in graph.output:
         dims = value.type.tensor_type.shape.dim
         firsts.append(dims[0].dim_param if dims else None)
@@ -146,30 +170,30 @@ def _tensor(name: str, data_type: str, dims: list[int]) -> str:
 
 
 def model_config(
-    recipe: Recipe, winner: dict[str, Any], platform: str, graph: onnx.GraphProto, speed: dict[str, Any]
+    spec: ServingSpec, winner: dict[str, Any], platform: str, graph: onnx.GraphProto, speed: dict[str, Any]
 ) -> str:
-    strip = batched(recipe, graph)
-    max_batch = recipe.dims[recipe.benchmark.batch_dim].max if strip else 0
+    strip = batched(spec, graph)
+    max_batch = spec.dims[spec.batch_dim].max if strip else 0
     types = {v.name: v.type.tensor_type.elem_type for v in [*graph.input, *graph.output]}
-    names = {"inputs": [s.name for s in recipe.inputs], "outputs": [o.name for o in graph.output]}
+    names = {"inputs": [s.name for s in spec.inputs], "outputs": [o.name for o in graph.output]}
     if platform == "pytorch_libtorch":  # TorchScript has no tensor names: Triton's INPUT__i convention
         names = {
-            "inputs": [f"INPUT__{i}" for i in range(len(recipe.inputs))],
+            "inputs": [f"INPUT__{i}" for i in range(len(spec.inputs))],
             "outputs": [f"OUTPUT__{i}" for i in range(len(graph.output))],
         }
     inputs = [
-        _tensor(name, TRITON_TYPES[types[spec.name]], tensor_dims(list(spec.shape), strip))
-        for name, spec in zip(names["inputs"], recipe.inputs, strict=True)
+        _tensor(name, TRITON_TYPES[types[inp.name]], tensor_dims(list(inp.shape), strip))
+        for name, inp in zip(names["inputs"], spec.inputs, strict=True)
     ]
     outputs = [
         _tensor(name, TRITON_TYPES[value.type.tensor_type.elem_type], tensor_dims(graph_dims(value), strip))
         for name, value in zip(names["outputs"], graph.output, strict=True)
     ]
-    gpu = any(word in winner["runtime"] for word in GPU_RUNTIMES)
+    gpu = is_gpu_runtime(winner["runtime"])
     lines = [
-        f"# {recipe.name}: the signed-off winner {winner['artifact']} ({winner['runtime']}), written by the",
+        f"# {spec.name}: the signed-off winner {winner['artifact']} ({winner['runtime']}), written by the",
         "# deploy pipeline from the artifact's ONNX signature, the recipe's dims and the benchmark.",
-        f'name: "{recipe.name}"',
+        f'name: "{spec.name}"',
         f'platform: "{platform}"',
         f"max_batch_size: {max_batch}",
         "input [\n" + ",\n".join(inputs) + "\n]",

@@ -16,7 +16,7 @@ SHAPE_DEPENDENT = "shape_dependent"  # set in a stage's details when a trace dis
 
 
 class RunRecord(Protocol):
-    """What the verdict reads of a stage's run record (pipeline.executor.StageRecord)."""
+    """What the verdict reads of a stage's run record (pipeline.run_record.StageRecord)."""
 
     name: str
     status: str

@@ -10,11 +10,26 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.runtimes import is_gpu_runtime
+from pipeline.variants import REFERENCE
+
 if TYPE_CHECKING:
     from pipeline.recipe import Recipe
 
-GPU_RUNTIMES = frozenset({"tensorrt", "tensorrt-rtx"})
-REFERENCE = "torch-fp32"
+
+class HostTiming(BaseModel):
+    """The recipe's say in which (artifact, runtime) pairs are timed: validation covers exactly these."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    runtimes: list[str] | None  # benchmark.runtimes
+    batch_sizes: list[int]
+
+    @classmethod
+    def from_recipe(cls, recipe: Recipe) -> HostTiming:
+        return cls(runtimes=recipe.benchmark.runtimes, batch_sizes=list(recipe.benchmark.batch_sizes))
 
 
 @functools.cache
@@ -29,44 +44,43 @@ def has_cuda() -> bool:
         return False
 
 
-def is_gpu_runtime(runtime: str) -> bool:
-    return "-cuda" in runtime or runtime in GPU_RUNTIMES
-
-
-def timed(recipe: Recipe, artifact: str, runtime: str, batch: int, gpu_host: bool) -> bool:
+def timed(timing: HostTiming, artifact: str, runtime: str, batch: int, gpu_host: bool) -> bool:
     """Whether this (artifact, runtime) is timed at this batch on this host."""
-    chosen = recipe.benchmark.runtimes
-    if chosen is not None:
-        return runtime in chosen
+    if timing.runtimes is not None:
+        return runtime in timing.runtimes
     if is_gpu_runtime(runtime):
         return gpu_host
     if not gpu_host:
         return True
-    return artifact == REFERENCE and runtime == "torch-cpu" and batch == min(recipe.benchmark.batch_sizes)
+    return artifact == REFERENCE and runtime == "torch-cpu" and batch == min(timing.batch_sizes)
 
 
-def timed_anywhere(recipe: Recipe, artifact: str, runtime: str, gpu_host: bool) -> bool:
+def timed_anywhere(timing: HostTiming, artifact: str, runtime: str, gpu_host: bool) -> bool:
     """Whether this (artifact, runtime) is timed at some batch: validation covers exactly these pairs."""
-    return any(timed(recipe, artifact, runtime, b, gpu_host) for b in recipe.benchmark.batch_sizes)
+    return any(timed(timing, artifact, runtime, b, gpu_host) for b in timing.batch_sizes)
 
 
-def policy(recipe: Recipe, gpu_host: bool) -> dict[str, Any]:
+def policy(timing: HostTiming, gpu_host: bool) -> dict[str, Any]:
     """The rule, as recorded in speed.json's conditions."""
-    if recipe.benchmark.runtimes is not None:
-        return {"runtimes": list(recipe.benchmark.runtimes), "rule": "benchmark.runtimes, every batch"}
+    if timing.runtimes is not None:
+        return {"runtimes": list(timing.runtimes), "rule": "benchmark.runtimes, every batch"}
     if gpu_host:
-        rule = f"GPU runtimes at every batch; the CPU reference ({REFERENCE} on torch-cpu) at batch {min(recipe.benchmark.batch_sizes)} only"
+        rule = f"GPU runtimes at every batch; the CPU reference ({REFERENCE} on torch-cpu) at batch {min(timing.batch_sizes)} only"
     else:
         rule = "CPU runtimes (no CUDA GPU on this host)"
     return {"runtimes": None, "rule": rule}
 
 
-def skipped_gpu_variants(recipe: Recipe, gpu_host: bool) -> list[dict[str, str]]:
-    """not_run entries for variants.gpu on a host without a GPU (they are not built there)."""
+def gpu_only_variants(recipe: Recipe) -> list[str]:
+    """variants.gpu that variants.build does not also ask for: built only where there is a GPU."""
+    return [v for v in recipe.variants.gpu if v not in recipe.variants.build]
+
+
+def skipped_gpu_variants(gpu_only: list[str], gpu_host: bool) -> list[dict[str, str]]:
+    """not_run entries for the GPU-only variants on a host without a GPU (they are not built there)."""
     if gpu_host:
         return []
     return [
         {"artifact": v, "reason": "GPU-only variant (variants.gpu): this host has no CUDA GPU, not built"}
-        for v in recipe.variants.gpu
-        if v not in recipe.variants.build
+        for v in gpu_only
     ]

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pipeline.runners.base import Runner
-
-GPU_RUNTIMES = frozenset({"tensorrt", "tensorrt-rtx"})
+from pipeline.runtimes import is_gpu_runtime
 
 
 @dataclass(frozen=True)
@@ -80,7 +79,7 @@ class CudaEventTimer:
 
 def on_gpu(runner: Runner) -> bool:
     """Whether the runtime computes on a CUDA device (its numbers then come from CUDA events)."""
-    return runner.io == "device" or runner.runtime.endswith("-cuda") or runner.runtime in GPU_RUNTIMES
+    return runner.io == "device" or is_gpu_runtime(runner.runtime)
 
 
 def timer_for(runner: Runner) -> Timer:

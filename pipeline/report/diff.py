@@ -15,6 +15,7 @@ from pipeline.report.facts import (
     fmt_change,
     fmt_metric,
     fmt_ms,
+    intervals_overlap,
     key_checks,
     not_run,
     results_of,
@@ -64,18 +65,11 @@ def _winner_lines(before: Mapping[str, Any] | None, after: Mapping[str, Any] | N
     values = f"{_value_text(before)} -> {_value_text(after)}"
     old, new = before.get("value"), after.get("value")
     if isinstance(old, int | float) and isinstance(new, int | float):
-        noise = ", within noise" if _intervals_overlap(before.get("interval"), after.get("interval")) else ""
+        noise = ", within noise" if intervals_overlap(before.get("interval"), after.get("interval")) else ""
         values += f" ({fmt_change(old, new)}{noise})"
     if same:
         return [f"winner unchanged: {_winner_text(after)}, {values}"]
     return [f"winner {_winner_text(before)} -> {_winner_text(after)}, {values}"]
-
-
-def _intervals_overlap(a: Any, b: Any) -> bool:
-    """Whether two winners' objective intervals overlap (a change between them is then noise)."""
-    if not (isinstance(a, list | tuple) and isinstance(b, list | tuple) and len(a) == len(b) == 2):
-        return False
-    return a[0] <= b[1] and b[0] <= a[1]
 
 
 def _verdict(entry: Mapping[str, Any]) -> str:

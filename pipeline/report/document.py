@@ -1,7 +1,6 @@
-"""The sign-off report as a neutral document (sections of paragraphs, tables, lists, images, code).
+"""The sign-off report as a neutral document (pipeline/report/blocks.py), which Markdown and HTML render.
 
-Markdown and HTML render this one structure, so the two pages can never tell different stories. It reads as a
-release manager needs: the verdict with what failed and what to watch first, then the winner with its accuracy
+It reads as a release manager needs: the verdict with what failed and what to watch first, then the winner with its accuracy
 cost beside its speed gain, the evidence, and last, folded, the record (artifacts, stages, conditions).
 Every text here is plain; the renderers escape it.
 """
@@ -9,10 +8,10 @@ Every text here is plain; the renderers escape it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
+from pipeline.report.blocks import Block, Bullets, Cell, Document, Image, Para, Section, Table, Text
 from pipeline.report.diff import diff_versions
 from pipeline.report.facts import (
     artifacts_of,
@@ -21,13 +20,10 @@ from pipeline.report.facts import (
     failing_checks,
     first_line,
     flag_text,
-    flatten,
     fmt_ci,
     fmt_metric,
     fmt_ms,
-    fmt_seconds,
     is_informational,
-    is_winner_row,
     key_checks,
     metrics_present,
     not_run,
@@ -37,74 +33,10 @@ from pipeline.report.facts import (
     sorted_results,
     where,
 )
+from pipeline.report.record import artifacts_section, conditions_section, stages_section
+from pipeline.speed import is_winner_row
 
 Dict = Mapping[str, Any]
-DETAIL_CHARS = 160  # a detail value longer than this is cut in the artifacts table (the JSON keeps it whole)
-
-
-@dataclass(frozen=True)
-class Cell:
-    """A table cell with a tone: info (grey: informational, never gates), bad, good."""
-
-    text: str
-    tone: str = ""
-
-
-Text = str | Cell
-
-
-def text_of(value: Text) -> str:
-    return value.text if isinstance(value, Cell) else value
-
-
-@dataclass(frozen=True)
-class Para:
-    text: str
-    strong: bool = False
-    tone: str = ""  # "" | good | bad | note
-
-
-@dataclass(frozen=True)
-class Table:
-    headers: list[str]
-    rows: list[list[Text]]
-    tones: list[str] = field(default_factory=list)  # per row: "" | bad | warn | winner
-
-
-@dataclass(frozen=True)
-class Bullets:
-    items: list[str]
-    tone: str = ""  # "" | bad | warn
-
-
-@dataclass(frozen=True)
-class Image:
-    src: str  # relative to reports/, where the pages live
-    alt: str
-
-
-@dataclass(frozen=True)
-class Code:
-    caption: str
-    text: str
-
-
-Block = Para | Table | Bullets | Image | Code
-
-
-@dataclass(frozen=True)
-class Section:
-    title: str
-    blocks: list[Block]
-    folded: bool = False  # the record: there for whoever needs it, out of the reader's way
-
-
-@dataclass(frozen=True)
-class Document:
-    title: str
-    subtitle: str
-    signed_off: bool
-    sections: list[Section]
 
 
 def build_document(
@@ -127,9 +59,9 @@ def build_document(
         _flags(speed),
         _not_run(accuracy, speed),
         _changes(header, accuracy, speed, winner, previous),
-        _artifacts(header),
-        _stages(stages),
-        _conditions(speed, header.get("environment")),
+        artifacts_section(header),
+        stages_section(stages),
+        conditions_section(speed, header.get("environment")),
     ]
     revision = header.get("git_revision") or "unknown"
     if header.get("git_dirty"):
@@ -440,78 +372,3 @@ def _changes(
     lines = diff_versions(previous, current)
     title = f"Changes since {previous.get('version', 'the previous version')}"
     return Section(title, [Bullets(lines)] if lines else [Para("No changes.")])
-
-
-# ------------------------------------------------------------------ the record (folded)
-
-
-def _artifacts(header: Dict) -> Section:
-    items = header.get("artifacts") or []
-    rows: list[list[Text]] = [
-        [
-            str(a.get("name")),
-            str(a.get("kind") or "—"),
-            str(a.get("precision") or "—"),
-            str(a.get("path") or "—"),
-            _size(a.get("bytes")),
-            str(a.get("sha256") or "—")[:12],
-        ]
-        for a in items
-    ]
-    if not rows:
-        return Section("Artifacts", [])
-    blocks: list[Block] = [Table(["artifact", "kind", "precision", "file", "size", "sha256"], rows)]
-    for a in items:
-        details = [f"{k}: {_cut(v)}" for k, v in flatten(a.get("details") or {})]
-        if details:
-            blocks += [Para(f"{a.get('name')} details:", tone="note"), Bullets(details)]
-    return Section("Artifacts", blocks, folded=True)
-
-
-def _cut(text: str) -> str:
-    return text if len(text) <= DETAIL_CHARS else text[: DETAIL_CHARS - 1] + "…"
-
-
-def _size(value: Any) -> str:
-    if not isinstance(value, int):
-        return "—"
-    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
-        if value >= scale:
-            return f"{value / scale:.1f} {unit}"
-    return f"{value} B"
-
-
-def _stages(stages: Sequence[Dict]) -> Section:
-    if not stages:
-        return Section("Stages", [])
-    rows: list[list[Text]] = []
-    tones = []
-    for s in stages:
-        status = str(s.get("status"))
-        rows.append(
-            [str(s.get("name")), status, fmt_seconds(s.get("duration_s")), first_line(s.get("error"))]
-        )
-        tones.append({"failed": "bad", "skipped": "warn"}.get(status, ""))
-    blocks: list[Block] = [Table(["stage", "status", "duration", "error"], rows, tones)]
-    for s in stages:
-        error = str(s.get("error") or "")
-        if "\n" in error.strip() or len(error) > 160:
-            blocks.append(Code(f"{s.get('name')}: full error", error.strip()))
-        warnings = (s.get("details") or {}).get("warnings") or (s.get("details") or {}).get("tracer_warnings")
-        if isinstance(warnings, list) and warnings:
-            blocks.append(Para(f"{s.get('name')} warnings:", tone="note"))
-            blocks.append(Bullets([first_line(w, 400) for w in warnings]))
-    return Section("Stages", blocks, folded=True)
-
-
-def _conditions(speed: Dict | None, environment: Any) -> Section:
-    """One table: how the benchmark measured (policy, threads, timer, inputs) and the machine and libraries,
-    each fact once."""
-    conditions = dict((speed or {}).get("conditions") or {})
-    pairs = flatten({k: v for k, v in conditions.items() if k not in ("device", "versions")}, "benchmark")
-    if isinstance(environment, Mapping):
-        pairs += flatten(environment, "environment")
-    else:
-        pairs += flatten({k: conditions[k] for k in ("device", "versions") if k in conditions}, "benchmark")
-    rows: list[list[Text]] = [[k, _cut(v)] for k, v in pairs]
-    return Section("Conditions", [Table(["key", "value"], rows)] if rows else [], folded=True)

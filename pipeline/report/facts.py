@@ -9,8 +9,11 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from pipeline.accuracy import LOWER_BOUNDS, tolerance_share
+from pipeline.speed import as_interval, interval, overlap
+from pipeline.variants import precision_of as _named_precision
+
 METRIC_ORDER = ("cosine", "neighbours", "max_abs", "mean_abs", "max_rel")
-PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 Row = Mapping[str, Any]
 
 
@@ -72,15 +75,17 @@ def _number(value: Any) -> float:
 
 
 def margin(check: Row) -> float:
-    """How close a check is to its threshold: 1.0 is on it, above 1 fails. NaN values are the worst."""
+    """How close a check is to its threshold (its tolerance share): 1.0 is on it, above 1 fails. NaN values
+    are the worst; a check without a threshold has none to be close to."""
     value, threshold = _number(check.get("value")), check.get("threshold")
     if math.isnan(value):
         return math.inf
     if not isinstance(threshold, int | float):
         return 0.0
-    if check.get("metric") in LOWER_BOUNDS:
-        return (1.0 - value) / max(1.0 - threshold, 1e-30)
-    return value / threshold if threshold > 0 else (math.inf if value > 0 else 0.0)
+    share = tolerance_share(str(check.get("metric")), value, threshold)
+    if share is None:  # a zero-width tolerance (the finite check's 0): exact, or past it
+        return 0.0 if check.get("passed") else math.inf
+    return share
 
 
 def is_informational(check: Row) -> bool:
@@ -113,9 +118,6 @@ def metric_sort_key(metric: str) -> tuple[int, str]:
 def metrics_present(accuracy: Row | None) -> list[str]:
     found = {c.get("metric") for e in artifacts_of(accuracy).values() for c in e.get("checks") or []}
     return sorted((m for m in found if m), key=metric_sort_key)
-
-
-LOWER_BOUNDS = ("cosine", "neighbours")
 
 
 def relation(check: Row) -> str:
@@ -179,10 +181,7 @@ def precision_of(name: str, accuracy: Row | None = None) -> str:
     entry = artifacts_of(accuracy).get(name) or {}
     if entry.get("precision"):
         return str(entry["precision"])
-    for token in reversed(name.split("-")):
-        if token in PRECISIONS:
-            return token
-    return "—"
+    return _named_precision(name) or "—"
 
 
 # ------------------------------------------------------------------ speed
@@ -226,28 +225,6 @@ def runner_label(row: Row) -> str:
     return f"{row.get('artifact')} ({row.get('runtime')}{io})"
 
 
-def is_winner_row(row: Row, winner: Row | None) -> bool:
-    """The row the objective was judged on: the winner's artifact, runtime and io at the objective's shape."""
-    if not winner:
-        return False
-    if (row.get("artifact"), row.get("runtime"), row.get("io")) != (
-        winner.get("artifact"),
-        winner.get("runtime"),
-        winner.get("io"),
-    ):
-        return False
-    objective = winner.get("objective") or {}
-    if objective.get("batch") is not None and row.get("batch") != objective.get("batch"):
-        return False
-    sequence = objective.get("sequence_length")
-    if sequence is not None and row.get("sequence_length") is not None:
-        return row.get("sequence_length") == sequence
-    if sequence is not None:
-        shapes = (row.get("shapes") or {}).values()
-        return any(sequence in list(shape)[1:] for shape in shapes)
-    return True
-
-
 def flag_text(flag: Any) -> str:
     """A speed.json flag as one line; flags are strings or dicts {kind, artifact, runtime, io, batch, shapes, message}."""
     if not isinstance(flag, Mapping):
@@ -266,10 +243,12 @@ def flag_text(flag: Any) -> str:
 
 def cis_overlap(a: Row, b: Row) -> bool:
     """Whether two rows' p50 confidence intervals overlap (the benchmark's 'within noise')."""
-    ca, cb = a.get("p50_ci95_ms"), b.get("p50_ci95_ms")
-    if not (isinstance(ca, list | tuple) and isinstance(cb, list | tuple) and len(ca) == len(cb) == 2):
-        return False
-    return ca[0] <= cb[1] and cb[0] <= ca[1]
+    return overlap(interval(a, "p50_ms"), interval(b, "p50_ms"))
+
+
+def intervals_overlap(a: Any, b: Any) -> bool:
+    """Whether two recorded [low, high] intervals overlap (e.g. two winners' objective intervals)."""
+    return overlap(as_interval(a), as_interval(b))
 
 
 # ------------------------------------------------------------------ not run, environment

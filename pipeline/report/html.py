@@ -7,7 +7,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipeline.report.document import (
+from pipeline.report.blocks import (
     Block,
     Bullets,
     Cell,
@@ -16,8 +16,8 @@ from pipeline.report.document import (
     Image,
     Para,
     Table,
-    build_document,
 )
+from pipeline.report.document import build_document
 
 
 def render_html(

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipeline.report.document import (
+from pipeline.report.blocks import (
     Block,
     Bullets,
     Code,
@@ -15,9 +15,9 @@ from pipeline.report.document import (
     Para,
     Table,
     Text,
-    build_document,
     text_of,
 )
+from pipeline.report.document import build_document
 
 # '>' only opens a block quote at a line start, and cannot close a tag once every '<' is escaped.
 # '[' and ']' stay: without a '(url)' or a reference definition after them they are literal text.

@@ -19,13 +19,14 @@ from pipeline.report.facts import (
     fmt_metric,
     group_key,
     is_informational,
-    is_winner_row,
     key_checks,
     metrics_present,
     runner_label,
     sorted_results,
 )
+from pipeline.speed import is_winner_row
 from pipeline.store import write_bytes_atomic
+from pipeline.variants import REFERENCE
 
 Dict = Mapping[str, Any]
 DPI = 100
@@ -144,7 +145,7 @@ def _latency_panel(ax: Any, rows: list[Dict], winner: Dict | None, failed: set[s
 def _bar_colour(row: Dict, winner: Dict | None) -> str:
     if is_winner_row(row, winner):
         return GREEN
-    return GREY if str(row.get("artifact", "")).startswith("torch-") else BLUE
+    return GREY if row.get("artifact") == REFERENCE else BLUE
 
 
 def _latency_legend() -> list:

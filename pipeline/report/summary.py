@@ -13,7 +13,6 @@ from pipeline.report.facts import (
     fmt_metric,
     fmt_ms,
     group_key,
-    is_winner_row,
     key_checks,
     not_run,
     precision_of,
@@ -21,6 +20,8 @@ from pipeline.report.facts import (
     runtime_entry,
     unique,
 )
+from pipeline.speed import is_winner_row
+from pipeline.variants import REFERENCE
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -153,7 +154,7 @@ def _latency(row: Dict) -> str:
 def _accuracy_cell(name: str, entry: Dict | None) -> str:
     """'pass cosine 0.999930' or 'FAIL cosine 0.971200 < 0.98': the same metric for every passing line."""
     if entry is None:
-        return "reference" if name.startswith("torch-") else "not validated"
+        return "reference" if name == REFERENCE else "not validated"
     failing = failing_checks(entry)
     if failing:
         check = failing[0]

@@ -1,40 +1,100 @@
-"""One inference interface for every artifact kind; validation and benchmark share it. Runners never time."""
+"""One inference interface for every artifact kind; validation and benchmark share it. Runners never time.
+
+Shaped like Polygraphy's runners: a runner is cheap to construct (it holds loaders, pipeline/runners/loaders.py,
+not loaded models), `activate()` loads, `deactivate()` releases, and the base class guards the order:
+activating an active runner, or running an inactive one, is a bug and raises."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
 Feeds = dict[str, np.ndarray]
 
 
-class Runner(Protocol):
+class RunnerStateError(RuntimeError):
+    """A runner was used out of order (activated twice, or run while inactive)."""
+
+
+class Runner:
     """Loads one artifact for inference.
 
     infer() takes host numpy feeds and returns host numpy outputs by name (host I/O). A runner with
     io == "device" keeps inputs and outputs on the GPU: prepare(feeds) stages them once per shape, and
-    infer_prepared() runs without copies; infer() still returns host arrays for validation.
+    infer_prepared() runs without copies; infer() still returns host arrays for validation. Subclasses
+    implement the *_impl methods and synchronize().
     """
 
     artifact: str
-    runtime: (
-        str  # torch-cpu | torchscript-cpu | onnxruntime-cpu | onnxruntime-cuda | tensorrt | tensorrt-rtx ...
-    )
-    io: str  # host | device
+    runtime: str  # torch-cpu | torchscript-cpu | onnxruntime-cpu | onnxruntime-cuda | tensorrt | ...
+    io: str = "host"  # host | device
+    cuda_graph: bool = False
+    is_active: bool = False
 
-    def activate(self) -> None: ...
+    # ------------------------------------------------------------ the guarded interface
 
-    def infer(self, feeds: Feeds) -> Feeds: ...
+    def activate(self) -> None:
+        """Load; a failed load releases what it had taken before the error goes on."""
+        if self.is_active:
+            raise RunnerStateError(f"{self.label}: activated twice")
+        try:
+            self.activate_impl()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.deactivate_impl()
+            raise
+        self.is_active = True
 
-    def prepare(self, feeds: Feeds) -> None: ...
+    def deactivate(self) -> None:
+        """Release; a runner that is not active holds nothing, so this is then a no-op."""
+        if not self.is_active:
+            return
+        try:
+            self.deactivate_impl()
+        finally:
+            self.is_active = False
 
-    def infer_prepared(self) -> None: ...
+    def infer(self, feeds: Feeds) -> Feeds:
+        self._require_active("infer")
+        return self.infer_impl(feeds)
 
-    def synchronize(self) -> None: ...
+    def prepare(self, feeds: Feeds) -> None:
+        self._require_active("prepare")
+        self.prepare_impl(feeds)
 
-    def deactivate(self) -> None: ...
+    def infer_prepared(self) -> None:
+        self._require_active("infer_prepared")
+        self.infer_prepared_impl()
+
+    def synchronize(self) -> None:
+        return None
+
+    @property
+    def label(self) -> str:
+        return f"{self.artifact} on {self.runtime} ({self.io} I/O)"
+
+    def _require_active(self, what: str) -> None:
+        if not self.is_active:
+            raise RunnerStateError(f"{self.label}: {what} while not active (activate() first)")
+
+    # ------------------------------------------------------------ what a runtime implements
+
+    def activate_impl(self) -> None:
+        raise NotImplementedError
+
+    def deactivate_impl(self) -> None:
+        raise NotImplementedError
+
+    def infer_impl(self, feeds: Feeds) -> Feeds:
+        raise NotImplementedError
+
+    def prepare_impl(self, feeds: Feeds) -> None:
+        raise NotImplementedError
+
+    def infer_prepared_impl(self) -> None:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -43,18 +103,3 @@ class NotRunnable:
 
     artifact: str
     reason: str
-
-
-class HostRunner:
-    """Base for runners whose inputs and outputs live on the host: prepare() just keeps the feeds."""
-
-    io = "host"
-
-    def prepare(self, feeds: Feeds) -> None:
-        self._prepared = feeds
-
-    def infer_prepared(self) -> None:
-        self.infer(self._prepared)
-
-    def synchronize(self) -> None:
-        return None

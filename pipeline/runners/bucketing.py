@@ -1,8 +1,8 @@
 """Padding-aware execution: split a padded batch by real length, run each group trimmed, scatter back.
 
-The recipe's real traffic is short sentences padded to a fixed length (MiniLM's validation split: a quarter of
-the 128 positions are real tokens). Attention masks padded keys out exactly, so a sequence trimmed to any
-length >= its real length gives the same values on its real tokens and the same mask-pooled embedding.
+Real text traffic is short sentences padded to a fixed length, so most positions of a batch are padding.
+Attention masks padded keys out exactly, so a sequence trimmed to any length >= its real length gives the same
+values on its real tokens and the same mask-pooled embedding.
 `plan_groups` sorts the batch by real length and cuts it into at most `max_groups` groups (a dynamic
 programme over the distinct rounded lengths, minimizing computed tokens plus a fixed cost per group); the
 runner then calls the model once per group at (group size, group length) and writes the results into
@@ -21,7 +21,8 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-    from pipeline.recipe import PaddingConfig, Recipe
+    from pipeline.recipe import PaddingConfig
+    from pipeline.specs import RunnerSettings
 
 
 @dataclass(frozen=True)
@@ -71,13 +72,13 @@ def plan_groups(
 class Bucketing:
     """Runs a model callable group by group on torch tensors (CPU or CUDA); see the module docstring."""
 
-    def __init__(self, cfg: PaddingConfig, recipe: Recipe):
-        seq_dim = recipe.benchmark.sequence_dim
+    def __init__(self, cfg: PaddingConfig, settings: RunnerSettings):
+        seq_dim = settings.sequence_dim
         self.cfg = cfg
-        self.mask = [s.name for s in recipe.inputs].index(cfg.mask_input)
-        self.trimmed = [len(s.shape) > 1 and s.shape[1] == seq_dim for s in recipe.inputs]
-        self.per_token = [name in cfg.per_token_outputs for name in recipe.outputs]
-        self.min_length = recipe.dims[seq_dim].min if seq_dim in recipe.dims else 1
+        self.mask = [s.name for s in settings.inputs].index(cfg.mask_input)
+        self.trimmed = [len(s.shape) > 1 and s.shape[1] == seq_dim for s in settings.inputs]
+        self.per_token = [name in cfg.per_token_outputs for name in settings.outputs]
+        self.min_length = settings.dims[seq_dim].min if seq_dim in settings.dims else 1
         self.last_plan: dict[str, Any] | None = None
         self.last_groups: list[Group] = []
 

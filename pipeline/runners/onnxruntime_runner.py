@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.runners.base import Feeds
-from pipeline.runners.torch_runner import intra_op_threads
+from pipeline.runners.base import Feeds, Runner
+from pipeline.runners.loaders import SessionFromPath
 
 if TYPE_CHECKING:
-    from pipeline.stages.base import ArtifactRecord, RunContext
+    from pipeline.artifacts import ArtifactRecord
+    from pipeline.specs import RunnerSettings
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
 # FP32 means FP32: the CUDA provider's default TF32 matmuls round inputs to a 10-bit mantissa, which an FP32
@@ -54,8 +55,7 @@ def session_options(threads: int) -> Any:
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3
     # Candidates are interleaved window by window: an idle session's spinning intra-op threads would steal the
-    # cores from whichever candidate runs next (measured on 2 cores: batch-1 p99 of the torch reference 139 ms
-    # with spinning, 54 ms without; cv 0.14-0.50 -> 0.06-0.14).
+    # cores from whichever candidate runs next (docs/benchmarking.md has what it did to the tails).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
 
@@ -70,23 +70,22 @@ def output_names(session_outputs: list[str], recipe_outputs: list[str]) -> dict[
     }
 
 
-class OnnxRuntimeRunner:
+class OnnxRuntimeRunner(Runner):
     """One InferenceSession. infer() feeds only the inputs the session declares, cast to its dtypes."""
 
     def __init__(
         self,
         artifact: str,
-        path: Path,
+        load: SessionFromPath,
         recipe_outputs: list[str],
-        threads: int,
         provider: str = CPU_PROVIDER,
         io: str = "host",
     ):
         if io == "device" and provider != CUDA_PROVIDER:
             raise ValueError("device I/O needs the CUDA execution provider")
-        self.artifact, self.path, self.io = artifact, Path(path), io
+        self.artifact, self.path, self.io = artifact, Path(load.path), io
         self.runtime = "onnxruntime-cuda" if provider == CUDA_PROVIDER else "onnxruntime-cpu"
-        self._provider, self._threads, self._recipe_outputs = provider, threads, recipe_outputs
+        self._load, self._provider, self._recipe_outputs = load, provider, recipe_outputs
         self._session: Any = None
         self._inputs: dict[str, Any] = {}
         self._names: dict[str, str] = {}
@@ -97,14 +96,12 @@ class OnnxRuntimeRunner:
 
     # ------------------------------------------------------------ life cycle
 
-    def activate(self) -> None:
-        ort = _onnxruntime()
+    def activate_impl(self) -> None:
+        _onnxruntime()  # a clear error when it is not installed
         providers: list[Any] = [CPU_PROVIDER]
         if self._provider == CUDA_PROVIDER:
             providers = [(CUDA_PROVIDER, self._cuda_options()), CPU_PROVIDER]
-        self._session = ort.InferenceSession(
-            str(self.path), session_options(self._threads), providers=providers
-        )
+        self._session = self._load(providers)
         if self._provider not in self._session.get_providers():
             raise RuntimeError(
                 f"{self.artifact}: ONNX Runtime did not enable {self._provider} (got {self._session.get_providers()})"
@@ -112,19 +109,19 @@ class OnnxRuntimeRunner:
         self._inputs = {i.name: ORT_TYPES.get(i.type) for i in self._session.get_inputs()}
         self._names = output_names([o.name for o in self._session.get_outputs()], self._recipe_outputs)
 
-    def deactivate(self) -> None:
+    def deactivate_impl(self) -> None:
         self._session = self._prepared = self._binding = self.cuda_stream = None
         self._device_values = []
 
     # ------------------------------------------------------------ inference
 
-    def infer(self, feeds: Feeds) -> Feeds:
+    def infer_impl(self, feeds: Feeds) -> Feeds:
         results = self._session.run(None, self._feeds(feeds))
         return {
             self._names[o.name]: value for o, value in zip(self._session.get_outputs(), results, strict=True)
         }
 
-    def prepare(self, feeds: Feeds) -> None:
+    def prepare_impl(self, feeds: Feeds) -> None:
         """Cast once (host I/O) or bind inputs and preallocated outputs on the GPU once (device I/O)."""
         host = self._feeds(feeds)
         if self.io != "device":
@@ -146,7 +143,7 @@ class OnnxRuntimeRunner:
         binding.synchronize_inputs()
         self._binding = binding
 
-    def infer_prepared(self) -> None:
+    def infer_prepared_impl(self) -> None:
         if self.io == "device":
             self._session.run_with_iobinding(self._binding)
         else:
@@ -198,13 +195,13 @@ def _torch_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def onnx_runners(artifact: ArtifactRecord, ctx: RunContext) -> list[OnnxRuntimeRunner]:
+def onnx_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[OnnxRuntimeRunner]:
     """CPU always; CUDA with host and device I/O where onnxruntime-gpu sees a GPU."""
-    threads, outputs = intra_op_threads(ctx.recipe), list(ctx.recipe.outputs)
-    runners = [OnnxRuntimeRunner(artifact.name, artifact.path, outputs, threads)]
+    load, outputs = SessionFromPath(artifact.path, settings.threads, session_options), list(settings.outputs)
+    runners = [OnnxRuntimeRunner(artifact.name, load, outputs)]
     if cuda_provider_available():
         runners += [
-            OnnxRuntimeRunner(artifact.name, artifact.path, outputs, threads, CUDA_PROVIDER, "host"),
-            OnnxRuntimeRunner(artifact.name, artifact.path, outputs, threads, CUDA_PROVIDER, "device"),
+            OnnxRuntimeRunner(artifact.name, load, outputs, CUDA_PROVIDER, "host"),
+            OnnxRuntimeRunner(artifact.name, load, outputs, CUDA_PROVIDER, "device"),
         ]
     return runners

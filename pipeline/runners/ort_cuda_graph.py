@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
-from pipeline import onnx_tools
-from pipeline.runners.base import Feeds
+from pipeline.runners.base import Feeds, Runner
+from pipeline.runners.loaders import OnnxFromPath
 from pipeline.runners.onnxruntime_runner import (
     CUDA_OPTIONS,
     CUDA_PROVIDER,
@@ -30,11 +30,10 @@ from pipeline.runners.onnxruntime_runner import (
     output_names,
     session_options,
 )
-from pipeline.runners.torch_runner import intra_op_threads
 
 if TYPE_CHECKING:
-    from pipeline.recipe import Recipe
-    from pipeline.stages.base import ArtifactRecord, RunContext
+    from pipeline.artifacts import ArtifactRecord
+    from pipeline.specs import RunnerSettings
 
 RUNTIME = "onnxruntime-cuda-graph"
 SHAPE_OPS = frozenset({"Shape", "Size"})
@@ -75,10 +74,10 @@ def graph_session_options(threads: int) -> Any:
     return options
 
 
-def dims_of(recipe: Recipe, feeds: Feeds) -> dict[str, int]:
+def dims_of(settings: RunnerSettings, feeds: Feeds) -> dict[str, int]:
     """The value of every symbolic dim at these feeds (from the recipe's input shapes)."""
     dims: dict[str, int] = {}
-    for spec in recipe.inputs:
+    for spec in settings.inputs:
         if spec.name in feeds:
             for axis, d in enumerate(spec.shape):
                 if isinstance(d, str):
@@ -94,40 +93,41 @@ class _Entry:
     outputs: dict[str, Any]
 
 
-class OrtCudaGraphRunner:
+class OrtCudaGraphRunner(Runner):
     """One fixed-shape CUDA-graph session per shape served (see the module docstring)."""
 
     runtime = RUNTIME
     io = "device"
     cuda_graph = True
 
-    def __init__(self, artifact: str, path: Path, recipe: Recipe, threads: int):
-        self.artifact, self.path, self._recipe, self._threads = artifact, Path(path), recipe, threads
+    def __init__(self, artifact: str, load: OnnxFromPath, settings: RunnerSettings):
+        self.artifact, self.path, self._settings = artifact, Path(load.path), settings
+        self._load, self._threads = load, settings.threads
         self._model: onnx.ModelProto | None = None
         self._entries: dict[tuple[tuple[str, int], ...], _Entry] = {}
         self._current: _Entry | None = None
         self.cuda_stream: Any = None
         self.details: dict[str, Any] = {}
 
-    def activate(self) -> None:
+    def activate_impl(self) -> None:
         import torch
 
         self.cuda_stream = torch.cuda.Stream()
-        self._model = onnx_tools.load(self.path)
+        self._model = self._load()
         self.details = {"cuda_graph": True, "sessions": {}, "user_stream": True}
 
-    def deactivate(self) -> None:
+    def deactivate_impl(self) -> None:
         self._entries, self._current, self._model, self.cuda_stream = {}, None, None, None
 
-    def infer(self, feeds: Feeds) -> Feeds:
+    def infer_impl(self, feeds: Feeds) -> Feeds:
         entry = self._entry(feeds)
         self._load(entry, feeds)
         self._run(entry)
         self.synchronize()
-        names = output_names(list(entry.outputs), list(self._recipe.outputs))
+        names = output_names(list(entry.outputs), list(self._settings.outputs))
         return {names[name]: t.cpu().numpy() for name, t in entry.outputs.items()}
 
-    def prepare(self, feeds: Feeds) -> None:
+    def prepare_impl(self, feeds: Feeds) -> None:
         entry = self._entry(feeds)
         self._load(entry, feeds)
         for _ in range(CAPTURE_RUNS):
@@ -135,7 +135,7 @@ class OrtCudaGraphRunner:
         self.synchronize()
         self._current = entry
 
-    def infer_prepared(self) -> None:
+    def infer_prepared_impl(self) -> None:
         assert self._current is not None
         self._run(self._current)
 
@@ -150,7 +150,7 @@ class OrtCudaGraphRunner:
     # ------------------------------------------------------------ internals
 
     def _entry(self, feeds: Feeds) -> _Entry:
-        dims = dims_of(self._recipe, feeds)
+        dims = dims_of(self._settings, feeds)
         key = tuple(sorted(dims.items()))
         if key not in self._entries:
             started = time.perf_counter()
@@ -208,12 +208,11 @@ class OrtCudaGraphRunner:
         entry.session.run_with_iobinding(entry.binding)
 
 
-def graph_runners(artifact: ArtifactRecord, ctx: RunContext) -> list[OrtCudaGraphRunner]:
+def graph_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[OrtCudaGraphRunner]:
     """A graph-mode runner for FP32/FP16 graphs where the CUDA provider sees a GPU and the recipe wants
     graphs (INT8 Q/DQ and dynamic-quantized graphs have nodes the CUDA provider does not run)."""
-    recipe = ctx.recipe
-    if not recipe.runtime.cuda_graphs or artifact.precision not in ("fp32", "fp16"):
+    if not settings.runtime.cuda_graphs or artifact.precision not in ("fp32", "fp16"):
         return []
     if not cuda_provider_available():
         return []
-    return [OrtCudaGraphRunner(artifact.name, artifact.path, recipe, intra_op_threads(recipe))]
+    return [OrtCudaGraphRunner(artifact.name, OnnxFromPath(artifact.path), settings)]

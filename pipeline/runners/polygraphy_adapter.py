@@ -1,12 +1,14 @@
 """A pipeline Runner seen as a Polygraphy runner, so that Polygraphy's Comparator drives every runtime
-(torch, TorchScript, ONNX Runtime, TensorRT) through one loop with the same feeds."""
+(torch, TorchScript, ONNX Runtime, TensorRT) through one loop with the same feeds; and Polygraphy's own
+elementwise verdict on two runs, recorded beside the pipeline's checks."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from polygraphy.backend.base import BaseRunner
@@ -15,8 +17,9 @@ from polygraphy.common import TensorMetadata
 from pipeline.data import NUMPY_DTYPES
 
 if TYPE_CHECKING:
-    from pipeline.recipe import Recipe
+    from pipeline.recipe import Tolerance
     from pipeline.runners.base import Runner
+    from pipeline.specs import RunnerSettings
 
 
 def runner_name(runner: Runner) -> str:
@@ -32,10 +35,12 @@ class PolygraphyRunner(BaseRunner):
     before the i-th inference of an activation (progress text; Comparator's loop has no hook of its own).
     """
 
-    def __init__(self, runner: Runner, recipe: Recipe, on_infer: Callable[[int], None] | None = None):
+    def __init__(
+        self, runner: Runner, settings: RunnerSettings, on_infer: Callable[[int], None] | None = None
+    ):
         super().__init__(name=runner_name(runner))
         self.runner = runner
-        self.recipe = recipe
+        self.settings = settings
         self.on_infer = on_infer
         self.calls = 0
 
@@ -46,7 +51,7 @@ class PolygraphyRunner(BaseRunner):
     def get_input_metadata_impl(self) -> TensorMetadata:
         """Recipe inputs; dynamic dims keep their names, which Polygraphy treats as dynamic."""
         meta = TensorMetadata()
-        for spec in self.recipe.inputs:
+        for spec in self.settings.inputs:
             meta.add(spec.name, np.dtype(NUMPY_DTYPES[spec.dtype]), list(spec.shape))
         return meta
 
@@ -62,13 +67,54 @@ class PolygraphyRunner(BaseRunner):
         start = time.perf_counter()
         results = self.runner.infer(dict(feed_dict))
         self.inference_time = time.perf_counter() - start
-        missing = [name for name in self.recipe.outputs if name not in results]
+        missing = [name for name in self.settings.outputs if name not in results]
         if missing:
             raise KeyError(
                 f"{self.runner.artifact} on {self.runner.runtime} returned outputs {sorted(results)}, "
                 f"not {missing} that the recipe names"
             )
-        return OrderedDict((name, np.asarray(results[name])) for name in self.recipe.outputs)
+        return OrderedDict((name, np.asarray(results[name])) for name in self.settings.outputs)
 
     def deactivate_impl(self) -> None:
         self.runner.deactivate()
+
+
+def polygraphy_verdict(
+    reference: Any, actual: Any, outputs: list[str], tolerance: Tolerance
+) -> dict[str, Any]:
+    """Polygraphy's own elementwise verdict per output (CompareFunc.simple with the recipe's max_abs as atol and
+    max_rel as rtol): recorded beside our checks for cross-reference; it never gates."""
+    from polygraphy.comparator import Comparator, CompareFunc, RunResults
+    from polygraphy.logger import G_LOGGER
+
+    from pipeline.accuracy import thresholds_for
+
+    atol = {o: thresholds_for(tolerance, o)["max_abs"][0] or 1e-5 for o in outputs}
+    rtol = {o: thresholds_for(tolerance, o)["max_rel"][0] or 1e-5 for o in outputs}
+    ((ref_name, ref_iters),) = reference.items()
+    ((act_name, act_iters),) = actual.items()
+    combined = RunResults([(ref_name, ref_iters), (act_name, act_iters)])
+    with G_LOGGER.verbosity(G_LOGGER.CRITICAL):
+        results = Comparator.compare_accuracy(combined, compare_func=CompareFunc.simple(atol=atol, rtol=rtol))
+    per_output: dict[str, Any] = {}
+    for iteration in next(iter(results[0].values())):
+        for output, result in iteration.items():
+            entry = per_output.setdefault(
+                output, {"passed": True, "atol": atol[output], "rtol": rtol[output]}
+            )
+            entry["passed"] = entry["passed"] and bool(result)
+            for stat in ("max_absdiff", "max_reldiff"):
+                value = _finite_or_none(getattr(result, stat, None))
+                if value is None or entry.get(stat, -1.0) is None:
+                    entry[stat] = None
+                else:
+                    entry[stat] = max(entry.get(stat, value), value)
+    return per_output
+
+
+def _finite_or_none(value: Any) -> float | None:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None

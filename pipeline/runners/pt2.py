@@ -17,24 +17,25 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.runners.base import Feeds, NotRunnable
+from pipeline.runners.base import Feeds, NotRunnable, Runner
 from pipeline.runners.bucketing import Bucketing
 from pipeline.runners.cuda_graphs import GraphCache
-from pipeline.runners.torch_runner import cuda_available, intra_op_threads
+from pipeline.runners.loaders import AotiPackageFromPath, ExportedProgramFromPath
+from pipeline.runners.torch_runner import cuda_available
 
 if TYPE_CHECKING:
-    from pipeline.stages.base import ArtifactRecord, RunContext
+    from pipeline.artifacts import ArtifactRecord
+    from pipeline.specs import RunnerSettings
 
 Loader = Callable[[], Callable[..., Any]]
 CUDAGRAPH_MODES = frozenset({"reduce-overhead", "max-autotune"})
 
 
-class Pt2Runner:
+class Pt2Runner(Runner):
     """A compiled torch callable on one device, optionally captured in CUDA graphs and/or padding-aware."""
 
     def __init__(
@@ -67,7 +68,7 @@ class Pt2Runner:
 
     # ------------------------------------------------------------ life cycle
 
-    def activate(self) -> None:
+    def activate_impl(self) -> None:
         import torch
 
         if self._threads and self.device == "cpu":
@@ -89,7 +90,7 @@ class Pt2Runner:
         if self.device != "cpu":
             self.cuda_stream = torch.cuda.current_stream(torch.device(self.device))
 
-    def deactivate(self) -> None:
+    def deactivate_impl(self) -> None:
         import torch
 
         if self._graphs is not None:
@@ -101,11 +102,11 @@ class Pt2Runner:
 
     # ------------------------------------------------------------ inference
 
-    def infer(self, feeds: Feeds) -> Feeds:
+    def infer_impl(self, feeds: Feeds) -> Feeds:
         values = self._forward(self._tensors(feeds))
         return {name: v.detach().cpu().numpy() for name, v in zip(self._outputs, values, strict=True)}
 
-    def prepare(self, feeds: Feeds) -> None:
+    def prepare_impl(self, feeds: Feeds) -> None:
         """Stage the inputs (device I/O) and run once: compilation and graph capture for this shape happen
         here, outside the timed windows; their seconds are kept in details['prepare_s']."""
         self._prepared = self._tensors(feeds) if self.io == "device" else feeds
@@ -120,7 +121,7 @@ class Pt2Runner:
         if self.bucketing is not None and self.bucketing.last_plan is not None:
             self.details["padding"] = dict(self.bucketing.last_plan)
 
-    def infer_prepared(self) -> None:
+    def infer_prepared_impl(self) -> None:
         if self.io == "device":
             self._result = self._forward(self._prepared)
         else:
@@ -161,47 +162,22 @@ class Pt2Runner:
         return [torch.from_numpy(np.ascontiguousarray(feeds[name])).to(self.device) for name in self._inputs]
 
 
-# ---------------------------------------------------------------- loaders
-
-
-def exported_loader(path: Path, device: str) -> Loader:
-    def load() -> Callable[..., Any]:
-        import torch
-        from torch.export.passes import move_to_device_pass
-
-        program = torch.export.load(str(path))
-        if device != "cpu":
-            program = move_to_device_pass(program, torch.device(device, 0) if device == "cuda" else device)
-        return program.module()
-
-    return load
-
-
-def aoti_loader(path: Path, single_threaded: bool) -> Loader:
-    def load() -> Callable[..., Any]:
-        import torch
-
-        return torch._inductor.aoti_load_package(str(path), run_single_threaded=single_threaded)
-
-    return load
-
-
 # ---------------------------------------------------------------- factories (registry entries)
 
 
-def exported_runners(artifact: ArtifactRecord, ctx: RunContext) -> list[Pt2Runner]:
+def exported_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Pt2Runner]:
     """On a CUDA host: eager on the GPU plus one torch.compile runtime per mode; else eager on the CPU (and
     padding-aware, when the recipe configures it)."""
-    recipe = ctx.recipe
-    names, outputs = [s.name for s in recipe.inputs], list(recipe.outputs)
+    runtime = settings.runtime
+    names, outputs = settings.input_names, list(settings.outputs)
     if not cuda_available():
-        threads = intra_op_threads(recipe)
-        load = exported_loader(artifact.path, "cpu")
+        threads = settings.threads
+        load = ExportedProgramFromPath(artifact.path, "cpu")
         runners = [
             Pt2Runner(artifact.name, "torch-cpu", load, names, outputs, "cpu", "host", threads=threads)
         ]
-        if recipe.runtime.padding is not None:
-            bucketing = Bucketing(recipe.runtime.padding, recipe)
+        if runtime.padding is not None:
+            bucketing = Bucketing(runtime.padding, settings)
             runners.append(
                 Pt2Runner(
                     artifact.name,
@@ -216,9 +192,9 @@ def exported_runners(artifact: ArtifactRecord, ctx: RunContext) -> list[Pt2Runne
                 )
             )
         return runners
-    load = exported_loader(artifact.path, "cuda")
+    load = ExportedProgramFromPath(artifact.path, "cuda")
     runners = [Pt2Runner(artifact.name, "torch-cuda", load, names, outputs, "cuda", "device")]
-    for mode in recipe.runtime.torch_compile:
+    for mode in runtime.torch_compile:
         runtime = "torch-compile-cuda" + ("" if mode == "default" else f"-{mode}")
         runners.append(
             Pt2Runner(artifact.name, runtime, load, names, outputs, "cuda", "device", compile_mode=mode)
@@ -226,14 +202,14 @@ def exported_runners(artifact: ArtifactRecord, ctx: RunContext) -> list[Pt2Runne
     return runners
 
 
-def aoti_runners(artifact: ArtifactRecord, ctx: RunContext) -> list[Pt2Runner] | NotRunnable:
+def aoti_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Pt2Runner] | NotRunnable:
     """The package runs on the device it was compiled for; on CUDA in plain, graph and bucketed modes."""
-    recipe = ctx.recipe
-    names, outputs = [s.name for s in recipe.inputs], list(recipe.outputs)
+    runtime = settings.runtime
+    names, outputs = settings.input_names, list(settings.outputs)
     device = artifact.details.get("device", "cpu")
     if device == "cpu":
-        load = aoti_loader(artifact.path, single_threaded=False)
-        threads = intra_op_threads(recipe)
+        load = AotiPackageFromPath(artifact.path, single_threaded=False)
+        threads = settings.threads
         return [
             Pt2Runner(artifact.name, "torch-aoti-cpu", load, names, outputs, "cpu", "host", threads=threads)
         ]
@@ -241,13 +217,13 @@ def aoti_runners(artifact: ArtifactRecord, ctx: RunContext) -> list[Pt2Runner] |
         return NotRunnable(
             artifact.name, f"compiled for {device} ({artifact.details.get('gpu')}); no CUDA GPU here"
         )
-    plain = aoti_loader(artifact.path, single_threaded=False)
+    plain = AotiPackageFromPath(artifact.path, single_threaded=False)
     runners = [
         Pt2Runner(artifact.name, "torch-aoti-cuda", plain, names, outputs, "cuda", io)
         for io in ("host", "device")
     ]
-    if recipe.runtime.padding is not None:
-        bucketing = Bucketing(recipe.runtime.padding, recipe)
+    if runtime.padding is not None:
+        bucketing = Bucketing(runtime.padding, settings)
         runners.append(
             Pt2Runner(
                 artifact.name,
@@ -260,8 +236,8 @@ def aoti_runners(artifact: ArtifactRecord, ctx: RunContext) -> list[Pt2Runner] |
                 bucketing=bucketing,
             )
         )
-    if recipe.runtime.cuda_graphs:
-        capturable = aoti_loader(artifact.path, single_threaded=True)
+    if runtime.cuda_graphs:
+        capturable = AotiPackageFromPath(artifact.path, single_threaded=True)
         runners.append(
             Pt2Runner(
                 artifact.name,
@@ -274,7 +250,7 @@ def aoti_runners(artifact: ArtifactRecord, ctx: RunContext) -> list[Pt2Runner] |
                 cuda_graph=True,
             )
         )
-        if recipe.runtime.padding is not None:
+        if runtime.padding is not None:
             runners.append(
                 Pt2Runner(
                     artifact.name,
@@ -285,7 +261,7 @@ def aoti_runners(artifact: ArtifactRecord, ctx: RunContext) -> list[Pt2Runner] |
                     "cuda",
                     "device",
                     cuda_graph=True,
-                    bucketing=Bucketing(recipe.runtime.padding, recipe),
+                    bucketing=Bucketing(runtime.padding, settings),
                 )
             )
     return runners

@@ -14,41 +14,43 @@ from pipeline.runners.base import NotRunnable, Runner
 from pipeline.runners.torch_runner import reference_runners as _torch_reference_runners
 
 if TYPE_CHECKING:
-    from pipeline.stages.base import ArtifactRecord, RunContext
+    from pipeline.artifacts import ArtifactRecord
+    from pipeline.models import LoadedModel
+    from pipeline.specs import RunnerSettings
 
-RunnerFactory = Callable[["ArtifactRecord", "RunContext"], "list[Runner] | NotRunnable"]
+RunnerFactory = Callable[["ArtifactRecord", "RunnerSettings"], "list[Runner] | NotRunnable"]
 
 
-def _torchscript(artifact: ArtifactRecord, ctx: RunContext) -> list[Runner] | NotRunnable:
+def _torchscript(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Runner] | NotRunnable:
     from pipeline.runners.torch_runner import torchscript_runners
 
-    return list(torchscript_runners(artifact, ctx))
+    return list(torchscript_runners(artifact, settings))
 
 
-def _onnx(artifact: ArtifactRecord, ctx: RunContext) -> list[Runner] | NotRunnable:
+def _onnx(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Runner] | NotRunnable:
     try:
         from pipeline.runners.onnxruntime_runner import onnx_runners
         from pipeline.runners.ort_cuda_graph import graph_runners
 
-        return [*onnx_runners(artifact, ctx), *graph_runners(artifact, ctx)]
+        return [*onnx_runners(artifact, settings), *graph_runners(artifact, settings)]
     except ImportError as exc:
         return NotRunnable(artifact.name, str(exc))
 
 
-def _exported(artifact: ArtifactRecord, ctx: RunContext) -> list[Runner] | NotRunnable:
+def _exported(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Runner] | NotRunnable:
     from pipeline.runners.pt2 import exported_runners
 
-    return list(exported_runners(artifact, ctx))
+    return list(exported_runners(artifact, settings))
 
 
-def _aoti(artifact: ArtifactRecord, ctx: RunContext) -> list[Runner] | NotRunnable:
+def _aoti(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Runner] | NotRunnable:
     from pipeline.runners.pt2 import aoti_runners
 
-    found = aoti_runners(artifact, ctx)
+    found = aoti_runners(artifact, settings)
     return found if isinstance(found, NotRunnable) else list(found)
 
 
-def _engine(artifact: ArtifactRecord, ctx: RunContext) -> list[Runner] | NotRunnable:
+def _engine(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Runner] | NotRunnable:
     """TensorRT engines live in pipeline.runners.tensorrt, imported only when an engine is asked for."""
     try:
         module = importlib.import_module("pipeline.runners.tensorrt")
@@ -58,7 +60,7 @@ def _engine(artifact: ArtifactRecord, ctx: RunContext) -> list[Runner] | NotRunn
         return NotRunnable(
             artifact.name, "no TensorRT runner in this installation (pipeline.runners.tensorrt is missing)"
         )
-    return module.runners_for_engine(artifact, ctx)
+    return module.runners_for_engine(artifact, settings)
 
 
 RUNNERS: dict[str, RunnerFactory] = {
@@ -70,22 +72,23 @@ RUNNERS: dict[str, RunnerFactory] = {
 }
 
 
-def runners_for(artifact: ArtifactRecord, ctx: RunContext) -> list[Runner] | NotRunnable:
+def runners_for(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Runner] | NotRunnable:
     """Every way this machine can run the artifact (host-I/O CPU runner first), or why it cannot."""
     factory = RUNNERS.get(artifact.kind)
     if factory is None:
         return NotRunnable(
             artifact.name, f"no runner for artifact kind '{artifact.kind}' (known: {', '.join(RUNNERS)})"
         )
-    runners = factory(artifact, ctx)
+    runners = factory(artifact, settings)
     if isinstance(runners, list) and not runners:
         return NotRunnable(artifact.name, f"no runtime for a {artifact.kind} artifact on this machine")
     return runners
 
 
-def reference_runners(ctx: RunContext) -> list[Runner]:
-    """The eager FP32 PyTorch model (artifact name torch-fp32): CPU, and CUDA where available."""
-    return list(_torch_reference_runners(ctx))
+def reference_runners(settings: RunnerSettings, model: Callable[[], LoadedModel]) -> list[Runner]:
+    """The eager FP32 PyTorch model (artifact name torch-fp32) from a model loader: CPU, and CUDA where
+    available."""
+    return list(_torch_reference_runners(settings, model))
 
 
 def runtime_environment() -> dict[str, object]:

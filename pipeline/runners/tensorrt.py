@@ -12,8 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.artifacts import ArtifactRecord
+from pipeline.results import EngineDetails
 from pipeline.runners.base import Feeds, NotRunnable, Runner
-from pipeline.stages.base import ArtifactRecord, RunContext
+from pipeline.specs import RunnerSettings
 from pipeline.trt.flavour import (
     DISPLAY,
     INSTALL,
@@ -24,14 +26,17 @@ from pipeline.trt.flavour import (
     parse_compute_capability,
     trt_version,
 )
+from pipeline.variants import parse
+
+
+def engine_details(artifact: ArtifactRecord) -> EngineDetails:
+    """What the engine stage recorded about the build (pipeline/stages/tensorrt.py)."""
+    return artifact.details  # type: ignore[return-value]
 
 
 def engine_flavour(artifact: ArtifactRecord) -> str:
-    """The flavour that built an engine: recorded in its details, else read from its name."""
-    flavour = artifact.details.get("flavour")
-    if flavour:
-        return flavour
-    return "tensorrt-rtx" if artifact.name.startswith("tensorrt-rtx-") else "tensorrt"
+    """The flavour that built an engine: recorded in its details, else the one its name states."""
+    return engine_details(artifact).get("flavour") or parse(artifact.name).flavour or "tensorrt"
 
 
 def not_runnable_reason(
@@ -55,19 +60,17 @@ def not_runnable_reason(
     return None
 
 
-def runners_for_engine(artifact: ArtifactRecord, ctx: RunContext) -> list[Runner] | NotRunnable:
+def runners_for_engine(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Runner] | NotRunnable:
     """A host-I/O and a device-I/O runner for the engine, or why it cannot run on this machine."""
-    flavour = engine_flavour(artifact)
-    built_for = list(artifact.details.get("compute_capabilities") or [])
-    reason = not_runnable_reason(
-        flavour, built_for, artifact.details.get("trt_version"), local_compute_capability()
-    )
+    flavour, details = engine_flavour(artifact), engine_details(artifact)
+    built_for = list(details.get("compute_capabilities") or [])
+    reason = not_runnable_reason(flavour, built_for, details.get("trt_version"), local_compute_capability())
     if reason:
         return NotRunnable(artifact.name, reason)
     return [TensorRTRunner(artifact, flavour, "host"), TensorRTRunner(artifact, flavour, "device")]
 
 
-class TensorRTRunner:
+class TensorRTRunner(Runner):
     """One engine on the first GPU. io=device: prepare() stages inputs once and infer_prepared() only executes;
     io=host: infer_prepared() also copies inputs in and outputs out on the engine's stream."""
 
@@ -76,7 +79,7 @@ class TensorRTRunner:
         self._path: Path = artifact.path
         self._key: tuple | None = None
 
-    def activate(self) -> None:
+    def activate_impl(self) -> None:
         import torch
 
         trt = import_trt(self.runtime)
@@ -148,19 +151,19 @@ class TensorRTRunner:
         self._stream.synchronize()
         return {name: t.numpy() for name, t in out.items()}
 
-    def infer(self, feeds: Feeds) -> Feeds:
+    def infer_impl(self, feeds: Feeds) -> Feeds:
         self._bind(feeds)
         self._upload(feeds)
         self._execute()
         return self._download()
 
-    def prepare(self, feeds: Feeds) -> None:
+    def prepare_impl(self, feeds: Feeds) -> None:
         self._bind(feeds)
         self._host_feeds = feeds
         self._upload(feeds)
         self._stream.synchronize()
 
-    def infer_prepared(self) -> None:
+    def infer_prepared_impl(self) -> None:
         if self.io == "host":
             self._upload(self._host_feeds)
             self._execute()
@@ -171,7 +174,7 @@ class TensorRTRunner:
     def synchronize(self) -> None:
         self._stream.synchronize()
 
-    def deactivate(self) -> None:
+    def deactivate_impl(self) -> None:
         for attr in ("_buffers", "_context", "_engine", "_stream"):
             self.__dict__.pop(attr, None)
         self._key = None

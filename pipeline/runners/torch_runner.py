@@ -7,28 +7,21 @@ restored at deactivate(), so that every candidate runs with the same threads.
 
 from __future__ import annotations
 
-import copy
-import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.runners.base import Feeds
+from pipeline.runners.base import Feeds, Runner
+from pipeline.runners.loaders import ModuleOnDevice, TorchScriptFromPath
+from pipeline.variants import REFERENCE
 
 if TYPE_CHECKING:
     import torch
 
-    from pipeline.recipe import Recipe
-    from pipeline.stages.base import ArtifactRecord, RunContext
-
-REFERENCE = "torch-fp32"
-
-
-def intra_op_threads(recipe: Recipe) -> int:
-    """Threads every CPU runtime is pinned to: the recipe's setting, else all CPUs (os.cpu_count())."""
-    return recipe.benchmark.intra_op_threads or os.cpu_count() or 1
+    from pipeline.artifacts import ArtifactRecord
+    from pipeline.models import LoadedModel
+    from pipeline.specs import RunnerSettings
 
 
 def cuda_available() -> bool:
@@ -37,7 +30,7 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-class TorchRunner:
+class TorchRunner(Runner):
     """A torch.nn.Module (eager or TorchScript) on one device, run under torch.inference_mode().
 
     io "host": numpy in, numpy out, copies included. io "device" (CUDA only): prepare() stages the inputs on
@@ -64,7 +57,7 @@ class TorchRunner:
         self._saved_threads: int | None = None
         self.cuda_stream: Any = None
 
-    def activate(self) -> None:
+    def activate_impl(self) -> None:
         import torch
 
         if self._threads and self.device == "cpu":
@@ -74,18 +67,18 @@ class TorchRunner:
         if self.device != "cpu":
             self.cuda_stream = torch.cuda.current_stream(torch.device(self.device))
 
-    def infer(self, feeds: Feeds) -> Feeds:
+    def infer_impl(self, feeds: Feeds) -> Feeds:
         import torch
 
         with torch.inference_mode():
             result = self._module(*self._tensors(feeds))
         return self._named(result)
 
-    def prepare(self, feeds: Feeds) -> None:
+    def prepare_impl(self, feeds: Feeds) -> None:
         self._prepared = self._tensors(feeds) if self.io == "device" else feeds
         self.synchronize()
 
-    def infer_prepared(self) -> None:
+    def infer_prepared_impl(self) -> None:
         import torch
 
         if self.io != "device":
@@ -100,7 +93,7 @@ class TorchRunner:
 
             torch.cuda.synchronize(torch.device(self.device))
 
-    def deactivate(self) -> None:
+    def deactivate_impl(self) -> None:
         import torch
 
         self._module = self._prepared = self._result = self.cuda_stream = None
@@ -143,50 +136,36 @@ def _device_variants(threads: int) -> list[tuple[str, str, str, int | None]]:
     return variants
 
 
-def reference_runners(ctx: RunContext) -> list[TorchRunner]:
+def reference_runners(settings: RunnerSettings, model: Callable[[], LoadedModel]) -> list[TorchRunner]:
     """The eager FP32 PyTorch model, the reference every artifact is compared with and timed against."""
-    recipe = ctx.recipe
-    inputs, outputs = [s.name for s in recipe.inputs], list(recipe.outputs)
-
-    def loader(device: str) -> Callable[[], torch.nn.Module]:
-        def load() -> torch.nn.Module:
-            module = ctx.model().module.eval()
-            # the shared module stays on the CPU for every other user of ctx.model()
-            return module if device == "cpu" else copy.deepcopy(module).to(device)
-
-        return load
-
+    inputs, outputs = settings.input_names, list(settings.outputs)
     return [
-        TorchRunner(REFERENCE, f"torch-{suffix}", loader(device), inputs, outputs, device, io, threads)
-        for suffix, device, io, threads in _device_variants(intra_op_threads(recipe))
+        TorchRunner(
+            REFERENCE, f"torch-{suffix}", ModuleOnDevice(model, device), inputs, outputs, device, io, threads
+        )
+        for suffix, device, io, threads in _device_variants(settings.threads)
     ]
 
 
-def torchscript_runners(artifact: ArtifactRecord, ctx: RunContext) -> list[TorchRunner]:
+def torchscript_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[TorchRunner]:
     """A TorchScript file (torch.jit.load) on the CPU and, where CUDA exists, on the GPU (from the trace made
     on the GPU, when the export stage made one: a CPU trace has CPU devices baked in)."""
-    recipe = ctx.recipe
     traces = artifact.details.get("devices") or {}
-    inputs, outputs = [s.name for s in recipe.inputs], list(recipe.outputs)
+    inputs, outputs = settings.input_names, list(settings.outputs)
 
-    def loader(path: Path, device: str) -> Callable[[], torch.nn.Module]:
-        def load() -> torch.nn.Module:
-            import torch
-
-            return torch.jit.load(str(path), map_location=device).eval()
-
-        return load
+    def path(device: str):
+        return artifact.path.parent / traces[device] if device in traces else artifact.path
 
     return [
         TorchRunner(
             artifact.name,
             f"torchscript-{suffix}",
-            loader(artifact.path.parent / traces[device] if device in traces else artifact.path, device),
+            TorchScriptFromPath(path(device), device),
             inputs,
             outputs,
             device,
             io,
             threads,
         )
-        for suffix, device, io, threads in _device_variants(intra_op_threads(recipe))
+        for suffix, device, io, threads in _device_variants(settings.threads)
     ]

@@ -1,17 +1,36 @@
-"""What every stage is: declared inputs and outputs, a config slice, environment keys, and run()."""
+"""What every stage is: a typed config, declared inputs and outputs, environment keys, and run().
+
+A stage's config is built from the recipe in one place (its module's `from_recipe`), and `run(ctx, config,
+inputs)` never sees the recipe: what a stage reads is its config, and its fingerprint is that config's JSON
+(pipeline/executor.py), so what a stage reads and what invalidates it cannot drift apart. The run context
+holds no recipe either: the model and the data are loaded from the slices a config names (pipeline/specs.py).
+"""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.artifacts import ArtifactRecord
+
 if TYPE_CHECKING:
     from pipeline.data import Dataset
     from pipeline.models import LoadedModel
-    from pipeline.recipe import Recipe
+    from pipeline.specs import DataSpec, ModelSpec
+
+
+class StageConfig(BaseModel):
+    """What a stage reads. Its JSON (`model_dump`) is fingerprinted: a field marked `exclude=True` is read
+    but does not invalidate the stage, and must say why where it is declared."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def fingerprinted(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
 
 
 @dataclass(frozen=True)
@@ -19,61 +38,69 @@ class Output:
     """A file (or folder) a stage wrote under the work folder; `artifact` names deployable artifacts only."""
 
     path: str
-    kind: str  # torchscript | onnx | engine | report | log
+    kind: str  # torchscript | onnx | engine | exported | aoti | report | log
     artifact: str | None = None
     precision: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ArtifactRecord:
-    """An artifact as downstream stages see it: where it lies in this run's folder, and what it is."""
-
-    name: str
-    path: Path
-    kind: str
-    precision: str | None
-    sha256: str
-    stage: str
-    details: dict[str, Any] = field(default_factory=dict)
+    value: Any = None  # a report's content, handed to the stages that consume it in memory
 
 
 @dataclass
 class StageResult:
     outputs: list[Output]
     details: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, Any] = field(default_factory=dict)  # results with no file of their own, by name
+
+
+@dataclass(frozen=True)
+class Release:
+    """What a deploy records about itself in the version it makes (sign-off writes it down). None of it is a
+    stage setting: the version's name, the recipe as resolved and as given, and the version before it."""
+
+    version: str
+    recipe: dict[str, Any]  # the resolved recipe, every default filled in (recipe.yaml)
+    recipe_path: Path  # the recipe file as given
+    overrides: tuple[str, ...]
+    previous: Path | None  # the latest version: what the report's "changes since" compares with
 
 
 @dataclass
 class RunContext:
-    """What a running stage may use: the recipe, its own work folder, and lazily loaded model and data."""
+    """What a running stage may use besides its config and inputs: its work folder, a progress line, the
+    store's cache, the release being made, and the model and data, loaded once per slice and shared by the
+    stages that name it."""
 
-    recipe: Recipe
-    recipe_dir: Path
     workdir: Path
     report: Callable[[str], None] = lambda message: None  # progress text for the live display
     cache_dir: Path | None = None  # the store's cache (e.g. TensorRT timing caches), never a version folder
-    _cache: dict[str, Any] = field(default_factory=dict)
+    release: Release | None = None
+    _loaded: dict[str, Any] = field(default_factory=dict)
 
-    def model(self) -> LoadedModel:
-        if "model" not in self._cache:
+    def model(self, spec: ModelSpec) -> LoadedModel:
+        key = "model:" + spec.model_dump_json()
+        if key not in self._loaded:
             from pipeline.models import load_model
 
-            self._cache["model"] = load_model(self.recipe, self.recipe_dir)
-        return self._cache["model"]
+            self._loaded[key] = load_model(spec)
+        return self._loaded[key]
 
-    def dataset(self) -> Dataset:
-        if "dataset" not in self._cache:
+    def dataset(self, spec: DataSpec) -> Dataset:
+        key = "data:" + spec.model_dump_json()
+        if key not in self._loaded:
             from pipeline.data import Dataset
 
-            tokenizer = self.model().tokenizer if self.recipe.data.samples.source == "text" else None
-            self._cache["dataset"] = Dataset(self.recipe, self.recipe_dir, tokenizer)
-        return self._cache["dataset"]
+            tokenizer = self.model(spec.model).tokenizer if spec.model is not None else None
+            self._loaded[key] = Dataset(spec, tokenizer)
+        return self._loaded[key]
 
     def path(self, relative: str) -> Path:
         target = self.workdir / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         return target
+
+
+RunFunction = Callable[[RunContext, Any, dict[str, ArtifactRecord]], StageResult]
+RUN_STAGES = "run:stages"  # a consumable name: the run record so far, handed on in memory by the executor
 
 
 @dataclass(frozen=True)
@@ -83,43 +110,18 @@ class Stage:
     consumes: artifact names that must exist (a failed one skips this stage);
     consumes_any: artifact names used when present (validate/benchmark work on whatever was built);
     produces: the artifact names this stage may create; critical: a failure is a bug (exit 3), not a variant's;
-    volatile: results are measurements (benchmark), re-made on --rebench.
+    volatile: results are measurements (benchmark), re-made on --rebench; final: runs in every new version
+    (sign-off: its files name the version), though `plan` judges it fresh or stale like any other.
     """
 
     name: str
     version: int
-    run: Callable[[RunContext, dict[str, ArtifactRecord]], StageResult]
-    config: dict[str, Any] = field(default_factory=dict)
+    config: StageConfig
+    run: RunFunction
     environment: Callable[[], dict[str, Any]] = dict
     consumes: tuple[str, ...] = ()
     consumes_any: tuple[str, ...] = ()
     produces: tuple[str, ...] = ()
     critical: bool = False
     volatile: bool = False
-    always_run: bool = False
-
-
-def model_data_slice(recipe: Recipe, recipe_dir: Path) -> dict[str, Any]:
-    """What every stage that runs the model on the recipe's data depends on besides its own settings: the
-    weights, the I/O signature, the dims, and the data (whose fingerprint covers inputs, dims and tokenizer)."""
-    from pipeline.data import data_fingerprint
-    from pipeline.models import model_fingerprint
-
-    return {
-        "model": model_fingerprint(recipe, recipe_dir),
-        "inputs": [s.model_dump() for s in recipe.inputs],
-        "dims": {k: v.model_dump() for k, v in recipe.dims.items()},
-        "outputs": list(recipe.outputs),
-        "data": data_fingerprint(recipe, recipe_dir),
-    }
-
-
-@functools.cache
-def package_version(name: str) -> str | None:
-    """Version of an installed distribution or module, None when absent (for environment keys)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
+    final: bool = False

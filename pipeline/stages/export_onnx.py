@@ -11,43 +11,53 @@ from pathlib import Path
 import onnx
 import torch
 
+from pipeline.artifacts import ArtifactRecord
+from pipeline.data import Dataset
+from pipeline.models import positional
 from pipeline.onnx_tools import captured
-from pipeline.recipe import Recipe
-from pipeline.stages.base import (
-    ArtifactRecord,
-    Output,
-    RunContext,
-    Stage,
-    StageResult,
-    model_data_slice,
-    package_version,
-)
-from pipeline.stages.export_torchscript import corner_args
+from pipeline.packages import package_version
+from pipeline.recipe import InputSpec, OnnxExport, Recipe
+from pipeline.specs import DataSpec, ModelSpec
+from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
+from pipeline.variants import Variant, parse
 
 _DROPPED_NODE_METADATA = ("pkg.torch.onnx.stack_trace",)
+FILE = parse("onnx-fp32").file
 
 
-def _dynamo_export(ctx: RunContext, path: Path) -> None:
-    recipe = ctx.recipe
-    dims = {name: torch.export.Dim(name, min=rng.min, max=rng.max) for name, rng in recipe.dims.items()}
+class OnnxExportConfig(StageConfig):
+    onnx: OnnxExport
+    model: ModelSpec
+    data: DataSpec
+
+    @classmethod
+    def from_recipe(cls, recipe: Recipe, recipe_dir: Path) -> OnnxExportConfig:
+        return cls(
+            onnx=recipe.export.onnx,
+            model=ModelSpec.from_recipe(recipe, recipe_dir),
+            data=DataSpec.from_recipe(recipe, recipe_dir),
+        )
+
+
+def _example(config: OnnxExportConfig, dataset: Dataset, batch: int | None) -> tuple[torch.Tensor, ...]:
+    return positional(dataset.corner_feeds("opt", batch), config.model)
+
+
+def _dynamo_export(ctx: RunContext, config: OnnxExportConfig, path: Path) -> None:
+    spec, batch_dim = config.model, config.data.batch_dim
+    dims = {name: torch.export.Dim(name, min=rng.min, max=rng.max) for name, rng in spec.dims.items()}
     dynamic = tuple(
-        {axis: dims[d] for axis, d in enumerate(spec.shape) if isinstance(d, str)} for spec in recipe.inputs
+        {axis: dims[d] for axis, d in enumerate(s.shape) if isinstance(d, str)} for s in spec.inputs
     )
-    example = corner_args(
-        ctx,
-        "opt",
-        batch=max(2, recipe.dims[recipe.benchmark.batch_dim].opt)
-        if recipe.benchmark.batch_dim in recipe.dims
-        else None,
-    )
+    batch = max(2, spec.dims[batch_dim].opt) if batch_dim in spec.dims else None
     program = torch.onnx.export(
-        ctx.model().module,
-        example,
+        ctx.model(spec).module,
+        _example(config, ctx.dataset(config.data), batch),
         dynamo=True,
         dynamic_shapes=(dynamic,),
-        input_names=[s.name for s in recipe.inputs],
-        output_names=list(recipe.outputs),
-        opset_version=recipe.export.onnx.opset,
+        input_names=spec.input_names,
+        output_names=list(spec.outputs),
+        opset_version=config.onnx.opset,
         external_data=False,
         optimize=True,
         verbose=False,
@@ -55,28 +65,26 @@ def _dynamo_export(ctx: RunContext, path: Path) -> None:
     program.save(str(path), external_data=False)
 
 
-def _legacy_export(ctx: RunContext, path: Path) -> None:
-    recipe = ctx.recipe
-    axes = {
-        spec.name: {a: d for a, d in enumerate(spec.shape) if isinstance(d, str)} for spec in recipe.inputs
-    }
+def _legacy_export(ctx: RunContext, config: OnnxExportConfig, path: Path) -> None:
+    spec = config.model
+    axes = {s.name: {a: d for a, d in enumerate(s.shape) if isinstance(d, str)} for s in spec.inputs}
     torch.onnx.export(
-        ctx.model().module,
-        corner_args(ctx, "opt", batch=2),
+        ctx.model(spec).module,
+        _example(config, ctx.dataset(config.data), 2),
         str(path),
         dynamo=False,
-        input_names=[s.name for s in recipe.inputs],
-        output_names=list(recipe.outputs),
+        input_names=spec.input_names,
+        output_names=list(spec.outputs),
         dynamic_axes=axes,
-        opset_version=recipe.export.onnx.opset,
+        opset_version=config.onnx.opset,
         do_constant_folding=True,
     )
 
 
-def name_dynamic_axes(model: onnx.ModelProto, recipe: Recipe) -> None:
+def name_dynamic_axes(model: onnx.ModelProto, inputs: list[InputSpec]) -> None:
     """Give every dynamic axis the recipe's dim name (exporters invent s0, s1 …), on inputs and outputs."""
     renames: dict[str, str] = {}
-    specs = {s.name: s for s in recipe.inputs}
+    specs = {s.name: s for s in inputs}
     for value in model.graph.input:
         spec = specs.get(value.name)
         if spec is None:
@@ -99,27 +107,27 @@ def _strip_location_metadata(model: onnx.ModelProto) -> None:
         node.metadata_props.extend(kept)
 
 
-def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
-    cfg = ctx.recipe.export.onnx
-    target = ctx.path("model.onnx")
+def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
+    cfg = config.onnx
+    target = ctx.path(FILE)
     details: dict = {"exporter": cfg.exporter, "opset": cfg.opset}
     with captured(ctx.path("logs/export_onnx.log")):
         if cfg.exporter == "dynamo":
             ctx.report("onnx: exporting with the dynamo exporter")
             try:
-                _dynamo_export(ctx, target)
+                _dynamo_export(ctx, config, target)
             except Exception as exc:  # noqa: BLE001 - any exporter failure is a reason to fall back
                 if not cfg.fallback:
                     raise
                 details["exporter"] = "legacy"
                 details["fallback_reason"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:500]}"
                 ctx.report("onnx: dynamo export failed, falling back to the legacy exporter")
-                _legacy_export(ctx, target)
+                _legacy_export(ctx, config, target)
         else:
             ctx.report("onnx: exporting with the legacy exporter")
-            _legacy_export(ctx, target)
+            _legacy_export(ctx, config, target)
     model = onnx.load(str(target))
-    name_dynamic_axes(model, ctx.recipe)
+    name_dynamic_axes(model, config.model.inputs)
     _strip_location_metadata(model)
     onnx.checker.check_model(model, full_check=False)
     onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
@@ -131,27 +139,28 @@ def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
     )
     return StageResult(
         outputs=[
-            Output("model.onnx", "onnx", "onnx-fp32", "fp32", details),
+            Output(FILE, "onnx", "onnx-fp32", "fp32", details),
             Output("logs/export_onnx.log", "log"),
         ],
         details=details,
     )
 
 
-def stage(recipe: Recipe, recipe_dir: Path) -> Stage:
-    return Stage(
-        name="export_onnx",
-        version=1,
-        run=_run,
-        config={
-            "onnx": recipe.export.onnx.model_dump(),
-            **model_data_slice(recipe, recipe_dir),
-        },
-        environment=lambda: {
-            "torch": torch.__version__,
-            "onnx": onnx.__version__,
-            "onnxscript": package_version("onnxscript"),
-            "transformers": package_version("transformers"),
-        },
-        produces=("onnx-fp32",),
-    )
+def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[Stage]:
+    if not any(v.name == "onnx-fp32" for v in variants):
+        return []
+    return [
+        Stage(
+            name="export_onnx",
+            version=1,
+            config=OnnxExportConfig.from_recipe(recipe, recipe_dir),
+            run=_run,
+            environment=lambda: {
+                "torch": torch.__version__,
+                "onnx": onnx.__version__,
+                "onnxscript": package_version("onnxscript"),
+                "transformers": package_version("transformers"),
+            },
+            produces=("onnx-fp32",),
+        )
+    ]

@@ -21,28 +21,53 @@ from typing import Any
 import torch
 from torch import nn
 
+from pipeline.artifacts import ArtifactRecord
+from pipeline.models import positional
 from pipeline.onnx_tools import captured
+from pipeline.packages import package_version
 from pipeline.recipe import Recipe
-from pipeline.stages.base import (
-    ArtifactRecord,
-    Output,
-    RunContext,
-    Stage,
-    StageResult,
-    model_data_slice,
-    package_version,
-)
-from pipeline.stages.export_torchscript import corner_args
+from pipeline.specs import DataSpec, ModelSpec
+from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
+from pipeline.variants import Variant, parse
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
+class ExportConfig(StageConfig):
+    precision: str
+    attention: str  # export.pt2.attention
+    fuse_projections: bool
+    model: ModelSpec
+    data: DataSpec  # the example inputs
+
+    @classmethod
+    def from_recipe(cls, recipe: Recipe, recipe_dir: Path, precision: str) -> ExportConfig:
+        return cls(
+            precision=precision,
+            attention=recipe.export.pt2.attention,
+            fuse_projections=recipe.export.pt2.fuse_projections,
+            model=ModelSpec.from_recipe(recipe, recipe_dir),
+            data=DataSpec.from_recipe(recipe, recipe_dir),
+        )
+
+
+class AotiConfig(StageConfig):
+    precision: str
+    device: str  # export.pt2.device: auto | cpu | cuda
+    max_autotune: bool
+
+    @classmethod
+    def from_recipe(cls, recipe: Recipe, precision: str) -> AotiConfig:
+        pt2 = recipe.export.pt2
+        return cls(precision=precision, device=pt2.device, max_autotune=pt2.max_autotune)
+
+
 def exported_file(precision: str) -> str:
-    return "model.exported.pt2" if precision == "fp32" else f"model.exported.{precision}.pt2"
+    return parse(f"exported-{precision}").file or ""
 
 
 def aoti_file(precision: str) -> str:
-    return f"model.aoti.{precision}.pt2"
+    return parse(f"aoti-{precision}").file or ""
 
 
 class KeepIoTypes(nn.Module):
@@ -71,37 +96,39 @@ def use_sdpa(module: nn.Module) -> bool:
     return switched
 
 
-def target_device(recipe: Recipe) -> str:
+def target_device(choice: str) -> str:
     """Where the AOTInductor package is compiled for: the recipe's choice, auto = cuda where present."""
-    choice = recipe.export.pt2.device
     if choice == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return choice
 
 
-def export_program(ctx: RunContext, precision: str) -> tuple[torch.export.ExportedProgram, dict[str, Any]]:
-    """torch.export of the recipe's model at `precision` with every recipe dim symbolic."""
-    recipe = ctx.recipe
-    module = copy.deepcopy(ctx.model().module).eval()  # the shared module stays as the reference needs it
-    sdpa = recipe.export.pt2.attention == "sdpa" and use_sdpa(module)
+def export_program(
+    ctx: RunContext, config: ExportConfig
+) -> tuple[torch.export.ExportedProgram, dict[str, Any]]:
+    """torch.export of the recipe's model at the config's precision with every recipe dim symbolic."""
+    spec, precision = config.model, config.precision
+    module = copy.deepcopy(ctx.model(spec).module).eval()  # the shared module stays as the reference needs it
+    sdpa = config.attention == "sdpa" and use_sdpa(module)
     wrapped = KeepIoTypes(module.to(DTYPES[precision]), DTYPES[precision]).eval()
-    dims = {name: torch.export.Dim(name, min=rng.min, max=rng.max) for name, rng in recipe.dims.items()}
+    dims = {name: torch.export.Dim(name, min=rng.min, max=rng.max) for name, rng in spec.dims.items()}
     dynamic = tuple(
-        {axis: dims[d] for axis, d in enumerate(spec.shape) if isinstance(d, str)} for spec in recipe.inputs
+        {axis: dims[d] for axis, d in enumerate(inp.shape) if isinstance(d, str)} for inp in spec.inputs
     )
-    batch_dim = recipe.benchmark.batch_dim
-    example = corner_args(
-        ctx, "opt", batch=max(2, recipe.dims[batch_dim].opt) if batch_dim in recipe.dims else None
+    batch_dim = config.data.batch_dim
+    feeds = ctx.dataset(config.data).corner_feeds(
+        "opt", batch=max(2, spec.dims[batch_dim].opt) if batch_dim in spec.dims else None
     )
+    example = positional(feeds, spec)
     with torch.no_grad():
         program = torch.export.export(wrapped, example, dynamic_shapes=(dynamic,), strict=False)
     details: dict[str, Any] = {
         "precision": precision,
         "attention": "sdpa" if sdpa else "model's own",
         "io_dtype": "float32 (floating inputs and outputs)",
-        "dims": {name: [rng.min, rng.max] for name, rng in recipe.dims.items()},
+        "dims": {name: [rng.min, rng.max] for name, rng in spec.dims.items()},
     }
-    if recipe.export.pt2.fuse_projections:
+    if config.fuse_projections:
         try:
             program, details["fused_projections"] = _fused(program, example, dynamic)
         except Exception as exc:  # noqa: BLE001 - the unfused program is as correct: keep it, say why
@@ -127,22 +154,20 @@ def _fused(
         return torch.export.export(module, example, dynamic_shapes=shapes, strict=False), count
 
 
-def _export_runner(precision: str) -> Callable[[RunContext, dict[str, ArtifactRecord]], StageResult]:
-    def run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
-        ctx.report(f"export_pt2 {precision}: torch.export")
-        file, log = exported_file(precision), f"logs/export_pt2_{precision}.log"
-        started = time.perf_counter()
-        with captured(ctx.path(log)):
-            program, details = export_program(ctx, precision)
-            torch.export.save(program, str(ctx.path(file)))
-        details["export_s"] = round(time.perf_counter() - started, 2)
-        artifact = f"exported-{precision}"
-        return StageResult(
-            outputs=[Output(file, "exported", artifact, precision, details), Output(log, "log")],
-            details=details,
-        )
-
-    return run
+def _export(ctx: RunContext, config: ExportConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
+    precision = config.precision
+    ctx.report(f"export_pt2 {precision}: torch.export")
+    file, log = exported_file(precision), f"logs/export_pt2_{precision}.log"
+    started = time.perf_counter()
+    with captured(ctx.path(log)):
+        program, details = export_program(ctx, config)
+        torch.export.save(program, str(ctx.path(file)))
+    details["export_s"] = round(time.perf_counter() - started, 2)
+    artifact = f"exported-{precision}"
+    return StageResult(
+        outputs=[Output(file, "exported", artifact, precision, details), Output(log, "log")],
+        details=details,
+    )
 
 
 def compile_aoti(
@@ -168,68 +193,66 @@ def device_info(device: str) -> dict[str, Any]:
     return {"device": "cuda", "gpu": torch.cuda.get_device_name(0), "compute_capability": f"{major}.{minor}"}
 
 
-def _aoti_runner(precision: str) -> Callable[[RunContext, dict[str, ArtifactRecord]], StageResult]:
-    def run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
-        cfg = ctx.recipe.export.pt2
-        device = target_device(ctx.recipe)
-        if device == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError("export.pt2.device is cuda, but this host has no CUDA GPU")
-        ctx.report(f"aoti {precision}: compiling with AOTInductor for {device}")
-        file, log = aoti_file(precision), f"logs/aoti_{precision}.log"
-        with captured(ctx.path(log)):
-            _, seconds, info = compile_aoti(
-                inputs[f"exported-{precision}"].path, ctx.path(file), device, cfg.max_autotune
-            )
-        details = {
-            **info,
-            "precision": precision,
-            "compile_s": round(seconds, 2),
-            "max_autotune": cfg.max_autotune,
-        }
-        return StageResult(
-            outputs=[Output(file, "aoti", f"aoti-{precision}", precision, details), Output(log, "log")],
-            details=details,
+def _aoti(ctx: RunContext, config: AotiConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
+    precision = config.precision
+    device = target_device(config.device)
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("export.pt2.device is cuda, but this host has no CUDA GPU")
+    ctx.report(f"aoti {precision}: compiling with AOTInductor for {device}")
+    file, log = aoti_file(precision), f"logs/aoti_{precision}.log"
+    with captured(ctx.path(log)):
+        _, seconds, info = compile_aoti(
+            inputs[f"exported-{precision}"].path, ctx.path(file), device, config.max_autotune
         )
+    details = {
+        **info,
+        "precision": precision,
+        "compile_s": round(seconds, 2),
+        "max_autotune": config.max_autotune,
+    }
+    return StageResult(
+        outputs=[Output(file, "aoti", f"aoti-{precision}", precision, details), Output(log, "log")],
+        details=details,
+    )
 
-    return run
 
-
-def _aoti_environment(recipe: Recipe) -> Callable[[], dict[str, Any]]:
+def _aoti_environment(choice: str) -> Callable[[], dict[str, Any]]:
     def environment() -> dict[str, Any]:
-        device = target_device(recipe)
+        device = target_device(choice)
         info = device_info(device) if device == "cpu" or torch.cuda.is_available() else {"device": device}
         return {"torch": torch.__version__, "triton": package_version("triton"), **info}
 
     return environment
 
 
-def stages(recipe: Recipe, recipe_dir: Path) -> list[Stage]:
-    """One export stage and one AOTInductor stage per precision; the plan keeps the ones it needs."""
-    slice_ = {"pt2": recipe.export.pt2.model_dump(), **model_data_slice(recipe, recipe_dir)}
+def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[Stage]:
+    """An export stage per exported-<p> variant asked for, an AOTInductor stage per aoti-<p>."""
     out = []
     for precision in DTYPES:
-        out.append(
-            Stage(
-                name=f"export_pt2_{precision}",
-                version=1,
-                run=_export_runner(precision),
-                config={**slice_, "precision": precision},
-                environment=lambda: {
-                    "torch": torch.__version__,
-                    "transformers": package_version("transformers"),
-                },
-                produces=(f"exported-{precision}",),
+        if any(v.name == f"exported-{precision}" for v in variants):
+            out.append(
+                Stage(
+                    name=f"export_pt2_{precision}",
+                    version=1,
+                    config=ExportConfig.from_recipe(recipe, recipe_dir, precision),
+                    run=_export,
+                    environment=lambda: {
+                        "torch": torch.__version__,
+                        "transformers": package_version("transformers"),
+                    },
+                    produces=(f"exported-{precision}",),
+                )
             )
-        )
-        out.append(
-            Stage(
-                name=f"aoti_{precision}",
-                version=1,
-                run=_aoti_runner(precision),
-                config={"pt2": recipe.export.pt2.model_dump(), "precision": precision},
-                environment=_aoti_environment(recipe),
-                consumes=(f"exported-{precision}",),
-                produces=(f"aoti-{precision}",),
+        if any(v.name == f"aoti-{precision}" for v in variants):
+            out.append(
+                Stage(
+                    name=f"aoti_{precision}",
+                    version=1,
+                    config=AotiConfig.from_recipe(recipe, precision),
+                    run=_aoti,
+                    environment=_aoti_environment(recipe.export.pt2.device),
+                    consumes=(f"exported-{precision}",),
+                    produces=(f"aoti-{precision}",),
+                )
             )
-        )
     return out

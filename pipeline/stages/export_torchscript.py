@@ -14,31 +14,36 @@ from pathlib import Path
 
 import torch
 
+from pipeline.artifacts import ArtifactRecord
+from pipeline.data import Dataset
 from pipeline.errors import StageError
-from pipeline.recipe import Recipe
-from pipeline.stages.base import (
-    ArtifactRecord,
-    Output,
-    RunContext,
-    Stage,
-    StageResult,
-    model_data_slice,
-    package_version,
-)
+from pipeline.models import positional
+from pipeline.packages import package_version
+from pipeline.recipe import Recipe, TorchScriptExport
+from pipeline.specs import DataSpec, ModelSpec
+from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.store import write_bytes_atomic
+from pipeline.variants import Variant, parse
 from pipeline.verdict import SHAPE_DEPENDENT
 
-CUDA_FILE = "model.cuda.ts"
+FILE = parse("torchscript-fp32").file
+CUDA_FILE = "model.cuda.ts"  # the same module traced on the GPU (its devices baked in)
 
 
-def corner_args(ctx: RunContext, corner: str, batch: int | None = None) -> tuple[torch.Tensor, ...]:
-    """Real data at a shape corner, as the positional tensors the wrapped module takes."""
-    dataset = ctx.dataset()
-    dims = dataset.corner_dims(corner)
-    if batch is not None and ctx.recipe.benchmark.batch_dim in dims:
-        dims[ctx.recipe.benchmark.batch_dim] = batch
-    feeds = dataset.feeds_at(dims)
-    return tuple(torch.from_numpy(feeds[spec.name]) for spec in ctx.recipe.inputs)
+class TorchScriptConfig(StageConfig):
+    torchscript: TorchScriptExport
+    max_corner_batch: int  # the check at the max corner runs at the validation's batch there (memory)
+    model: ModelSpec
+    data: DataSpec
+
+    @classmethod
+    def from_recipe(cls, recipe: Recipe, recipe_dir: Path) -> TorchScriptConfig:
+        return cls(
+            torchscript=recipe.export.torchscript,
+            max_corner_batch=recipe.validation.corner_batches.get("max", 1),
+            model=ModelSpec.from_recipe(recipe, recipe_dir),
+            data=DataSpec.from_recipe(recipe, recipe_dir),
+        )
 
 
 def _max_diff(a: tuple[torch.Tensor, ...], b: tuple[torch.Tensor, ...]) -> float:
@@ -53,27 +58,33 @@ def _save(traced: torch.jit.ScriptModule, target: Path) -> None:
     write_bytes_atomic(target, buffer.getvalue())
 
 
-def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
-    traced, details = _trace(ctx, ctx.model().module, "cpu")
-    _save(traced, ctx.path("model.ts"))
-    outputs = [Output("model.ts", "torchscript", "torchscript-fp32", "fp32", details)]
+def _run(ctx: RunContext, config: TorchScriptConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
+    model, dataset = ctx.model(config.model), ctx.dataset(config.data)
+    traced, details = _trace(ctx, config, dataset, model.module, "cpu")
+    _save(traced, ctx.path(FILE))
+    outputs = [Output(FILE, "torchscript", "torchscript-fp32", "fp32", details)]
     if torch.cuda.is_available():
-        module = copy.deepcopy(ctx.model().module).to("cuda")
-        traced_cuda, cuda_details = _trace(ctx, module, "cuda")
+        module = copy.deepcopy(model.module).to("cuda")
+        traced_cuda, cuda_details = _trace(ctx, config, dataset, module, "cuda")
         _save(traced_cuda, ctx.path(CUDA_FILE))
-        details["devices"] = {"cpu": "model.ts", "cuda": CUDA_FILE}
+        details["devices"] = {"cpu": FILE, "cuda": CUDA_FILE}
         details["cuda_check_max_abs"] = cuda_details["check_max_abs"]
         outputs.append(Output(CUDA_FILE, "torchscript"))
     return StageResult(outputs=outputs, details=details)
 
 
-def _trace(ctx: RunContext, module: torch.nn.Module, device: str) -> tuple[torch.jit.ScriptModule, dict]:
-    cfg = ctx.recipe.export.torchscript
+def _trace(
+    ctx: RunContext, config: TorchScriptConfig, dataset: Dataset, module: torch.nn.Module, device: str
+) -> tuple[torch.jit.ScriptModule, dict]:
+    cfg = config.torchscript
 
     def on_device(args: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         return tuple(a.to(device) for a in args)
 
-    example = on_device(corner_args(ctx, "opt", batch=2))
+    def corner_args(corner: str, batch: int | None = None) -> tuple[torch.Tensor, ...]:
+        return on_device(positional(dataset.corner_feeds(corner, batch), config.model))
+
+    example = corner_args("opt", batch=2)
     ctx.report(f"torchscript: tracing at the opt shape ({device})")
     with warnings.catch_warnings(record=True) as caught, torch.inference_mode(False), torch.no_grad():
         warnings.simplefilter("always")
@@ -85,8 +96,7 @@ def _trace(ctx: RunContext, module: torch.nn.Module, device: str) -> tuple[torch
     with torch.no_grad():
         for corner in cfg.check_corners:
             ctx.report(f"torchscript: checking against eager at {corner} ({device})")
-            batch = ctx.recipe.validation.corner_batches.get("max", 1) if corner == "max" else None
-            args = on_device(corner_args(ctx, corner, batch=batch))
+            args = corner_args(corner, batch=config.max_corner_batch if corner == "max" else None)
             checks[corner] = _max_diff(traced(*args), module(*args))
     bad = {c: d for c, d in checks.items() if not d <= cfg.check_atol}
     if bad:
@@ -99,20 +109,20 @@ def _trace(ctx: RunContext, module: torch.nn.Module, device: str) -> tuple[torch
     return traced, {"check_max_abs": checks, "tracer_warnings": tracer_warnings, "frozen": cfg.freeze}
 
 
-def stage(recipe: Recipe, recipe_dir: Path) -> Stage:
-    return Stage(
-        name="export_torchscript",
-        version=1,
-        run=_run,
-        config={
-            "torchscript": recipe.export.torchscript.model_dump(),
-            "max_corner_batch": recipe.validation.corner_batches.get("max", 1),
-            **model_data_slice(recipe, recipe_dir),
-        },
-        environment=lambda: {
-            "torch": torch.__version__,
-            "transformers": package_version("transformers"),
-            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        },
-        produces=("torchscript-fp32",),
-    )
+def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[Stage]:
+    if not any(v.format == "torchscript" for v in variants):
+        return []
+    return [
+        Stage(
+            name="export_torchscript",
+            version=1,
+            config=TorchScriptConfig.from_recipe(recipe, recipe_dir),
+            run=_run,
+            environment=lambda: {
+                "torch": torch.__version__,
+                "transformers": package_version("transformers"),
+                "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            },
+            produces=("torchscript-fp32",),
+        )
+    ]

@@ -12,18 +12,21 @@ from pathlib import Path
 import onnx
 
 from pipeline import onnx_tools
+from pipeline.artifacts import ArtifactRecord
 from pipeline.errors import StageError
 from pipeline.recipe import Fp16Export, Recipe
-from pipeline.stages.base import ArtifactRecord, Output, RunContext, Stage, StageResult
+from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
+from pipeline.variants import Variant, parse
 
-FILE = "model.fp16.onnx"
+FILE = parse("onnx-fp16").file
 
 
-def block_list(cfg: Fp16Export) -> list[str]:
-    """The converter's own list (ops with no FP16 kernels anywhere) plus the recipe's overflow-prone ops."""
-    from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST
+class Fp16Config(StageConfig):
+    fp16: Fp16Export
 
-    return sorted(set(DEFAULT_OP_BLOCK_LIST) | set(cfg.block_ops))
+    @classmethod
+    def from_recipe(cls, recipe: Recipe) -> Fp16Config:
+        return cls(fp16=recipe.export.fp16)
 
 
 def convert(model: onnx.ModelProto, cfg: Fp16Export) -> onnx.ModelProto:
@@ -38,7 +41,10 @@ def convert(model: onnx.ModelProto, cfg: Fp16Export) -> onnx.ModelProto:
     model = onnx.ModelProto.FromString(model.SerializeToString())
     onnx_tools.drop_initializer_value_info(model)
     converted = convert_float_to_float16(
-        model, keep_io_types=cfg.keep_io_types, op_block_list=block_list(cfg), disable_shape_infer=False
+        model,
+        keep_io_types=cfg.keep_io_types,
+        op_block_list=onnx_tools.fp16_block_list(cfg.block_ops),
+        disable_shape_infer=False,
     )
     onnx_tools.topological_sort(converted.graph)
     onnx.checker.check_model(converted)
@@ -58,8 +64,8 @@ def onnxruntime_check(path: Path) -> str:
     return "ok"
 
 
-def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
-    cfg = ctx.recipe.export.fp16
+def _run(ctx: RunContext, config: Fp16Config, inputs: dict[str, ArtifactRecord]) -> StageResult:
+    cfg = config.fp16
     ctx.report("fp16: converting the FP32 graph to float16")
     model = onnx_tools.load(inputs["onnx-fp32"].path)
     converted = convert(model, cfg)
@@ -80,13 +86,17 @@ def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
     return StageResult(outputs=[Output(FILE, "onnx", "onnx-fp16", "fp16", details)], details=details)
 
 
-def stage(recipe: Recipe, recipe_dir: Path) -> Stage:
-    return Stage(
-        name="fp16",
-        version=1,
-        run=_run,
-        config={"fp16": recipe.export.fp16.model_dump()},
-        environment=onnx_tools.onnx_environment,
-        consumes=("onnx-fp32",),
-        produces=("onnx-fp16",),
-    )
+def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[Stage]:
+    if not any(v.name == "onnx-fp16" for v in variants):
+        return []
+    return [
+        Stage(
+            name="fp16",
+            version=1,
+            config=Fp16Config.from_recipe(recipe),
+            run=_run,
+            environment=onnx_tools.onnx_environment,
+            consumes=("onnx-fp32",),
+            produces=("onnx-fp16",),
+        )
+    ]

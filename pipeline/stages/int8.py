@@ -5,10 +5,8 @@ the ones a TensorRT build accepts: symmetric int8 activations and weights, per-c
 every weight, dedicated pairs per consumer, no int32 bias DequantizeLinear (TensorRT rejects those), and Q/DQ
 on the inputs of quantized ops only (TensorRT places GEMM outputs itself). What gets quantized is the recipe's
 choice: op types, weight MatMuls only, and fnmatch include/exclude on module paths, because quantizing every
-MatMul of an encoder costs too much accuracy. Measured on MiniLM (lowest pooled-embedding cosine over 32
-held-out sentences, minmax): Q/K/V only 0.997; plus the attention output 0.997; plus the FFN up-projection
-0.983; every weight MatMul 0.963 (0.71 with Q/DQ also on MatMul outputs). On ONNX Runtime's CPU provider this
-graph is slower than FP32; onnx-int8-dynamic is the CPU variant."""
+MatMul of an encoder costs too much accuracy (the figures are in docs/benchmarking.md). On ONNX Runtime's CPU
+provider this graph is not meant to be fast; onnx-int8-dynamic is the CPU variant."""
 
 from __future__ import annotations
 
@@ -19,12 +17,15 @@ from typing import Any
 import onnx
 
 from pipeline import onnx_tools
-from pipeline.data import Feeds, data_fingerprint
+from pipeline.artifacts import ArtifactRecord
+from pipeline.data import Dataset, Feeds
 from pipeline.errors import StageError
 from pipeline.recipe import Int8Export, Recipe
-from pipeline.stages.base import ArtifactRecord, Output, RunContext, Stage, StageResult
+from pipeline.specs import DataSpec
+from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
+from pipeline.variants import Variant, parse
 
-FILE = "model.int8.onnx"
+FILE = parse("onnx-int8").file
 LOG = "logs/int8.log"
 CALIBRATION_BATCH = 8
 METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
@@ -42,6 +43,16 @@ SETTINGS: dict[str, Any] = {
     "exclude_output_quantization": True,
     "calibration_batch": CALIBRATION_BATCH,
 }
+
+
+class Int8Config(StageConfig):
+    int8: Int8Export
+    settings: dict[str, Any]  # SETTINGS: fixed, but a change to them must re-run the stage
+    data: DataSpec  # calibration split
+
+    @classmethod
+    def from_recipe(cls, recipe: Recipe, recipe_dir: Path) -> Int8Config:
+        return cls(int8=recipe.export.int8, settings=SETTINGS, data=DataSpec.from_recipe(recipe, recipe_dir))
 
 
 class FeedsReader:
@@ -63,11 +74,11 @@ class FeedsReader:
         return next(self._iter, None)
 
 
-def calibration_feeds(ctx: RunContext, graph_inputs: list[str]) -> list[Feeds]:
+def calibration_feeds(dataset: Dataset, graph_inputs: list[str]) -> list[Feeds]:
     """The calibration split only (never validation), restricted to the inputs the graph declares."""
     feeds = [
         {k: v for k, v in batch.items() if k in graph_inputs}
-        for batch in ctx.dataset().calibration_feeds(CALIBRATION_BATCH)
+        for batch in dataset.calibration_feeds(CALIBRATION_BATCH)
     ]
     if not feeds:
         raise StageError("int8: the calibration split is empty (data.calibration and the sample count)")
@@ -130,12 +141,8 @@ def quantized_nodes(model: onnx.ModelProto, op_types: list[str]) -> list[str]:
     ]
 
 
-def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
-    cfg = ctx.recipe.export.int8
-    if cfg.quantizer != "onnxruntime":
-        raise StageError(
-            f"int8: quantizer '{cfg.quantizer}' is not implemented by this stage (use 'onnxruntime')"
-        )
+def _run(ctx: RunContext, config: Int8Config, inputs: dict[str, ArtifactRecord]) -> StageResult:
+    cfg, dataset = config.int8, ctx.dataset(config.data)
     target = ctx.path(FILE)
     with tempfile.TemporaryDirectory(prefix="int8-") as tmp, onnx_tools.captured(ctx.path(LOG)):
         source = Path(tmp) / "preprocessed.onnx"
@@ -152,7 +159,7 @@ def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
             raise StageError(
                 f"int8: no {'/'.join(cfg.op_types)} node is left to quantize after include/exclude"
             )
-        feeds = calibration_feeds(ctx, graph_inputs)
+        feeds = calibration_feeds(dataset, graph_inputs)
         ctx.report(
             f"int8: {cfg.calibration} calibration on {len(feeds)} batches, {len(selection.quantize)} nodes"
         )
@@ -164,14 +171,14 @@ def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
             ) from exc
         result = onnx_tools.load(Path(tmp) / FILE)
     onnx_tools.save(result, target)
-    details = _details(ctx, result, selection, cfg, feeds, pre)
+    details = _details(dataset, result, selection, cfg, feeds, pre)
     return StageResult(
         outputs=[Output(FILE, "onnx", "onnx-int8", "int8", details), Output(LOG, "log")], details=details
     )
 
 
 def _details(
-    ctx: RunContext,
+    dataset: Dataset,
     model: onnx.ModelProto,
     selection: onnx_tools.Selection,
     cfg: Int8Export,
@@ -183,7 +190,7 @@ def _details(
     return {
         "calibration_method": cfg.calibration,
         "calibration_samples": sum(len(next(iter(batch.values()))) for batch in feeds),
-        "calibration_hash": ctx.dataset().calibration_hash(),
+        "calibration_hash": dataset.calibration_hash(),
         "quantized_nodes": [selection.label(n) for n in done],
         "quantized_count": len(done),
         "qdq_pairs": counts.get("QuantizeLinear", 0),
@@ -196,17 +203,17 @@ def _details(
     }
 
 
-def stage(recipe: Recipe, recipe_dir: Path) -> Stage:
-    return Stage(
-        name="int8",
-        version=1,
-        run=_run,
-        config={
-            "int8": recipe.export.int8.model_dump(),
-            "settings": SETTINGS,
-            "data": data_fingerprint(recipe, recipe_dir),
-        },
-        environment=onnx_tools.onnx_environment,
-        consumes=("onnx-fp32",),
-        produces=("onnx-int8",),
-    )
+def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[Stage]:
+    if not any(v.name == "onnx-int8" for v in variants):
+        return []
+    return [
+        Stage(
+            name="int8",
+            version=1,
+            config=Int8Config.from_recipe(recipe, recipe_dir),
+            run=_run,
+            environment=onnx_tools.onnx_environment,
+            consumes=("onnx-fp32",),
+            produces=("onnx-int8",),
+        )
+    ]

@@ -2,9 +2,8 @@
 quantized per call (DynamicQuantizeLinear + MatMulInteger). No calibration data, and on the CPU the fastest
 ONNX variant for encoders; TensorRT cannot use it (no MatMulInteger), onnx-int8 is the TensorRT graph.
 
-Weights are quantized per output channel: on MiniLM per-tensor weights gave a lowest pooled-embedding cosine
-of 0.942 against 0.988 per channel (32 held-out sentences); the latency difference was within noise on a
-2-core CPU (both ~27-30 ms at batch 1 x 128 against ~38 ms for FP32)."""
+Weights are quantized per output channel: per-tensor weights cost accuracy for no speed (docs/benchmarking.md
+has the figures)."""
 
 from __future__ import annotations
 
@@ -13,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import onnx_tools
+from pipeline.artifacts import ArtifactRecord
 from pipeline.errors import StageError
 from pipeline.recipe import Recipe
-from pipeline.stages.base import ArtifactRecord, Output, RunContext, Stage, StageResult
+from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
+from pipeline.variants import Variant, parse
 
-FILE = "model.int8-dynamic.onnx"
+FILE = parse("onnx-int8-dynamic").file
 LOG = "logs/int8_dynamic.log"
 SETTINGS: dict[str, Any] = {
     "op_types": ["MatMul", "Gemm"],
@@ -25,6 +26,12 @@ SETTINGS: dict[str, Any] = {
     "per_channel": True,
     "MatMulConstBOnly": True,
 }
+
+
+class Int8DynamicConfig(StageConfig):
+    """Nothing of the recipe: the quantizer's fixed settings (a change to them must re-run the stage)."""
+
+    settings: dict[str, Any]
 
 
 def quantize(source: Path, target: Path) -> None:
@@ -44,7 +51,7 @@ def quantize(source: Path, target: Path) -> None:
     )
 
 
-def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
+def _run(ctx: RunContext, config: Int8DynamicConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
     target = ctx.path(FILE)
     ctx.report("int8_dynamic: quantizing weights")
     with tempfile.TemporaryDirectory(prefix="int8-dynamic-") as tmp, onnx_tools.captured(ctx.path(LOG)):
@@ -72,13 +79,17 @@ def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
     )
 
 
-def stage(recipe: Recipe, recipe_dir: Path) -> Stage:
-    return Stage(
-        name="int8_dynamic",
-        version=1,
-        run=_run,
-        config={"settings": SETTINGS},
-        environment=onnx_tools.onnx_environment,
-        consumes=("onnx-fp32",),
-        produces=("onnx-int8-dynamic",),
-    )
+def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[Stage]:
+    if not any(v.name == "onnx-int8-dynamic" for v in variants):
+        return []
+    return [
+        Stage(
+            name="int8_dynamic",
+            version=1,
+            config=Int8DynamicConfig(settings=SETTINGS),
+            run=_run,
+            environment=onnx_tools.onnx_environment,
+            consumes=("onnx-fp32",),
+            produces=("onnx-int8-dynamic",),
+        )
+    ]

@@ -1,29 +1,43 @@
 """ONNX Runtime-optimized graphs in FP32 and FP16: fused contrib ops (Attention, SkipLayerNormalization, BiasGelu).
 
 Two fusion passes, in order (export.optimize.fusions): onnxscript's ONNX Runtime rewriter
-(`onnxscript.rewriter.ort_fusions.optimize_for_ort`), which finds the attention pattern of a dynamo export
-(6 Attention, 12 SkipLayerNormalization, 6 BiasGelu on MiniLM), then ONNX Runtime's transformers optimizer, which
-fuses what is left (on a dynamo export it finds no Attention). Attention is what lets the CUDA provider use its
+(`onnxscript.rewriter.ort_fusions.optimize_for_ort`), which finds the attention pattern of a dynamo export,
+then ONNX Runtime's transformers optimizer, which fuses what is left (on a dynamo export it finds no Attention;
+the counts on MiniLM are in docs/benchmarking.md). Attention is what lets the CUDA provider use its
 fused flash / memory-efficient kernels. These graphs hold com.microsoft ops, so they target ONNX Runtime only
 (TensorRT and the quantizers take the plain graph). At opt_level 2 the transformers optimizer first runs ONNX
 Runtime's own extended fusions for the CPU provider; level 1 leaves those to session load."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import onnx
 
 from pipeline import onnx_tools
+from pipeline.artifacts import ArtifactRecord
 from pipeline.errors import StageError
-from pipeline.recipe import Recipe
-from pipeline.stages.base import ArtifactRecord, Output, RunContext, Stage, StageResult
-from pipeline.stages.fp16 import block_list
+from pipeline.recipe import Fp16Export, OptimizeExport, Recipe
+from pipeline.specs import ModelSpec
+from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
+from pipeline.variants import Variant, parse
 
-FP32_FILE = "model.optimized.onnx"
-FP16_FILE = "model.optimized.fp16.onnx"
+
+class OptimizeConfig(StageConfig):
+    artifact: str  # onnx-optimized-<precision>
+    optimize: OptimizeExport
+    fp16: Fp16Export | None  # the FP16 conversion of the fused graph (the FP16 variant only)
+    model: ModelSpec  # the transformers optimizer reads the model's heads and hidden size
+
+    @classmethod
+    def from_recipe(cls, recipe: Recipe, recipe_dir: Path, variant: Variant) -> OptimizeConfig:
+        return cls(
+            artifact=variant.name,
+            optimize=recipe.export.optimize,
+            fp16=recipe.export.fp16 if variant.precision == "fp16" else None,
+            model=ModelSpec.from_recipe(recipe, recipe_dir),
+        )
 
 
 def onnxscript_fusions(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, int]]:
@@ -35,16 +49,17 @@ def onnxscript_fusions(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[st
     return ir.to_proto(fused), {k: int(v) for k, v in sorted(counts.items()) if v}
 
 
-def optimize(ctx: RunContext, source: Path, fp16: bool) -> tuple[onnx.ModelProto, dict[str, Any]]:
-    """Run the fusion passes (and the FP16 conversion); returns the graph and the fusion statistics."""
+def optimize(
+    source: Path, cfg: OptimizeExport, config: dict[str, Any], fp16: Fp16Export | None
+) -> tuple[onnx.ModelProto, dict[str, Any]]:
+    """Run the fusion passes (and the FP16 conversion, when `fp16` is given) on the graph of the model whose
+    transformers config is `config`; returns the graph and the fusion statistics."""
     try:
         from onnxruntime.transformers.optimizer import optimize_model
     except ImportError as exc:
         raise StageError(
             f"optimize_onnx: needs onnxruntime ({exc}); pip install 'deploy-pipeline[cpu]'"
         ) from exc
-    cfg = ctx.recipe.export.optimize
-    config = ctx.model().config
     graph: str | onnx.ModelProto = str(source.resolve())
     report: dict[str, Any] = {}
     if "onnxscript" in cfg.fusions:
@@ -54,7 +69,7 @@ def optimize(ctx: RunContext, source: Path, fp16: bool) -> tuple[onnx.ModelProto
             report["onnxscript_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
     if "transformers" not in cfg.fusions:
         model = graph if isinstance(graph, onnx.ModelProto) else onnx_tools.load(source)
-        return _finish(ctx, model, fp16), report
+        return _finish(model, fp16), report
     with onnx_tools.scratch_cwd():
         if isinstance(graph, onnx.ModelProto):  # the optimizer reads a file (given a proto, it writes one)
             onnx_tools.save(graph, "fused.onnx")
@@ -71,17 +86,16 @@ def optimize(ctx: RunContext, source: Path, fp16: bool) -> tuple[onnx.ModelProto
     report["transformers"] = {
         k: int(v) for k, v in sorted(optimized.get_fused_operator_statistics().items()) if v
     }
-    return _finish(ctx, optimized.model, fp16), report
+    return _finish(optimized.model, fp16), report
 
 
-def _finish(ctx: RunContext, model: onnx.ModelProto, fp16: bool) -> onnx.ModelProto:
-    if fp16:
+def _finish(model: onnx.ModelProto, fp16: Fp16Export | None) -> onnx.ModelProto:
+    if fp16 is not None:
         from onnxruntime.transformers.onnx_model import OnnxModel
 
         wrapped = OnnxModel(model)
         wrapped.convert_float_to_float16(
-            keep_io_types=ctx.recipe.export.fp16.keep_io_types,
-            op_block_list=block_list(ctx.recipe.export.fp16),
+            keep_io_types=fp16.keep_io_types, op_block_list=onnx_tools.fp16_block_list(fp16.block_ops)
         )
         model = wrapped.model
     onnx_tools.ensure_opset_imports(model)
@@ -90,56 +104,46 @@ def _finish(ctx: RunContext, model: onnx.ModelProto, fp16: bool) -> onnx.ModelPr
     return model
 
 
-def _runner(
-    precision: str, file: str, artifact: str
-) -> Callable[[RunContext, dict[str, ArtifactRecord]], StageResult]:
-    fp16 = precision == "fp16"
-    name = f"optimize_onnx_{precision}"
-
-    def run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
-        ctx.report(f"{name}: running the ONNX Runtime transformer optimizer")
-        log = f"logs/{name}.log"
-        with onnx_tools.captured(ctx.path(log)):
-            model, fusions = optimize(ctx, inputs["onnx-fp32"].path, fp16)
-        onnx_tools.save(model, ctx.path(file))
-        details: dict[str, Any] = {
-            "target": "onnxruntime",
-            "fused_ops": fusions.get("transformers", {}),
-            "fusions": fusions,
-            "contrib_ops": {
-                k: v for k, v in onnx_tools.op_counts(model).items() if k.startswith("com.microsoft.")
-            },
-            "opt_level": ctx.recipe.export.optimize.opt_level,
-            "model_type": ctx.recipe.export.optimize.model_type,
-        }
-        if fp16:
-            details["fp16_node_share"] = onnx_tools.fp16_node_share(model)
-        return StageResult(
-            outputs=[Output(file, "onnx", artifact, precision, details), Output(log, "log")], details=details
+def _run(ctx: RunContext, config: OptimizeConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
+    variant = parse(config.artifact)
+    name = f"optimize_onnx_{variant.precision}"
+    ctx.report(f"{name}: running the ONNX Runtime transformer optimizer")
+    log = f"logs/{name}.log"
+    with onnx_tools.captured(ctx.path(log)):
+        model, fusions = optimize(
+            inputs["onnx-fp32"].path, config.optimize, ctx.model(config.model).config, config.fp16
         )
+    onnx_tools.save(model, ctx.path(variant.file))
+    details: dict[str, Any] = {
+        "target": "onnxruntime",
+        "fused_ops": fusions.get("transformers", {}),
+        "fusions": fusions,
+        "contrib_ops": {
+            k: v for k, v in onnx_tools.op_counts(model).items() if k.startswith("com.microsoft.")
+        },
+        "opt_level": config.optimize.opt_level,
+        "model_type": config.optimize.model_type,
+    }
+    if config.fp16 is not None:
+        details["fp16_node_share"] = onnx_tools.fp16_node_share(model)
+    return StageResult(
+        outputs=[Output(variant.file, "onnx", variant.name, variant.precision, details), Output(log, "log")],
+        details=details,
+    )
 
-    return run
 
-
-def stages(recipe: Recipe, recipe_dir: Path) -> list[Stage]:
-    common = {"optimize": recipe.export.optimize.model_dump()}
+def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[Stage]:
+    """One stage per optimized variant asked for (FP32, FP16)."""
     return [
         Stage(
-            name="optimize_onnx_fp32",
+            name=f"optimize_onnx_{variant.precision}",
             version=2,  # 2: onnxscript fusions first
-            run=_runner("fp32", FP32_FILE, "onnx-optimized-fp32"),
-            config=common,
+            config=OptimizeConfig.from_recipe(recipe, recipe_dir, variant),
+            run=_run,
             environment=onnx_tools.onnx_environment,
             consumes=("onnx-fp32",),
-            produces=("onnx-optimized-fp32",),
-        ),
-        Stage(
-            name="optimize_onnx_fp16",
-            version=2,
-            run=_runner("fp16", FP16_FILE, "onnx-optimized-fp16"),
-            config={**common, "fp16": recipe.export.fp16.model_dump()},
-            environment=onnx_tools.onnx_environment,
-            consumes=("onnx-fp32",),
-            produces=("onnx-optimized-fp16",),
-        ),
+            produces=(variant.name,),
+        )
+        for variant in sorted(variants, key=lambda v: v.precision != "fp32")
+        if variant.format == "onnx" and variant.flavour == "optimized"
     ]

@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pipeline
+from pipeline.artifacts import ArtifactRecord
 from pipeline.children import popen_tied
 from pipeline.errors import StageError
-from pipeline.recipe import Recipe
-from pipeline.stages.base import ArtifactRecord, Output, RunContext, Stage, StageResult
+from pipeline.recipe import Recipe, corner_shape
+from pipeline.results import EngineDetails
+from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.trt.flavour import (
     DISPLAY,
     INSTALL,
@@ -32,9 +34,9 @@ from pipeline.trt.flavour import (
     resolve_flavour,
     trt_version,
 )
+from pipeline.variants import Variant, parse
 
 VERSION = 1
-ONNX_SOURCE = {"fp32": "onnx-fp32", "fp16": "onnx-fp16", "int8": "onnx-int8"}
 NO_BUILDER = "no TensorRT builder installed (pip install 'deploy-pipeline[tensorrt-rtx]' or '[tensorrt]')"
 CORNERS = ("min", "opt", "max")
 
@@ -47,19 +49,51 @@ class EngineBuildError(StageError):
         self.parser_errors = list(parser_errors or [])
 
 
-def engine_variants(recipe: Recipe) -> list[tuple[int, str, str | None, str]]:
-    """(index in variants.build, variant name, flavour or None when auto finds none, precision) per engine variant."""
+class EngineConfig(StageConfig):
+    flavour: str
+    trt_version: str | None
+    precision: str
+    source: str  # the ONNX artifact of the engine's precision
+    compute_capabilities: list[str]  # TensorRT-RTX's ahead-of-time targets; ["current"]: this host's GPU
+    profiles: list[dict[str, list[list[int]]]]
+    optimization_level: int
+    workspace_mb: int
+    build_timeout_s: int
+
+    @classmethod
+    def from_recipe(cls, recipe: Recipe, variant: Variant) -> EngineConfig:
+        assert variant.flavour is not None and variant.built_from is not None
+        settings = recipe.export.tensorrt
+        rtx = variant.flavour == "tensorrt-rtx"
+        return cls(
+            flavour=variant.flavour,
+            trt_version=trt_version(variant.flavour),
+            precision=variant.precision,
+            source=variant.built_from,
+            compute_capabilities=list(settings.compute_capabilities) if rtx else ["current"],
+            profiles=engine_profiles(recipe),
+            optimization_level=settings.optimization_level,
+            workspace_mb=settings.workspace_mb,
+            build_timeout_s=settings.build_timeout_s,
+        )
+
+
+class NoBuilderConfig(StageConfig):
+    """An engine-<precision> request that export.tensorrt.flavour `auto` resolved to no installed builder."""
+
+    precision: str
+
+
+def engine_variants(recipe: Recipe) -> list[tuple[int, Variant]]:
+    """(index in variants.build, the variant with its flavour resolved) per engine variant; an `engine-<p>`
+    whose `auto` flavour finds no builder keeps its name and has no flavour."""
     found = []
-    for i, variant in enumerate(recipe.variants.build):
-        if variant.startswith("engine-"):
-            flavour = resolve_flavour(recipe.export.tensorrt.flavour)
-        elif variant.startswith("tensorrt-rtx-"):
-            flavour = "tensorrt-rtx"
-        elif variant.startswith("tensorrt-"):
-            flavour = "tensorrt"
-        else:
-            continue
-        found.append((i, variant, flavour, variant.rsplit("-", 1)[1]))
+    for i, name in enumerate(recipe.variants.build):
+        variant = parse(name)
+        if variant.flavour_from_setting:
+            variant = parse(name, resolve_flavour(recipe.export.tensorrt.flavour))
+        if variant.format == "engine":
+            found.append((i, variant))
     return found
 
 
@@ -68,70 +102,53 @@ def engine_profiles(recipe: Recipe) -> list[dict[str, list[list[int]]]]:
     profiles = []
     for profile in recipe.export.tensorrt.profiles or [None]:
         dims = {**recipe.dims, **(profile.dims if profile else {})}
-        profiles.append(
-            {
-                spec.name: [
-                    [d if isinstance(d, int) else getattr(dims[d], c) for d in spec.shape] for c in CORNERS
-                ]
-                for spec in recipe.inputs
-            }
-        )
+        profiles.append({spec.name: [corner_shape(spec, dims, c) for c in CORNERS] for spec in recipe.inputs})
     return profiles
 
 
-def stages(recipe: Recipe, recipe_dir: Path) -> list[Stage]:
-    """One stage per distinct (flavour, precision) engine the recipe asks for."""
+def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[Stage]:
+    """One stage per distinct (flavour, precision) engine among the variants."""
     made: dict[str, Stage] = {}
-    for _, _, flavour, precision in engine_variants(recipe):
+    for variant in variants:
+        if variant.format != "engine":
+            continue
         stage = (
-            _missing_builder_stage(precision)
-            if flavour is None
-            else _engine_stage(recipe, flavour, precision)
+            _missing_builder_stage(variant.precision)
+            if variant.flavour is None
+            else _engine_stage(recipe, variant)
         )
         made.setdefault(stage.name, stage)
     return list(made.values())
 
 
-def _missing_builder_stage(precision: str) -> Stage:
-    def run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
-        raise StageError(NO_BUILDER)
+def _no_builder(ctx: RunContext, config: NoBuilderConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
+    raise StageError(NO_BUILDER)
 
+
+def _missing_builder_stage(precision: str) -> Stage:
     return Stage(
         name=f"engine-{precision}",
         version=VERSION,
-        run=run,
-        config={"flavour": None, "precision": precision},
+        config=NoBuilderConfig(precision=precision),
+        run=_no_builder,
         produces=(f"engine-{precision}",),
     )
 
 
-def _engine_stage(recipe: Recipe, flavour: str, precision: str) -> Stage:
-    name = f"{flavour}-{precision}"
-    settings = recipe.export.tensorrt
-    config = {
-        "flavour": flavour,
-        "trt_version": trt_version(flavour),
-        "precision": precision,
-        "source": ONNX_SOURCE[precision],
-        "compute_capabilities": list(settings.compute_capabilities)
-        if flavour == "tensorrt-rtx"
-        else ["current"],
-        "profiles": engine_profiles(recipe),
-        "optimization_level": settings.optimization_level,
-        "workspace_mb": settings.workspace_mb,
-    }
+def _build(ctx: RunContext, config: EngineConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
+    return build_engine(ctx, inputs[config.source], config)
 
-    def run(ctx: RunContext, inputs: dict[str, ArtifactRecord]) -> StageResult:
-        return build_engine(ctx, inputs[config["source"]], name, config, settings.build_timeout_s)
 
+def _engine_stage(recipe: Recipe, variant: Variant) -> Stage:
+    config = EngineConfig.from_recipe(recipe, variant)
     return Stage(
-        name=name,
+        name=variant.name,
         version=VERSION,
-        run=run,
         config=config,
-        environment=lambda: builder_environment(flavour),
-        consumes=(config["source"],),
-        produces=(name,),
+        run=_build,
+        environment=lambda: builder_environment(config.flavour),
+        consumes=(config.source,),
+        produces=(variant.name,),
     )
 
 
@@ -150,38 +167,36 @@ def timing_cache_dir(ctx: RunContext) -> Path:
     return Path(cache) / "timing"
 
 
-def build_engine(
-    ctx: RunContext, onnx: ArtifactRecord, name: str, config: dict[str, Any], timeout_s: float
-) -> StageResult:
+def build_engine(ctx: RunContext, onnx: ArtifactRecord, config: EngineConfig) -> StageResult:
     """Run the builder child for one engine, record its configuration and layers, raise on failure."""
-    flavour, precision = config["flavour"], config["precision"]
+    flavour, precision = config.flavour, config.precision
+    variant = parse(f"{flavour}-{precision}")
+    name = variant.name
     if module_name(flavour) is None:
         raise StageError(f"{DISPLAY[flavour]} is not installed ({INSTALL[flavour]})")
     rel = {
-        "engine": f"model.{flavour}.{precision}.engine",
+        "engine": variant.file,
         "log": f"logs/{name}.build.log",
         "build": f"logs/{name}.build.json",
         "layers": f"logs/{name}.layers.json",
     }
-    cache = (
-        timing_cache_dir(ctx) / f"{flavour}-{config['trt_version']}.cache" if flavour == "tensorrt" else None
-    )
+    cache = timing_cache_dir(ctx) / f"{flavour}-{config.trt_version}.cache" if flavour == "tensorrt" else None
     with tempfile.TemporaryDirectory(prefix=f"{name}-") as tmp:
         job = {
             "onnx": str(onnx.path),
             "engine": str(ctx.path(rel["engine"])),
             "flavour": flavour,
-            "profiles": config["profiles"],
-            "compute_capabilities": config["compute_capabilities"],
-            "optimization_level": config["optimization_level"],
-            "workspace_mb": config["workspace_mb"],
+            "profiles": config.profiles,
+            "compute_capabilities": config.compute_capabilities,
+            "optimization_level": config.optimization_level,
+            "workspace_mb": config.workspace_mb,
             "timing_cache": str(cache) if cache else None,
             "log": str(ctx.path(rel["log"])),
             "layers": str(ctx.path(rel["layers"])),
             "result": str(Path(tmp) / "result.json"),
         }
         ctx.report(f"{name}: building from {onnx.name}")
-        result = run_builder(job, Path(tmp), timeout_s, ctx.report)
+        result = run_builder(job, Path(tmp), config.build_timeout_s, ctx.report)
     record = {
         **result,
         "stage": name,
@@ -191,19 +206,7 @@ def build_engine(
     ctx.path(rel["build"]).write_text(json.dumps(record, indent=1))
     if not result.get("ok"):
         raise EngineBuildError(failure_message(name, result), result.get("parser_errors"))
-    details = {
-        k: result.get(k)
-        for k in (
-            "flavour",
-            "trt_version",
-            "compute_capabilities",
-            "profiles",
-            "optimization_level",
-            "build_s",
-            "layer_count",
-            "layers_source",
-        )
-    }
+    details: EngineDetails = {k: result.get(k) for k in EngineDetails.__annotations__}  # type: ignore[misc]
     return StageResult(
         outputs=[
             Output(rel["engine"], "engine", artifact=name, precision=precision, details=details),
@@ -304,16 +307,17 @@ def preflight_problems(recipe: Recipe) -> list[tuple[str, str]]:
         return []
     problems = []
     settings = recipe.export.tensorrt
-    for i, variant, flavour, _ in variants:
-        if flavour is None and variant in recipe.variants.required:
-            problems.append(("export.tensorrt.flavour", f"required variant '{variant}': {NO_BUILDER}"))
+    for i, variant in variants:
+        flavour, requested = variant.flavour, variant.requested
+        if flavour is None and requested in recipe.variants.required:
+            problems.append(("export.tensorrt.flavour", f"required variant '{requested}': {NO_BUILDER}"))
         if flavour is None or module_name(flavour) is not None:
             continue
-        key = "export.tensorrt.flavour" if variant.startswith("engine-") else f"variants.build[{i}]"
+        key = "export.tensorrt.flavour" if variant.flavour_from_setting else f"variants.build[{i}]"
         problems.append(
-            (key, f"'{variant}' needs {DISPLAY[flavour]}, which is not installed ({INSTALL[flavour]})")
+            (key, f"'{requested}' needs {DISPLAY[flavour]}, which is not installed ({INSTALL[flavour]})")
         )
-    if any(flavour == "tensorrt-rtx" for *_, flavour, _ in variants):
+    if any(variant.flavour == "tensorrt-rtx" for _, variant in variants):
         for j, cc in enumerate(settings.compute_capabilities):
             if cc not in RTX_COMPUTE_CAPABILITIES:
                 problems.append(

@@ -8,33 +8,48 @@ whose runtime raises fails with the error as its reason (the stage itself goes o
 from __future__ import annotations
 
 import gc
-import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pipeline.accuracy import ArtifactAccuracy, artifact_entry, evaluate
+from pipeline.accuracy import ArtifactAccuracy, evaluate
+from pipeline.artifacts import ArtifactRecord
 from pipeline.bench import hosts
-from pipeline.recipe import Recipe, Tolerance, ValidationConfig
+from pipeline.data import Dataset
+from pipeline.packages import package_version
+from pipeline.recipe import DimRange, Recipe, Tolerance, ValidationConfig
+from pipeline.results import REPORTS, AccuracyReport, artifact_entry, write_report
 from pipeline.runners.base import Feeds, NotRunnable, Runner
-from pipeline.runners.polygraphy_adapter import PolygraphyRunner
+from pipeline.runners.polygraphy_adapter import PolygraphyRunner, polygraphy_verdict
 from pipeline.runners.registry import runtime_environment
-from pipeline.stages.base import (
-    ArtifactRecord,
-    Output,
-    RunContext,
-    Stage,
-    StageResult,
-    model_data_slice,
-    package_version,
-)
+from pipeline.specs import DataSpec, ModelSpec, RunnerSettings
+from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
+from pipeline.variants import REFERENCE
 
-REPORT = "reports/accuracy.json"
-REFERENCE = "torch-fp32"
+REPORT = REPORTS["report:accuracy"]
 ERROR_CHARS = 400
+
+
+class ValidateConfig(StageConfig):
+    validation: ValidationConfig
+    model: ModelSpec  # the reference
+    data: DataSpec
+    runners: RunnerSettings
+    timing: hosts.HostTiming  # validation covers exactly the (artifact, runtime) pairs the benchmark times
+    artifacts: list[str]  # in report order; whichever of them were built are validated
+
+    @classmethod
+    def from_recipe(cls, recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> ValidateConfig:
+        return cls(
+            validation=recipe.validation,
+            model=ModelSpec.from_recipe(recipe, recipe_dir),
+            data=DataSpec.from_recipe(recipe, recipe_dir),
+            runners=RunnerSettings.from_recipe(recipe),
+            timing=hosts.HostTiming.from_recipe(recipe),
+            artifacts=list(artifacts),
+        )
 
 
 @dataclass(frozen=True)
@@ -48,16 +63,12 @@ class Batch:
 # ---------------------------------------------------------------- inputs
 
 
-def validation_batches(ctx: RunContext) -> list[Batch]:
+def validation_batches(dataset: Dataset, cfg: ValidationConfig) -> list[Batch]:
     """The corners at the recipe's corner batch sizes (never larger), then the held-out split as 'data'."""
-    recipe, dataset = ctx.recipe, ctx.dataset()
-    cfg = recipe.validation
-    batches = []
-    for corner in cfg.corners:
-        dims = dataset.corner_dims(corner)
-        if recipe.benchmark.batch_dim in dims:
-            dims[recipe.benchmark.batch_dim] = cfg.corner_batches.get(corner, 1)
-        batches.append(Batch(corner, dataset.feeds_at(dims)))
+    batches = [
+        Batch(corner, dataset.corner_feeds(corner, cfg.corner_batches.get(corner, 1)))
+        for corner in cfg.corners
+    ]
     batches += [Batch("data", feeds) for feeds in dataset.validation_feeds(batch=cfg.data_batch)]
     return batches
 
@@ -77,7 +88,9 @@ class BatchFailure(Exception):
         self.where = where
 
 
-def run_batches(ctx: RunContext, runner: Runner, batches: list[Batch], label: str) -> Any:
+def run_batches(
+    ctx: RunContext, settings: RunnerSettings, runner: Runner, batches: list[Batch], label: str
+) -> Any:
     """Comparator.run over all batches with one runner (activated and deactivated by the Comparator);
     returns Polygraphy's RunResults. Progress is reported per batch; a failure says at which batch."""
     from polygraphy.comparator import Comparator
@@ -89,7 +102,7 @@ def run_batches(ctx: RunContext, runner: Runner, batches: list[Batch], label: st
         started.append(i)
         _progress(ctx, label, batches, i)
 
-    adapter = PolygraphyRunner(runner, ctx.recipe, on_infer)
+    adapter = PolygraphyRunner(runner, settings, on_infer)
     try:
         with G_LOGGER.verbosity(G_LOGGER.WARNING):
             return Comparator.run([adapter], data_loader=[b.feeds for b in batches])
@@ -123,73 +136,33 @@ def _by_inputs(run_results: Any, batches: list[Batch]) -> dict[str, list[dict[st
     return grouped
 
 
-def padding_masks(recipe: Recipe, batches: list[Batch]) -> dict[str, list[np.ndarray | None]]:
-    """Per input set, each batch's padding mask (the recipe's padding_mask input), so that per-token outputs
-    are judged on real tokens only."""
-    name = recipe.validation.padding_mask
+def padding_masks(name: str | None, batches: list[Batch]) -> dict[str, list[np.ndarray | None]]:
+    """Per input set, each batch's padding mask (the input `name`, validation.padding_mask), so that
+    per-token outputs are judged on real tokens only."""
     grouped: dict[str, list[np.ndarray | None]] = {}
     for batch in batches:
         grouped.setdefault(batch.inputs, []).append(batch.feeds.get(name) if name else None)
     return grouped
 
 
-def coverage_warnings(recipe: Recipe) -> list[str]:
+def coverage_warnings(cfg: ValidationConfig, dims: dict[str, DimRange]) -> list[str]:
     """What the validation does not cover of the shape space the recipe declares (said in the report and on
     the console, never silently)."""
-    skipped = [c for c in ("min", "max") if c not in recipe.validation.corners]
+    skipped = [c for c in ("min", "max") if c not in cfg.corners]
     return [
         f"dims.{dim}.{corner} is not validated (validation.corners leaves out {corner})"
-        for dim in recipe.dims
+        for dim in dims
         for corner in skipped
     ]
-
-
-def polygraphy_verdict(reference: Any, actual: Any, recipe: Recipe, tolerance: Tolerance) -> dict[str, Any]:
-    """Polygraphy's own elementwise verdict per output (CompareFunc.simple with the recipe's max_abs as atol and
-    max_rel as rtol): recorded beside our checks for cross-reference; it never gates."""
-    from polygraphy.comparator import Comparator, CompareFunc, RunResults
-    from polygraphy.logger import G_LOGGER
-
-    from pipeline.accuracy import thresholds_for
-
-    atol = {o: thresholds_for(tolerance, o)["max_abs"][0] or 1e-5 for o in recipe.outputs}
-    rtol = {o: thresholds_for(tolerance, o)["max_rel"][0] or 1e-5 for o in recipe.outputs}
-    ((ref_name, ref_iters),) = reference.items()
-    ((act_name, act_iters),) = actual.items()
-    combined = RunResults([(ref_name, ref_iters), (act_name, act_iters)])
-    with G_LOGGER.verbosity(G_LOGGER.CRITICAL):
-        results = Comparator.compare_accuracy(combined, compare_func=CompareFunc.simple(atol=atol, rtol=rtol))
-    per_output: dict[str, Any] = {}
-    for iteration in next(iter(results[0].values())):
-        for output, result in iteration.items():
-            entry = per_output.setdefault(
-                output, {"passed": True, "atol": atol[output], "rtol": rtol[output]}
-            )
-            entry["passed"] = entry["passed"] and bool(result)
-            for stat in ("max_absdiff", "max_reldiff"):
-                value = _finite_or_none(getattr(result, stat, None))
-                if value is None or entry.get(stat, -1.0) is None:
-                    entry[stat] = None
-                else:
-                    entry[stat] = max(entry.get(stat, value), value)
-    return per_output
-
-
-def _finite_or_none(value: Any) -> float | None:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
 
 
 # ---------------------------------------------------------------- one artifact
 
 
-def tolerance_for(recipe: Recipe, precision: str | None) -> Tolerance:
+def tolerance_for(cfg: ValidationConfig, precision: str | None) -> Tolerance:
     """The recipe's tolerance for this precision; the schema's default when the recipe leaves it out."""
     key = precision or "fp32"
-    return recipe.validation.tolerances.get(key) or ValidationConfig().tolerances[key]
+    return cfg.tolerances.get(key) or ValidationConfig().tolerances[key]
 
 
 def runtime_runners(runners: list[Runner]) -> list[Runner]:
@@ -204,6 +177,7 @@ def runtime_runners(runners: list[Runner]) -> list[Runner]:
 
 def validate_artifact(
     ctx: RunContext,
+    config: ValidateConfig,
     record: ArtifactRecord,
     batches: list[Batch],
     reference: Any,
@@ -213,19 +187,21 @@ def validate_artifact(
     runtime error is that runtime's failure, not a crash."""
     from pipeline.runners.registry import runners_for
 
-    found = runners_for(record, ctx)
+    found = runners_for(record, config.runners)
     if isinstance(found, NotRunnable):
         return found
     if not found:
         return NotRunnable(record.name, "no runner for this artifact kind")
     gpu_host = hosts.has_cuda()
-    timed = [r for r in found if hosts.timed_anywhere(ctx.recipe, record.name, r.runtime, gpu_host)]
+    timed = [r for r in found if hosts.timed_anywhere(config.timing, record.name, r.runtime, gpu_host)]
     if not timed:
         return NotRunnable(
             record.name,
-            f"none of its runtimes is timed on this host ({hosts.policy(ctx.recipe, gpu_host)['rule']})",
+            f"none of its runtimes is timed on this host ({hosts.policy(config.timing, gpu_host)['rule']})",
         )
-    results = [validate_on(ctx, record, runner, batches, reference) for runner in runtime_runners(timed)]
+    results = [
+        validate_on(ctx, config, record, runner, batches, reference) for runner in runtime_runners(timed)
+    ]
     if onnx_reference is not None and record.kind == "onnx" and record.name != onnx_reference.name:
         for accuracy in results:
             if not accuracy and accuracy.error is None:
@@ -266,13 +242,19 @@ def locate(
 
 
 def validate_on(
-    ctx: RunContext, record: ArtifactRecord, runner: Runner, batches: list[Batch], reference: Any
+    ctx: RunContext,
+    config: ValidateConfig,
+    record: ArtifactRecord,
+    runner: Runner,
+    batches: list[Batch],
+    reference: Any,
 ) -> ArtifactAccuracy:
-    tolerance = tolerance_for(ctx.recipe, record.precision)
+    cfg = config.validation
+    tolerance = tolerance_for(cfg, record.precision)
     accuracy = ArtifactAccuracy(record.name, record.precision, runner.runtime)
     label = f"{record.name} on {runner.runtime}"
     try:
-        actual = run_batches(ctx, runner, batches, label)
+        actual = run_batches(ctx, config.runners, runner, batches, label)
     except BatchFailure as err:  # the artifact's runtime failed: its failure, recorded with the reason
         accuracy.error = f"{runner.runtime} failed {err}"
         return accuracy
@@ -280,13 +262,15 @@ def validate_on(
         accuracy,
         _by_inputs(reference, batches),
         _by_inputs(actual, batches),
-        ctx.recipe.outputs,
+        config.runners.outputs,
         tolerance,
-        padding_masks(ctx.recipe, batches),
-        ctx.recipe.validation.neighbours_k,
+        padding_masks(cfg.padding_mask, batches),
+        cfg.neighbours_k,
     )
     try:
-        accuracy.details["polygraphy"] = polygraphy_verdict(reference, actual, ctx.recipe, tolerance)
+        accuracy.details["polygraphy"] = polygraphy_verdict(
+            reference, actual, config.runners.outputs, tolerance
+        )
     except Exception as err:  # Polygraphy's cross-check is informational; never let it fail the artifact
         accuracy.details["polygraphy"] = {"error": _one_line(err)}
     return accuracy
@@ -306,7 +290,7 @@ def accuracy_report(
     not_run: list[NotRunnable],
     reference_runtime: str | None = None,
     warnings: list[str] | None = None,
-) -> dict[str, Any]:
+) -> AccuracyReport:
     """accuracy.json per the contract, each artifact with its record per runtime (plus the reference's
     runtime and what the validation does not cover)."""
     return {
@@ -319,31 +303,32 @@ def accuracy_report(
     }
 
 
-def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord], order: tuple[str, ...]) -> StageResult:
+def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
     from pipeline.runners.registry import reference_runners
 
+    order = config.artifacts
     records = [inputs[name] for name in order if name in inputs]
     results: dict[str, list[ArtifactAccuracy]] = {}
     not_run: list[NotRunnable] = []
     reference_runtime = None
     if records:
-        batches = validation_batches(ctx)
-        reference_runner = reference_runners(ctx)[0]
+        batches = validation_batches(ctx.dataset(config.data), config.validation)
+        reference_runner = reference_runners(config.runners, lambda: ctx.model(config.model))[0]
         reference_runtime = reference_runner.runtime
-        reference = run_batches(ctx, reference_runner, batches, REFERENCE)
+        reference = run_batches(ctx, config.runners, reference_runner, batches, REFERENCE)
         del reference_runner
         onnx_reference = inputs.get("onnx-fp32")
         for record in records:
-            outcome = validate_artifact(ctx, record, batches, reference, onnx_reference)
+            outcome = validate_artifact(ctx, config, record, batches, reference, onnx_reference)
             if isinstance(outcome, NotRunnable):
                 not_run.append(outcome)
             else:
                 results[record.name] = outcome
         del reference
         gc.collect()
-    report = accuracy_report(results, not_run, reference_runtime, coverage_warnings(ctx.recipe))
-    target = ctx.path(REPORT)
-    target.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    warnings = coverage_warnings(config.validation, config.model.dims)
+    report = accuracy_report(results, not_run, reference_runtime, warnings)
+    write_report(ctx.path(REPORT), report, allow_nan=False)
     entries = report["artifacts"]
     summary = {
         "passed": [name for name, e in entries.items() if e["passed"]],
@@ -352,24 +337,23 @@ def _run(ctx: RunContext, inputs: dict[str, ArtifactRecord], order: tuple[str, .
         "absent": [name for name in order if name not in inputs],
         "warnings": report["warnings"],
     }
-    return StageResult(outputs=[Output(REPORT, "report", details=summary)], details=summary)
+    return StageResult(
+        outputs=[Output(REPORT, "report", "report:accuracy", details=summary, value=report)], details=summary
+    )
 
 
 def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     """The validate stage over whichever of `artifacts` were built (consumes_any)."""
-    order = tuple(artifacts)
     return Stage(
         name="validate",
         version=2,  # 2: a record per runtime, masked per-token outputs, neighbours, divergence, coverage
-        run=lambda ctx, inputs: _run(ctx, inputs, order),
-        config={
-            "validation": recipe.validation.model_dump(),
-            **model_data_slice(recipe, recipe_dir),
-        },
+        config=ValidateConfig.from_recipe(recipe, recipe_dir, artifacts),
+        run=_run,
         environment=lambda: {
             **{name: package_version(name) for name in ("torch", "onnxruntime", "polygraphy", "numpy")},
             **runtime_environment(),
         },
-        consumes_any=order,
+        consumes_any=tuple(artifacts),
+        produces=("report:accuracy",),
         critical=True,
     )

@@ -16,7 +16,9 @@ import sys
 from importlib import metadata
 from types import ModuleType
 
-FLAVOURS = ("tensorrt", "tensorrt-rtx")
+from pipeline.variants import ENGINE_FLAVOURS
+
+FLAVOURS = ENGINE_FLAVOURS
 # Module names to try, first match wins: the meta package's name, then the bindings' own.
 MODULES = {"tensorrt": ("tensorrt",), "tensorrt-rtx": ("tensorrt_rtx", "tensorrt_rtx_bindings")}
 INSTALL = {

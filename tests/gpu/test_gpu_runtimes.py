@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 import torch
 
+from pipeline.artifacts import ArtifactRecord
 from pipeline.runners.registry import runners_for
-from pipeline.stages import benchmark, export_pt2, export_torchscript
-from pipeline.stages.base import ArtifactRecord, RunContext
+from pipeline.stages import benchmark, export_torchscript
+from tests.stage_env import StageEnv
 from tests.unit.runners.tiny_artifacts import export_onnx
 from tests.unit.stages.onnx_fixtures import lowest_cosine, tiny_context
 
@@ -22,6 +23,7 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
 ]
+PT2 = ["exported-fp32", "exported-fp16", "exported-bf16", "aoti-fp32", "aoti-fp16", "aoti-bf16"]
 PADDING = "runtime.padding={per_token_outputs: [hidden], multiple: 4, group_overhead_tokens: 0}"
 TINY_WINDOWS = [
     "benchmark.warmup_s=0.01",
@@ -33,40 +35,39 @@ TINY_WINDOWS = [
 ]
 
 
-def _record(ctx: RunContext, out) -> ArtifactRecord:
+def _record(ctx: StageEnv, out) -> ArtifactRecord:
     path = ctx.workdir / out.path
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     return ArtifactRecord(out.artifact, path, out.kind, out.precision, digest, "test", dict(out.details))
 
 
-def _run(ctx: RunContext, name: str, inputs: dict | None = None) -> ArtifactRecord:
-    stage = {s.name: s for s in export_pt2.stages(ctx.recipe, ctx.recipe_dir)}[name]
-    return _record(ctx, stage.run(ctx, inputs or {}).outputs[0])
+def _run(ctx: StageEnv, name: str, inputs: dict | None = None) -> ArtifactRecord:
+    return _record(ctx, ctx.run_named(name, inputs, variants=PT2).outputs[0])
 
 
 @pytest.fixture(scope="module")
-def ctx(tmp_path_factory: pytest.TempPathFactory) -> RunContext:
+def ctx(tmp_path_factory: pytest.TempPathFactory) -> StageEnv:
     return tiny_context(tmp_path_factory.mktemp("gpu"), PADDING, *TINY_WINDOWS)
 
 
 @pytest.fixture(scope="module")
-def exported(ctx: RunContext) -> ArtifactRecord:
+def exported(ctx: StageEnv) -> ArtifactRecord:
     return _run(ctx, "export_pt2_fp16")
 
 
 @pytest.fixture(scope="module")
-def aoti(ctx: RunContext, exported: ArtifactRecord) -> ArtifactRecord:
+def aoti(ctx: StageEnv, exported: ArtifactRecord) -> ArtifactRecord:
     return _run(ctx, "aoti_fp16", {"exported-fp16": exported})
 
 
-def _padded(ctx: RunContext, batch: int, seq: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def _padded(ctx: StageEnv, batch: int, seq: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
     feeds = ctx.dataset().feeds_at({"batch": batch, "sequence": seq})
     real = np.linspace(seq, 3, batch).astype(int)
     mask = (np.arange(seq)[None, :] < real[:, None]).astype(feeds["attention_mask"].dtype)
     return {**feeds, "attention_mask": mask}, mask.astype(bool)
 
 
-def _check(ctx: RunContext, runner, feeds: dict, real: np.ndarray) -> None:
+def _check(ctx: StageEnv, runner, feeds: dict, real: np.ndarray) -> None:
     with torch.no_grad():
         want = ctx.model().module(*(torch.from_numpy(feeds[s.name]) for s in ctx.recipe.inputs))
     got = runner.infer(feeds)
@@ -74,7 +75,7 @@ def _check(ctx: RunContext, runner, feeds: dict, real: np.ndarray) -> None:
     assert lowest_cosine(got["pooled"], want[1].numpy()) > 0.999, runner.runtime
 
 
-def _exercise(ctx: RunContext, runner) -> None:
+def _exercise(ctx: StageEnv, runner) -> None:
     runner.activate()
     try:
         for batch, seq in ((4, 20), (1, 8)):
@@ -92,8 +93,8 @@ def test_aoti_package_compiled_for_the_gpu(aoti: ArtifactRecord) -> None:
     assert aoti.details["device"] == "cuda" and aoti.details["compile_s"] > 0
 
 
-def test_aoti_runtimes(ctx: RunContext, aoti: ArtifactRecord) -> None:
-    runners = runners_for(aoti, ctx)
+def test_aoti_runtimes(ctx: StageEnv, aoti: ArtifactRecord) -> None:
+    runners = runners_for(aoti, ctx.settings)
     assert [(r.runtime, r.io) for r in runners] == [
         ("torch-aoti-cuda", "host"),
         ("torch-aoti-cuda", "device"),
@@ -106,37 +107,39 @@ def test_aoti_runtimes(ctx: RunContext, aoti: ArtifactRecord) -> None:
     assert runners[4].cuda_graph and "padding" in runners[4].details
 
 
-def test_exported_runtimes(ctx: RunContext, exported: ArtifactRecord) -> None:
-    runners = runners_for(exported, ctx)
+def test_exported_runtimes(ctx: StageEnv, exported: ArtifactRecord) -> None:
+    runners = runners_for(exported, ctx.settings)
     assert [r.runtime for r in runners] == ["torch-cuda", "torch-compile-cuda-reduce-overhead"]
     for runner in runners:
         _exercise(ctx, runner)
 
 
-def test_onnxruntime_cuda_graph(ctx: RunContext, tmp_path: Path) -> None:
+def test_onnxruntime_cuda_graph(ctx: StageEnv, tmp_path: Path) -> None:
     from pipeline.runners.onnxruntime_runner import cuda_provider_available
     from pipeline.runners.ort_cuda_graph import OrtCudaGraphRunner
 
     if not cuda_provider_available():
         pytest.skip("onnxruntime has no CUDA provider here")
     artifact = export_onnx(ctx, tmp_path / "model.onnx")
-    runner = next(r for r in runners_for(artifact, ctx) if r.runtime == "onnxruntime-cuda-graph")
+    runner = next(r for r in runners_for(artifact, ctx.settings) if r.runtime == "onnxruntime-cuda-graph")
     assert isinstance(runner, OrtCudaGraphRunner)
     _exercise(ctx, runner)
 
 
 def test_torchscript_traced_on_the_gpu(tmp_path: Path) -> None:
     ctx = tiny_context(tmp_path)
-    result = export_torchscript.stage(ctx.recipe, ctx.recipe_dir).run(ctx, {})
+    result = ctx.run_named("export_torchscript")
     assert [o.path for o in result.outputs] == ["model.ts", export_torchscript.CUDA_FILE]
     record = _record(ctx, result.outputs[0])
-    runner = next(r for r in runners_for(record, ctx) if r.runtime == "torchscript-cuda" and r.io == "device")
+    runner = next(
+        r for r in runners_for(record, ctx.settings) if r.runtime == "torchscript-cuda" and r.io == "device"
+    )
     _exercise(ctx, runner)
 
 
-def test_benchmark_rows_have_memory_and_throughput(ctx: RunContext, aoti: ArtifactRecord) -> None:
+def test_benchmark_rows_have_memory_and_throughput(ctx: StageEnv, aoti: ArtifactRecord) -> None:
     bench = benchmark.stage(ctx.recipe, ctx.recipe_dir, ["aoti-fp16"])
-    bench.run(ctx, {"aoti-fp16": aoti})
+    ctx.run(bench, {"aoti-fp16": aoti})
     speed = json.loads((ctx.workdir / benchmark.REPORT).read_text())
     rows = speed["results"]
     assert {r["runtime"] for r in rows if r["artifact"] == "aoti-fp16"} == {

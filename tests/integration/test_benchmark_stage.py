@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline.stages.benchmark import BenchShape, benchmark_shapes, data_sequence_lengths, flags, stage
+from pipeline.bench.rows import flags
+from pipeline.bench.shapes import BenchShape, benchmark_shapes, data_sequence_lengths
+from pipeline.stages.benchmark import stage
 from tests.contract import SPEED_ROW_KEYS
 from tests.unit.runners.tiny_artifacts import export_onnx, export_torchscript, record, tiny_context
 
@@ -35,7 +37,7 @@ def speed(tmp_path_factory: pytest.TempPathFactory) -> dict:
     workdir = tmp_path_factory.mktemp("bench")
     ctx = tiny_context(workdir, **TINY_WINDOWS)
     messages: list[str] = []
-    ctx.report = messages.append
+    ctx.ctx.report = messages.append
     art = tmp_path_factory.mktemp("artifacts")
     inputs = {
         "onnx-fp32": export_onnx(ctx, art / "model.onnx"),
@@ -45,8 +47,8 @@ def speed(tmp_path_factory: pytest.TempPathFactory) -> dict:
     bench = stage(ctx.recipe, ctx.recipe_dir, list(inputs))
     assert bench.name == "benchmark" and bench.critical and bench.volatile
     assert bench.consumes_any == (*inputs, "report:accuracy")  # to measure an unstable winner again
-    json.dumps(bench.config)
-    result = bench.run(ctx, inputs)
+    json.dumps(bench.config.fingerprinted())
+    result = ctx.run(bench, inputs)
     assert [o.path for o in result.outputs] == ["reports/speed.json"] and result.outputs[0].kind == "report"
     report = json.loads((workdir / "reports" / "speed.json").read_text())
     report["_messages"] = messages
@@ -145,18 +147,15 @@ def test_int8_not_faster_than_fp16_is_flagged() -> None:
 
 def test_shapes_follow_the_recipe(tmp_path: Path) -> None:
     recipe = tiny_context(tmp_path).recipe
-    assert benchmark_shapes(recipe) == [BenchShape(1, 16), BenchShape(2, 16)]
-    from_data = recipe.model_copy(
-        update={"benchmark": recipe.benchmark.model_copy(update={"sequence_lengths": "data"})}
-    )
-    assert benchmark_shapes(from_data, [5, 9, 10, 40, 50]) == [
+    bench, dims = recipe.benchmark, recipe.dims
+    assert benchmark_shapes(bench, dims) == [BenchShape(1, 16), BenchShape(2, 16)]
+    from_data = bench.model_copy(update={"sequence_lengths": "data"})
+    assert benchmark_shapes(from_data, dims, [5, 9, 10, 40, 50]) == [
         BenchShape(b, s) for b in (1, 2) for s in (10, 32)
     ]
-    assert benchmark_shapes(from_data, []) == [BenchShape(1, 16), BenchShape(2, 16)]  # no token lengths: opt
-    no_sequence = recipe.model_copy(
-        update={"benchmark": recipe.benchmark.model_copy(update={"sequence_dim": None})}
-    )
-    assert benchmark_shapes(no_sequence) == [BenchShape(1, None), BenchShape(2, None)]
+    assert benchmark_shapes(from_data, dims, []) == [BenchShape(1, 16), BenchShape(2, 16)]  # no lengths: opt
+    no_sequence = bench.model_copy(update={"sequence_dim": None})
+    assert benchmark_shapes(no_sequence, dims) == [BenchShape(1, None), BenchShape(2, None)]
 
 
 def test_data_sequence_lengths_are_median_and_p90_clipped() -> None:
@@ -170,7 +169,7 @@ def test_an_unstable_would_be_winner_is_measured_again(tmp_path: Path) -> None:
     ones kept) before selection; rows of other shapes and of candidates that cannot win are left alone."""
     ctx = tiny_context(tmp_path, **(TINY_WINDOWS | {"stable_within": 1e-9}))
     messages: list[str] = []
-    ctx.report = messages.append
+    ctx.ctx.report = messages.append
     inputs = {
         "onnx-fp32": export_onnx(ctx, tmp_path / "model.onnx"),
         "torchscript-fp32": export_torchscript(ctx, tmp_path / "model.ts"),
@@ -186,7 +185,7 @@ def test_an_unstable_would_be_winner_is_measured_again(tmp_path: Path) -> None:
         **inputs,
         "report:accuracy": record("report:accuracy", tmp_path / "accuracy.json", "report", None),
     }
-    stage(ctx.recipe, ctx.recipe_dir, list(inputs)).run(ctx, inputs_with_accuracy)
+    ctx.run(stage(ctx.recipe, ctx.recipe_dir, list(inputs)), inputs_with_accuracy)
     speed = json.loads((tmp_path / "reports" / "speed.json").read_text())
     again = {(r["artifact"], r["batch"]) for r in speed["results"] if r.get("remeasured")}
     assert again and all(batch == 1 for _, batch in again)  # the objective's shape only

@@ -116,7 +116,7 @@ def test_second_deploy_is_up_to_date_and_plan_says_fresh(first) -> None:
     plan = cli("plan", str(TINY), root=root)
     assert plan.returncode == 0
     lines = [line for line in plan.stdout.splitlines() if line.startswith("  ")]
-    assert len(lines) == 5 and all(line.split()[0] == "fresh" for line in lines)
+    assert len(lines) == 6 and all(line.split()[0] == "fresh" for line in lines)  # sign-off last
 
 
 def test_changed_tolerance_reuses_exports_and_failed_signoff_keeps_latest(first) -> None:

@@ -14,10 +14,11 @@ import pytest
 import torch
 from onnx import numpy_helper
 
+from pipeline.artifacts import ArtifactRecord
+from pipeline.models import positional
 from pipeline.recipe_loader import load
-from pipeline.stages.base import ArtifactRecord, RunContext
-from pipeline.stages.export_torchscript import corner_args
 from pipeline.stages.validate import stage
+from tests.stage_env import StageEnv
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "tiny.yaml"
 ARTIFACTS = [
@@ -35,12 +36,16 @@ def _record(name: str, path: Path, kind: str, precision: str) -> ArtifactRecord:
     return ArtifactRecord(name, path, kind, precision, hashlib.sha256(path.read_bytes()).hexdigest(), "test")
 
 
-def _export_onnx(ctx: RunContext, path: Path, dynamic: bool = True) -> None:
+def _example(ctx: StageEnv) -> tuple[torch.Tensor, ...]:
+    return positional(ctx.dataset().corner_feeds("opt", batch=2), ctx.model_spec)
+
+
+def _export_onnx(ctx: StageEnv, path: Path, dynamic: bool = True) -> None:
     recipe = ctx.recipe
     axes = {s.name: {a: d for a, d in enumerate(s.shape) if isinstance(d, str)} for s in recipe.inputs}
     torch.onnx.export(
         ctx.model().module,
-        corner_args(ctx, "opt", batch=2),
+        _example(ctx),
         str(path),
         dynamo=False,
         input_names=[s.name for s in recipe.inputs],
@@ -62,10 +67,10 @@ def _corrupt(source: Path, target: Path) -> None:
 @pytest.fixture(scope="module")
 def validated(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, object, list[str], Path]:
     loaded = load(RECIPE)
-    ctx = RunContext(loaded.recipe, RECIPE.parent, tmp_path_factory.mktemp("validate"))
+    ctx = StageEnv(loaded.recipe, RECIPE.parent, tmp_path_factory.mktemp("validate"))
     module = ctx.model().module
     with torch.no_grad():
-        traced = torch.jit.trace(module, corner_args(ctx, "opt", batch=2), check_trace=False)
+        traced = torch.jit.trace(module, _example(ctx), check_trace=False)
     torch.jit.save(traced, str(ctx.path("model.ts")))
     _export_onnx(ctx, ctx.path("model.onnx"))
     _corrupt(ctx.path("model.onnx"), ctx.path("model.optimized.onnx"))
@@ -87,9 +92,9 @@ def validated(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, object, l
         ),
     }
     messages: list[str] = []
-    ctx.report = messages.append
+    ctx.ctx.report = messages.append
     st = stage(loaded.recipe, RECIPE.parent, ARTIFACTS + ["onnx-fp16"])
-    result = st.run(ctx, inputs)
+    result = ctx.run(st, inputs)
     report = json.loads((ctx.workdir / "reports" / "accuracy.json").read_text())
     return report, result, messages, ctx.workdir
 
@@ -99,8 +104,8 @@ def test_stage_declaration() -> None:
     st = stage(loaded.recipe, RECIPE.parent, ARTIFACTS)
     assert st.name == "validate" and st.critical
     assert st.consumes_any == tuple(ARTIFACTS)
-    assert {"validation", "data", "model"} <= set(st.config)
-    json.dumps(st.config)
+    assert {"validation", "data", "model", "runners", "timing"} <= set(st.config.fingerprinted())
+    json.dumps(st.config.fingerprinted())
 
 
 def test_report_follows_the_contract(validated) -> None:
@@ -190,10 +195,10 @@ def test_adapter_exposes_recipe_io_to_polygraphy(validated) -> None:
     from pipeline.runners.registry import runners_for
 
     loaded = load(RECIPE)
-    ctx = RunContext(loaded.recipe, RECIPE.parent, validated[3])
+    ctx = StageEnv(loaded.recipe, RECIPE.parent, validated[3])
     record = _record("onnx-fp32", ctx.workdir / "model.onnx", "onnx", "fp32")
     calls: list[int] = []
-    adapter = PolygraphyRunner(runners_for(record, ctx)[0], loaded.recipe, calls.append)
+    adapter = PolygraphyRunner(runners_for(record, ctx.settings)[0], ctx.settings, calls.append)
     with adapter:
         meta = adapter.get_input_metadata(use_numpy_dtypes=False)
         assert [list(m.shape) for m in meta.values()] == [["batch", "sequence"], ["batch", "sequence"]]
@@ -227,7 +232,7 @@ def test_narrowed_corners_warn_for_every_dim() -> None:
     from pipeline.stages.validate import coverage_warnings
 
     recipe = load(RECIPE, ["validation.corners=[opt]"]).recipe
-    assert coverage_warnings(recipe) == [
+    assert coverage_warnings(recipe.validation, recipe.dims) == [
         "dims.batch.min is not validated (validation.corners leaves out min)",
         "dims.batch.max is not validated (validation.corners leaves out max)",
         "dims.sequence.min is not validated (validation.corners leaves out min)",

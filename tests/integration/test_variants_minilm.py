@@ -12,9 +12,10 @@ import onnx
 import pytest
 
 from pipeline import onnx_tools
+from pipeline.artifacts import ArtifactRecord
 from pipeline.recipe_loader import load
-from pipeline.stages import fp16, int8, int8_dynamic, optimize_onnx
-from pipeline.stages.base import ArtifactRecord, Output, RunContext
+from pipeline.stages.base import Output
+from tests.stage_env import StageEnv
 from tests.unit.stages.onnx_fixtures import dynamo_export, lowest_cosine, producers, reference, run_onnx
 
 pytestmark = pytest.mark.slow
@@ -23,13 +24,13 @@ POOLED, HIDDEN = "sentence_embedding", "last_hidden_state"
 
 
 @pytest.fixture(scope="module")
-def ctx(tmp_path_factory: pytest.TempPathFactory) -> RunContext:
+def ctx(tmp_path_factory: pytest.TempPathFactory) -> StageEnv:
     recipe = load(RECIPES / "bert.yaml").recipe
-    return RunContext(recipe=recipe, recipe_dir=RECIPES, workdir=tmp_path_factory.mktemp("minilm"))
+    return StageEnv(recipe, RECIPES, tmp_path_factory.mktemp("minilm"))
 
 
 @pytest.fixture(scope="module")
-def source(ctx: RunContext) -> ArtifactRecord:
+def source(ctx: StageEnv) -> ArtifactRecord:
     """Exported from a padded batch: an all-ones mask would let the export drop the masking path."""
     tokenizer = ctx.model().tokenizer
     example = tokenizer(
@@ -43,39 +44,42 @@ def source(ctx: RunContext) -> ArtifactRecord:
 
 
 @pytest.fixture(scope="module")
-def variants(ctx: RunContext, source: ArtifactRecord) -> dict[str, tuple[Output, float]]:
+def variants(ctx: StageEnv, source: ArtifactRecord) -> dict[str, tuple[Output, float]]:
     """Each stage run once: artifact name -> (its output record, seconds the stage took)."""
-    stages = [
-        fp16.stage(ctx.recipe, ctx.recipe_dir),
-        int8.stage(ctx.recipe, ctx.recipe_dir),
-        int8_dynamic.stage(ctx.recipe, ctx.recipe_dir),
-        *optimize_onnx.stages(ctx.recipe, ctx.recipe_dir),
+    built_from_onnx = [
+        "onnx-fp16",
+        "onnx-int8",
+        "onnx-int8-dynamic",
+        "onnx-optimized-fp32",
+        "onnx-optimized-fp16",
     ]
+    names = ["fp16", "int8", "int8_dynamic", "optimize_onnx_fp32", "optimize_onnx_fp16"]
     built = {}
-    for st in stages:
+    for name in names:
+        st = ctx.stage(name, built_from_onnx)
         start = time.perf_counter()
-        out = st.run(ctx, {"onnx-fp32": source}).outputs[0]
+        out = ctx.run(st, {"onnx-fp32": source}).outputs[0]
         built[out.artifact] = (out, time.perf_counter() - start)
     return built
 
 
 @pytest.fixture(scope="module")
-def sentences(ctx: RunContext) -> dict[str, np.ndarray]:
+def sentences(ctx: StageEnv) -> dict[str, np.ndarray]:
     """Eight held-out sentences (validation split) at their natural padded length."""
     return ctx.dataset().validation_feeds(8)[0]
 
 
 @pytest.fixture(scope="module")
-def expected(ctx: RunContext, sentences: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def expected(ctx: StageEnv, sentences: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return reference(ctx, sentences)
 
 
-def _cosine(ctx: RunContext, file: str, sentences: dict, expected: dict) -> float:
+def _cosine(ctx: StageEnv, file: str, sentences: dict, expected: dict) -> float:
     return lowest_cosine(run_onnx(ctx.workdir / file, sentences)[POOLED], expected[POOLED])
 
 
 def test_fp32_export_is_the_reference(
-    ctx: RunContext, source: ArtifactRecord, sentences: dict, expected: dict
+    ctx: StageEnv, source: ArtifactRecord, sentences: dict, expected: dict
 ) -> None:
     got = run_onnx(source.path, sentences)
     assert np.abs(got[HIDDEN] - expected[HIDDEN]).max() < 1e-3
@@ -93,7 +97,7 @@ def test_fp32_export_is_the_reference(
     ],
 )
 def test_pooled_embedding_accuracy(
-    artifact: str, bar: float, ctx: RunContext, variants: dict, sentences: dict, expected: dict
+    artifact: str, bar: float, ctx: StageEnv, variants: dict, sentences: dict, expected: dict
 ) -> None:
     out, seconds = variants[artifact]
     cosine = _cosine(ctx, out.path, sentences, expected)
@@ -101,7 +105,7 @@ def test_pooled_embedding_accuracy(
     assert cosine >= bar
 
 
-def test_fp16_graph(ctx: RunContext, variants: dict) -> None:
+def test_fp16_graph(ctx: StageEnv, variants: dict) -> None:
     out = variants["onnx-fp16"][0]
     model = onnx.load(str(ctx.workdir / out.path))
     assert onnx_tools.initializer_dtypes(model)["FLOAT16"] > 100
@@ -110,7 +114,7 @@ def test_fp16_graph(ctx: RunContext, variants: dict) -> None:
     assert 0.9 <= out.details["fp16_node_share"] < 1.0  # Softmax, Erf and ReduceSum stay FP32
 
 
-def test_int8_graph(ctx: RunContext, variants: dict) -> None:
+def test_int8_graph(ctx: StageEnv, variants: dict) -> None:
     out = variants["onnx-int8"][0]
     model = onnx.load(str(ctx.workdir / out.path))
     counts = onnx_tools.op_counts(model)
@@ -134,13 +138,13 @@ def test_int8_graph(ctx: RunContext, variants: dict) -> None:
     assert out.details["calibration_samples"] == ctx.recipe.data.calibration
 
 
-def test_int8_dynamic_graph(ctx: RunContext, variants: dict) -> None:
+def test_int8_dynamic_graph(ctx: StageEnv, variants: dict) -> None:
     out = variants["onnx-int8-dynamic"][0]
     counts = onnx_tools.op_counts(onnx.load(str(ctx.workdir / out.path)))
     assert counts["MatMulInteger"] == out.details["quantized_count"] == 36  # 6 layers x 6 weight MatMuls
 
 
-def test_optimized_graphs_hold_fused_ops(ctx: RunContext, variants: dict) -> None:
+def test_optimized_graphs_hold_fused_ops(ctx: StageEnv, variants: dict) -> None:
     for artifact in ("onnx-optimized-fp32", "onnx-optimized-fp16"):
         out = variants[artifact][0]
         assert out.details["target"] == "onnxruntime"
@@ -151,11 +155,10 @@ def test_optimized_graphs_hold_fused_ops(ctx: RunContext, variants: dict) -> Non
 @pytest.mark.tensorrt
 @pytest.mark.parametrize("precision", ["fp16", "int8"])
 def test_minilm_engines_build_from_the_precision_graphs(
-    ctx: RunContext, variants: dict, precision: str
+    ctx: StageEnv, variants: dict, precision: str
 ) -> None:
     """The FP16 and INT8 Q/DQ graphs parse and build as strongly typed TensorRT-RTX engines for sm89, and the
     engine really holds that precision (the builder's layer listing shows it)."""
-    from pipeline.stages.tensorrt import stages as engine_stages
     from pipeline.trt.flavour import installed_flavours
 
     if "tensorrt-rtx" not in installed_flavours():
@@ -163,8 +166,8 @@ def test_minilm_engines_build_from_the_precision_graphs(
     recipe = load(RECIPES / "bert.yaml", [f"variants.build=[onnx-fp32, tensorrt-rtx-{precision}]"]).recipe
     out, _ = variants[f"onnx-{precision}"]
     source = ArtifactRecord(out.artifact, ctx.workdir / out.path, "onnx", precision, "-", precision)
-    stage = {s.name: s for s in engine_stages(recipe, RECIPES)}[f"tensorrt-rtx-{precision}"]
-    result = stage.run(ctx, {f"onnx-{precision}": source})
+    stage = StageEnv(recipe, RECIPES, ctx.workdir).stage(f"tensorrt-rtx-{precision}")
+    result = ctx.run(stage, {f"onnx-{precision}": source})
     engine = ctx.workdir / f"model.tensorrt-rtx.{precision}.engine"
     assert engine.stat().st_size > 20_000_000
     layers = (ctx.workdir / f"logs/tensorrt-rtx-{precision}.layers.json").read_text()

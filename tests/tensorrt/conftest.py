@@ -8,8 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pipeline.artifacts import ArtifactRecord
+from pipeline.plan import needed_variants
 from pipeline.recipe_loader import load
-from pipeline.stages.base import ArtifactRecord, RunContext
+from pipeline.stages.base import RunContext, Stage
+from pipeline.stages.tensorrt import stages
 from pipeline.trt.flavour import installed_flavours
 
 TINY = Path(__file__).parents[1] / "recipes" / "tiny.yaml"
@@ -36,15 +39,25 @@ def record(name: str, path: Path, precision: str) -> ArtifactRecord:
 
 def context(recipe, root: Path) -> RunContext:
     """A context laid out like the store's: <root>/<name>/.work/<run-id>."""
-    return RunContext(recipe=recipe, recipe_dir=TINY.parent, workdir=root / recipe.name / ".work" / "run-1")
+    return RunContext(root / recipe.name / ".work" / "run-1")
+
+
+def engine_stages(recipe, recipe_dir: Path = TINY.parent) -> dict[str, Stage]:
+    """The engine stages the plan makes for the recipe, by name."""
+    return {s.name: s for s in stages(recipe, recipe_dir, needed_variants(recipe))}
+
+
+def run(stage: Stage, ctx: RunContext, inputs: dict[str, ArtifactRecord]):
+    return stage.run(ctx, stage.config, inputs)
 
 
 def _export(recipe, path: Path) -> None:
     import torch
 
     from pipeline.models import load_model
+    from pipeline.specs import ModelSpec
 
-    module = load_model(recipe, TINY.parent).module.eval()
+    module = load_model(ModelSpec.from_recipe(recipe, TINY.parent)).module.eval()
     ids = torch.randint(1, 999, (2, 16))
     dynamic = {n: {0: "batch", 1: "sequence"} for n in ("input_ids", "attention_mask")}
     torch.onnx.export(

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.artifacts import ArtifactRecord
 from pipeline.runners.base import NotRunnable
 from pipeline.runners.tensorrt import runners_for_engine
-from pipeline.stages.base import ArtifactRecord
-from pipeline.stages.tensorrt import EngineBuildError, stages
+from pipeline.specs import RunnerSettings
+from pipeline.stages.tensorrt import EngineBuildError
 from pipeline.trt.flavour import local_compute_capability
 
-from .conftest import TINY, context, needs_rtx, record, tiny_recipe
+from .conftest import TINY, context, engine_stages, needs_rtx, record, run, tiny_recipe
 
 pytestmark = [pytest.mark.tensorrt, needs_rtx]
 
@@ -23,12 +24,12 @@ def built(tiny_onnx, tmp_path_factory) -> dict:
     """Build fp32, fp16 and int8 engines once: {precision: (ctx, StageResult)}."""
     recipe = tiny_recipe()
     root = tmp_path_factory.mktemp("store")
-    made = {s.name: s for s in stages(recipe, TINY.parent)}
+    made = engine_stages(recipe, TINY.parent)
     results = {}
     for precision in ("fp32", "fp16", "int8"):
         ctx = context(recipe, root)
         stage = made[f"tensorrt-rtx-{precision}"]
-        results[precision] = (ctx, stage.run(ctx, {f"onnx-{precision}": tiny_onnx[f"onnx-{precision}"]}))
+        results[precision] = (ctx, run(stage, ctx, {f"onnx-{precision}": tiny_onnx[f"onnx-{precision}"]}))
     return results
 
 
@@ -95,7 +96,7 @@ def test_runner_reports_why_it_cannot_run_here(built):
         "tensorrt-rtx-fp32",
         engine.details,
     )
-    verdict = runners_for_engine(artifact, ctx)
+    verdict = runners_for_engine(artifact, RunnerSettings.from_recipe(tiny_recipe()))
     assert isinstance(verdict, NotRunnable)
     assert verdict.reason.endswith("not runnable on this host")
 
@@ -122,9 +123,9 @@ def _bad_graph(path: Path) -> Path:
 
 def _build(tmp_path, onnx_record, *overrides):
     recipe = tiny_recipe(*overrides)
-    stage = {s.name: s for s in stages(recipe, TINY.parent)}["tensorrt-rtx-fp32"]
+    stage = engine_stages(recipe, TINY.parent)["tensorrt-rtx-fp32"]
     ctx = context(recipe, tmp_path)
-    return ctx, lambda: stage.run(ctx, {"onnx-fp32": onnx_record})
+    return ctx, lambda: run(stage, ctx, {"onnx-fp32": onnx_record})
 
 
 def test_unsupported_op_raises_with_the_parser_messages(tmp_path):

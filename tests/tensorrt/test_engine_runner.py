@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pipeline.artifacts import ArtifactRecord
 from pipeline.runners.tensorrt import runners_for_engine
-from pipeline.stages.base import ArtifactRecord
-from pipeline.stages.tensorrt import stages
+from pipeline.specs import RunnerSettings
 from pipeline.trt.flavour import RTX_COMPUTE_CAPABILITIES, installed_flavours, local_compute_capability
 
-from .conftest import TINY, context, tiny_recipe
+from .conftest import TINY, context, engine_stages, run, tiny_recipe
 
 
 def runnable_flavour() -> tuple[str, str] | None:
@@ -43,15 +43,15 @@ def test_engine_matches_onnxruntime(tiny_onnx, tmp_path):
     recipe = tiny_recipe(
         f"variants.build=[onnx-fp32, {flavour}-fp32]", f"export.tensorrt.compute_capabilities=[{gpu}]"
     )
-    stage = {s.name: s for s in stages(recipe, TINY.parent)}[f"{flavour}-fp32"]
+    stage = engine_stages(recipe, TINY.parent)[f"{flavour}-fp32"]
     ctx = context(recipe, tmp_path)
     engine = next(
-        o for o in stage.run(ctx, {"onnx-fp32": tiny_onnx["onnx-fp32"]}).outputs if o.kind == "engine"
+        o for o in run(stage, ctx, {"onnx-fp32": tiny_onnx["onnx-fp32"]}).outputs if o.kind == "engine"
     )
     artifact = ArtifactRecord(
         engine.artifact, ctx.workdir / engine.path, "engine", "fp32", "0" * 64, stage.name, engine.details
     )
-    runners = runners_for_engine(artifact, ctx)
+    runners = runners_for_engine(artifact, RunnerSettings.from_recipe(recipe))
     assert isinstance(runners, list), runners
     assert {r.io for r in runners} == {"host", "device"} and all(r.runtime == flavour for r in runners)
 

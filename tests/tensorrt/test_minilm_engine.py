@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.recipe_loader import load
-from pipeline.stages.tensorrt import stages
 
-from .conftest import context, needs_rtx, record
+from .conftest import context, engine_stages, needs_rtx, record, run
 
 pytestmark = [pytest.mark.tensorrt, pytest.mark.slow, needs_rtx]
 
@@ -21,9 +20,10 @@ def test_minilm_fp32_engine(tmp_path):
     import torch
 
     from pipeline.models import load_model
+    from pipeline.specs import ModelSpec
 
     recipe = load(RECIPES / "bert.yaml", ["variants.build=[onnx-fp32, tensorrt-rtx-fp32]"]).recipe
-    module = load_model(recipe, RECIPES).module.eval()
+    module = load_model(ModelSpec.from_recipe(recipe, RECIPES)).module.eval()
     args = tuple(torch.ones(2, 16, dtype=torch.int64) for _ in recipe.inputs)
     batch, seq = torch.export.Dim("batch", min=1, max=64), torch.export.Dim("sequence", min=2, max=256)
     onnx_path = tmp_path / "model.onnx"
@@ -39,9 +39,9 @@ def test_minilm_fp32_engine(tmp_path):
         opset_version=18,
     )
 
-    stage = {s.name: s for s in stages(recipe, RECIPES)}["tensorrt-rtx-fp32"]
+    stage = engine_stages(recipe, RECIPES)["tensorrt-rtx-fp32"]
     ctx = context(recipe, tmp_path / "store")
-    result = stage.run(ctx, {"onnx-fp32": record("onnx-fp32", onnx_path, "fp32")})
+    result = run(stage, ctx, {"onnx-fp32": record("onnx-fp32", onnx_path, "fp32")})
     engine = ctx.workdir / "model.tensorrt-rtx.fp32.engine"
     assert engine.stat().st_size > 50_000_000  # the weights alone are ~90 MB at fp32
     build = json.loads((ctx.workdir / "logs/tensorrt-rtx-fp32.build.json").read_text())

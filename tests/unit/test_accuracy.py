@@ -13,7 +13,6 @@ from pipeline.accuracy import (
     FINITE,
     ArtifactAccuracy,
     Check,
-    artifact_entry,
     checks_for,
     combine,
     cosine,
@@ -23,10 +22,10 @@ from pipeline.accuracy import (
     mean_abs,
     measure,
     neighbour_agreement,
-    runtime_passed,
     thresholds_for,
 )
 from pipeline.recipe import Tolerance
+from pipeline.results import artifact_entry, runtime_passed
 
 REF = np.array([[1.0, 2.0], [3.0, -4.0]], dtype=np.float32)
 OUT = np.array([[1.5, 2.0], [3.0, -3.0]], dtype=np.float32)

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from pipeline.compare import interval, regressions, shipped, speed_verdict, tolerance_share
+from pipeline.accuracy import tolerance_share
+from pipeline.compare import regressions, shipped, speed_verdict
+from pipeline.speed import interval
 
 
 @pytest.mark.parametrize(
@@ -26,7 +28,7 @@ def test_speed_verdicts_need_disjoint_intervals(a, b, verdict) -> None:
 
 def test_interval_of_the_objective_metric() -> None:
     row = {"p50_ci95_ms": [1.0, 2.0], "ci95_ms": {"p99": [5.0, 7.0]}}
-    assert interval(row, "p50_ms") == [1.0, 2.0] and interval(row, "p99_ms") == [5.0, 7.0]
+    assert interval(row, "p50_ms") == (1.0, 2.0) and interval(row, "p99_ms") == (5.0, 7.0)
     assert interval({"p50_ci95_ms": [1.0, 2.0]}, "p90_ms") is None
 
 

@@ -134,7 +134,9 @@ def test_fused_contrib_ops_of_the_optimized_graph(
 ) -> None:
     """ONNX Runtime's transformer optimizer fuses LayerNorms and Gelus into com.microsoft ops (untyped for ONNX
     shape inference); their outputs keep the reference's names and are compared like any other."""
-    model, stats = optimize_onnx.optimize(tiny_context(tmp_path), flipped[0], fp16=False)
+    ctx = tiny_context(tmp_path)
+    optimize = ctx.recipe.export.optimize
+    model, stats = optimize_onnx.optimize(flipped[0], optimize, ctx.model().config, fp16=None)
     assert stats["transformers"].get("SkipLayerNormalization")
     path = tmp_path / "flipped.optimized.onnx"
     onnx_tools.save(model, path)

@@ -4,35 +4,36 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.executor import Executor, fingerprint, read_records
-from pipeline.recipe_loader import load
-from pipeline.stages.base import Output, RunContext, Stage, StageResult
+from pipeline.executor import Executor, fingerprint
+from pipeline.run_record import read_records
+from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.store import Store
 
-ROOT = Path(__file__).resolve().parents[2]
-RECIPE = load(ROOT / "tests/recipes/tiny.yaml").recipe
+
+class TextConfig(StageConfig):
+    text: str
 
 
 def _writer(
     name: str, artifact: str, text: str, consumes: tuple[str, ...] = (), calls: list | None = None
 ) -> Stage:
-    def run(ctx: RunContext, inputs: dict) -> StageResult:
+    def run(ctx: RunContext, config: TextConfig, inputs: dict) -> StageResult:
         if calls is not None:
             calls.append(name)
         upstream = "".join(inputs[n].path.read_text() for n in consumes)
-        ctx.path(f"{artifact}.txt").write_text(upstream + text)
+        ctx.path(f"{artifact}.txt").write_text(upstream + config.text)
         return StageResult([Output(f"{artifact}.txt", "onnx", artifact, "fp32")])
 
     return Stage(
-        name=name, version=1, run=run, config={"text": text}, consumes=consumes, produces=(artifact,)
+        name=name, version=1, run=run, config=TextConfig(text=text), consumes=consumes, produces=(artifact,)
     )
 
 
 def _failing(name: str, artifact: str) -> Stage:
-    def run(ctx: RunContext, inputs: dict) -> StageResult:
+    def run(ctx: RunContext, config: StageConfig, inputs: dict) -> StageResult:
         raise ValueError("unsupported op Foo")
 
-    return Stage(name=name, version=1, run=run, consumes=("a",), produces=(artifact,))
+    return Stage(name=name, version=1, config=StageConfig(), run=run, consumes=("a",), produces=(artifact,))
 
 
 def _deploy(tmp_path: Path, stages: list[Stage], version: str) -> tuple[list, Path]:
@@ -40,7 +41,7 @@ def _deploy(tmp_path: Path, stages: list[Stage], version: str) -> tuple[list, Pa
     latest = store.latest()
     executor = Executor(stages, store, [(latest, read_records(latest))] if latest else [])
     work = store.new_work_dir()
-    records = executor.run(RunContext(RECIPE, tmp_path, work), False, lambda s, w: None, lambda r: None)
+    records = executor.run(RunContext(work), False, lambda s, w: None, lambda r: None)
     return records, store.publish(work, version, signed_off=True)
 
 

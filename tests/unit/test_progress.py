@@ -9,15 +9,15 @@ import time
 
 from rich.console import Console
 
-from pipeline.executor import StageRecord
 from pipeline.progress import StageProgress
-from pipeline.stages.base import Stage
+from pipeline.run_record import StageRecord
+from pipeline.stages.base import Stage, StageConfig
 
 STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d"
 
 
 def _stage(name: str) -> Stage:
-    return Stage(name=name, version=1, run=lambda ctx, inputs: None)
+    return Stage(name=name, version=1, config=StageConfig(), run=lambda ctx, config, inputs: None)
 
 
 def _busy(seconds: float) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.recipe_loader import load
-from pipeline.stages.select import choose, overlap, selection_problems
+from pipeline.selection import SelectionPolicy, choose, selection_problems, tied
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,8 +59,9 @@ ACCURACY = {
 }
 
 
-def _recipe(*overrides: str):
-    return load(ROOT / "tests/recipes/tiny.yaml", ["benchmark.sequence_lengths=[8,16]", *overrides]).recipe
+def _recipe(*overrides: str) -> SelectionPolicy:
+    recipe = load(ROOT / "tests/recipes/tiny.yaml", ["benchmark.sequence_lengths=[8,16]", *overrides]).recipe
+    return SelectionPolicy.from_recipe(recipe)
 
 
 def test_fastest_passing_artifact_wins_when_beyond_noise() -> None:
@@ -113,7 +114,7 @@ def test_p99_objective_uses_the_p99_interval() -> None:
         _row("onnx-int8", 12, (11.9, 12.1), p99_ms=25.0, ci95_ms={"p50": [11.9, 12.1], "p99": [24.0, 26.0]}),
     ]
     recipe = _recipe("selection.objective.metric=p99_ms")
-    assert overlap(rows[0], rows[1], "p99_ms") and not overlap(rows[0], rows[1], "p50_ms")
+    assert tied(rows[0], rows[1], "p99_ms") and not tied(rows[0], rows[1], "p50_ms")
     winner = choose(recipe, {"results": rows}, ACCURACY)
     # by p99 onnx-int8 is faster, but the p99 intervals overlap: the simpler onnx-fp32 wins
     assert winner["artifact"] == "onnx-fp32" and winner["interval"] == [20.0, 40.0]
@@ -163,7 +164,7 @@ def test_selection_problems_name_what_is_missing() -> None:
 
 
 def test_accuracy_figures_are_the_gating_ones_as_in_the_table() -> None:
-    from pipeline.stages.select import accuracy_record
+    from pipeline.selection import accuracy_record
 
     entry = _entry(True)
     entry["checks"] = [

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from pipeline.bench import hosts
-from pipeline.stages import needed_variants
+from pipeline.plan import needed_variants
 from tests.unit.stages.onnx_fixtures import tiny_context
 
 
 def test_gpu_host_times_gpu_runtimes_and_the_cpu_reference_at_the_smallest_batch() -> None:
-    recipe = tiny_context(Path(".")).recipe  # batch sizes [1, 2]
+    recipe = hosts.HostTiming.from_recipe(tiny_context(Path(".")).recipe)  # batch sizes [1, 2]
     assert hosts.timed(recipe, "onnx-fp32", "onnxruntime-cuda-graph", 2, gpu_host=True)
     assert hosts.timed(recipe, "aoti-fp16", "torch-aoti-cuda", 1, gpu_host=True)
     assert hosts.timed(recipe, "torch-fp32", "torch-cpu", 1, gpu_host=True)
@@ -22,7 +22,7 @@ def test_gpu_host_times_gpu_runtimes_and_the_cpu_reference_at_the_smallest_batch
 
 
 def test_cpu_host_times_cpu_runtimes() -> None:
-    recipe = tiny_context(Path(".")).recipe
+    recipe = hosts.HostTiming.from_recipe(tiny_context(Path(".")).recipe)
     assert hosts.timed(recipe, "onnx-fp32", "onnxruntime-cpu", 2, gpu_host=False)
     assert hosts.timed(recipe, "exported-fp32", "torch-cpu-bucketed", 2, gpu_host=False)
     assert not hosts.timed(recipe, "onnx-fp32", "onnxruntime-cuda", 1, gpu_host=False)
@@ -30,6 +30,7 @@ def test_cpu_host_times_cpu_runtimes() -> None:
 
 def test_listed_runtimes_are_timed_at_every_batch() -> None:
     recipe = tiny_context(Path("."), "benchmark.runtimes=[onnxruntime-cpu, torch-aoti-cuda-graph]").recipe
+    recipe = hosts.HostTiming.from_recipe(recipe)
     assert hosts.timed(recipe, "onnx-fp32", "onnxruntime-cpu", 2, gpu_host=True)
     assert hosts.timed(recipe, "aoti-fp16", "torch-aoti-cuda-graph", 2, gpu_host=False)
     assert not hosts.timed(recipe, "torch-fp32", "torch-cpu", 1, gpu_host=True)
@@ -39,9 +40,10 @@ def test_listed_runtimes_are_timed_at_every_batch() -> None:
 def test_gpu_variants_are_built_only_with_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     recipe = tiny_context(Path("."), "variants.gpu=[aoti-fp16]").recipe
     monkeypatch.setattr(hosts, "has_cuda", lambda: False)
-    assert needed_variants(recipe) == ["torchscript-fp32", "onnx-fp32"]
-    skipped = hosts.skipped_gpu_variants(recipe, gpu_host=False)
+    assert [v.name for v in needed_variants(recipe)] == ["torchscript-fp32", "onnx-fp32"]
+    skipped = hosts.skipped_gpu_variants(hosts.gpu_only_variants(recipe), gpu_host=False)
     assert [s["artifact"] for s in skipped] == ["aoti-fp16"] and "no CUDA GPU" in skipped[0]["reason"]
     monkeypatch.setattr(hosts, "has_cuda", lambda: True)
-    assert needed_variants(recipe) == ["torchscript-fp32", "onnx-fp32", "exported-fp16", "aoti-fp16"]
-    assert hosts.skipped_gpu_variants(recipe, gpu_host=True) == []
+    names = [v.name for v in needed_variants(recipe)]
+    assert names == ["torchscript-fp32", "onnx-fp32", "exported-fp16", "aoti-fp16"]
+    assert hosts.skipped_gpu_variants(hosts.gpu_only_variants(recipe), gpu_host=True) == []

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.bench.timer import CpuTimer, CudaEventTimer, on_gpu, timer_for
-from pipeline.runners.onnxruntime_runner import OnnxRuntimeRunner
+from pipeline.runners.onnxruntime_runner import onnx_runners
 from pipeline.runners.torch_runner import reference_runners
 from tests.unit.runners.tiny_artifacts import export_onnx, tiny_context
 
@@ -17,7 +17,7 @@ def ctx(tmp_path_factory: pytest.TempPathFactory):
 
 def test_cpu_runner_gets_perf_counter_around_a_returned_call(ctx, tmp_path: Path) -> None:
     artifact = export_onnx(ctx, tmp_path / "model.onnx")
-    runner = OnnxRuntimeRunner(artifact.name, artifact.path, list(ctx.recipe.outputs), threads=1)
+    runner = onnx_runners(artifact, ctx.settings)[0]
     runner.activate()
     try:
         runner.prepare(ctx.dataset().feeds_at({"batch": 1, "sequence": 8}))
@@ -34,7 +34,7 @@ def test_gpu_runner_is_timed_with_cuda_events_on_its_stream(ctx) -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    runner = next(r for r in reference_runners(ctx) if r.io == "device")
+    runner = next(r for r in reference_runners(ctx.settings, ctx.model) if r.io == "device")
     runner.activate()
     try:
         runner.prepare(ctx.dataset().feeds_at({"batch": 2, "sequence": 16}))

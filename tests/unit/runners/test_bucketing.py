@@ -47,7 +47,6 @@ def test_plan_edge_cases() -> None:
 
 
 def test_bucketed_run_matches_the_padded_batch_on_real_tokens(ctx) -> None:
-    recipe = ctx.recipe
     module = ctx.model().module
     feeds = ctx.dataset().feeds_at({"batch": 6, "sequence": 32})
     real = np.array([3, 32, 5, 9, 17, 4])
@@ -56,7 +55,7 @@ def test_bucketed_run_matches_the_padded_batch_on_real_tokens(ctx) -> None:
     cfg = PaddingConfig(
         mask_input="attention_mask", per_token_outputs=["hidden"], multiple=4, group_overhead_tokens=0
     )
-    bucketing = Bucketing(cfg, recipe)
+    bucketing = Bucketing(cfg, ctx.settings)
     calls: list[tuple[int, ...]] = []
 
     def call(sub: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
@@ -83,7 +82,7 @@ def _group_length_of_rows(bucketing: Bucketing) -> dict[int, int]:
 def test_unpadded_batch_is_one_plain_call(ctx) -> None:
     feeds = ctx.dataset().feeds_at({"batch": 2, "sequence": 16})
     tensors = [torch.from_numpy(feeds[s.name]) for s in ctx.recipe.inputs]
-    bucketing = Bucketing(PaddingConfig(per_token_outputs=["hidden"]), ctx.recipe)
+    bucketing = Bucketing(PaddingConfig(per_token_outputs=["hidden"]), ctx.settings)
     calls = []
     bucketing.run(tensors, lambda sub: calls.append(sub) or ctx.model().module(*sub))
     assert len(calls) == 1 and calls[0][0] is tensors[0]
@@ -102,7 +101,7 @@ def test_one_group_is_trimmed_by_slicing(ctx) -> None:
         return module(*sub)
 
     with torch.no_grad():
-        hidden, pooled = Bucketing(cfg, ctx.recipe).run(tensors, call)
+        hidden, pooled = Bucketing(cfg, ctx.settings).run(tensors, call)
         want_hidden, want_pooled = module(*tensors)
     assert shapes == [(2, 8)] and hidden.shape == want_hidden.shape
     real = torch.from_numpy(mask).bool()

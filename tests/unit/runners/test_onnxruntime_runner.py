@@ -3,18 +3,24 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pipeline.runners.loaders import SessionFromPath
 from pipeline.runners.onnxruntime_runner import (
     CUDA_PROVIDER,
     OnnxRuntimeRunner,
     cuda_provider_available,
     onnx_runners,
     output_names,
+    session_options,
 )
 from tests.unit.runners.tiny_artifacts import expected, export_onnx
 
 
+def _load(artifact, threads: int = 1) -> SessionFromPath:
+    return SessionFromPath(artifact.path, threads, session_options)
+
+
 def _cpu_runner(ctx, artifact, threads: int = 1) -> OnnxRuntimeRunner:
-    return OnnxRuntimeRunner(artifact.name, artifact.path, list(ctx.recipe.outputs), threads)
+    return OnnxRuntimeRunner(artifact.name, _load(artifact, threads), list(ctx.recipe.outputs))
 
 
 def test_matches_the_torch_module(ctx, onnx_artifact, feeds) -> None:
@@ -93,7 +99,7 @@ def test_prepared_host_run(ctx, onnx_artifact, feeds) -> None:
 
 
 def test_factory_lists_cpu_first_and_cuda_only_where_available(ctx, onnx_artifact) -> None:
-    runners = onnx_runners(onnx_artifact, ctx)
+    runners = onnx_runners(onnx_artifact, ctx.settings)
     assert (runners[0].runtime, runners[0].io) == ("onnxruntime-cpu", "host")
     cuda = [(r.runtime, r.io) for r in runners[1:]]
     assert cuda == (
@@ -103,7 +109,7 @@ def test_factory_lists_cpu_first_and_cuda_only_where_available(ctx, onnx_artifac
 
 def test_device_io_needs_the_cuda_provider(ctx, onnx_artifact) -> None:
     with pytest.raises(ValueError):
-        OnnxRuntimeRunner("x", onnx_artifact.path, ["hidden"], 1, io="device")
+        OnnxRuntimeRunner("x", _load(onnx_artifact), ["hidden"], io="device")
 
 
 @pytest.mark.gpu
@@ -111,7 +117,7 @@ def test_cuda_device_io_binds_once_and_matches(ctx, onnx_artifact, feeds) -> Non
     if not cuda_provider_available():
         pytest.skip("needs onnxruntime-gpu and a GPU")
     runner = OnnxRuntimeRunner(
-        onnx_artifact.name, onnx_artifact.path, list(ctx.recipe.outputs), 1, CUDA_PROVIDER, "device"
+        onnx_artifact.name, _load(onnx_artifact), list(ctx.recipe.outputs), CUDA_PROVIDER, "device"
     )
     runner.activate()
     try:

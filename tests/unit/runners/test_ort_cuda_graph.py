@@ -56,17 +56,18 @@ def test_session_and_provider_options() -> None:
 
 
 def test_dims_of_follow_the_recipe_shapes(ctx, feeds) -> None:
-    assert dims_of(ctx.recipe, feeds) == {"batch": 3, "sequence": 12}
+    assert dims_of(ctx.settings, feeds) == {"batch": 3, "sequence": 12}
 
 
 def test_which_artifacts_get_a_graph_runner(ctx, onnx_artifact, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ort_cuda_graph, "cuda_provider_available", lambda: True)
-    (runner,) = graph_runners(onnx_artifact, ctx)
+    (runner,) = graph_runners(onnx_artifact, ctx.settings)
     assert (runner.runtime, runner.io, runner.cuda_graph) == ("onnxruntime-cuda-graph", "device", True)
-    assert graph_runners(replace(onnx_artifact, precision="int8"), ctx) == []
-    no_graphs = ctx.recipe.model_copy(
-        update={"runtime": ctx.recipe.runtime.model_copy(update={"cuda_graphs": False})}
+    assert graph_runners(replace(onnx_artifact, precision="int8"), ctx.settings) == []
+    settings = ctx.settings
+    no_graphs = settings.model_copy(
+        update={"runtime": settings.runtime.model_copy(update={"cuda_graphs": False})}
     )
-    assert graph_runners(onnx_artifact, replace(ctx, recipe=no_graphs)) == []
+    assert graph_runners(onnx_artifact, no_graphs) == []
     monkeypatch.setattr(ort_cuda_graph, "cuda_provider_available", lambda: False)
-    assert graph_runners(onnx_artifact, ctx) == []
+    assert graph_runners(onnx_artifact, ctx.settings) == []

@@ -9,7 +9,7 @@ from tests.unit.runners.tiny_artifacts import expected
 
 
 def test_reference_runner_is_the_eager_module(ctx, feeds) -> None:
-    runner = reference_runners(ctx)[0]
+    runner = reference_runners(ctx.settings, ctx.model)[0]
     assert (runner.artifact, runner.runtime, runner.io) == (REFERENCE, "torch-cpu", "host")
     runner.activate()
     try:
@@ -25,7 +25,7 @@ def test_reference_runner_is_the_eager_module(ctx, feeds) -> None:
 
 
 def test_torchscript_runner_matches_the_module(ctx, torchscript_artifact, feeds) -> None:
-    runner = torchscript_runners(torchscript_artifact, ctx)[0]
+    runner = torchscript_runners(torchscript_artifact, ctx.settings)[0]
     assert (runner.artifact, runner.runtime, runner.io) == ("torchscript-fp32", "torchscript-cpu", "host")
     runner.activate()
     try:
@@ -39,7 +39,7 @@ def test_torchscript_runner_matches_the_module(ctx, torchscript_artifact, feeds)
 
 def test_cpu_threads_are_pinned_while_active_and_restored(ctx) -> None:
     before = torch.get_num_threads()
-    runner = reference_runners(ctx)[0]  # the ctx fixture pins intra_op_threads = 1
+    runner = reference_runners(ctx.settings, ctx.model)[0]  # the ctx fixture pins intra_op_threads = 1
     runner.activate()
     try:
         assert torch.get_num_threads() == 1
@@ -49,7 +49,7 @@ def test_cpu_threads_are_pinned_while_active_and_restored(ctx) -> None:
 
 
 def test_missing_input_is_named(ctx, feeds) -> None:
-    runner = reference_runners(ctx)[0]
+    runner = reference_runners(ctx.settings, ctx.model)[0]
     runner.activate()
     try:
         with pytest.raises(KeyError, match="attention_mask"):
@@ -62,7 +62,7 @@ def test_missing_input_is_named(ctx, feeds) -> None:
 def test_cuda_device_runner_keeps_io_on_the_gpu(ctx, feeds) -> None:
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    runners = {(r.runtime, r.io): r for r in reference_runners(ctx)}
+    runners = {(r.runtime, r.io): r for r in reference_runners(ctx.settings, ctx.model)}
     runner = runners[("torch-cuda", "device")]
     runner.activate()
     try:

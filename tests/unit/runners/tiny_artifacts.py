@@ -9,21 +9,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from pipeline.artifacts import ArtifactRecord
 from pipeline.recipe_loader import load
-from pipeline.stages.base import ArtifactRecord, RunContext
+from tests.stage_env import StageEnv
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "tiny.yaml"
 
 
-def tiny_context(workdir: Path, **benchmark: object) -> RunContext:
-    """A RunContext for the tiny recipe, with benchmark settings replaced where given."""
+def tiny_context(workdir: Path, **benchmark: object) -> StageEnv:
+    """The tiny recipe with a run context, with benchmark settings replaced where given."""
     recipe = load(RECIPE, []).recipe
     if benchmark:
         recipe = recipe.model_copy(update={"benchmark": recipe.benchmark.model_copy(update=benchmark)})
-    return RunContext(recipe=recipe, recipe_dir=RECIPE.parent, workdir=workdir)
+    return StageEnv(recipe, RECIPE.parent, workdir)
 
 
-def _examples(ctx: RunContext) -> tuple[torch.Tensor, ...]:
+def _examples(ctx: StageEnv) -> tuple[torch.Tensor, ...]:
     feeds = ctx.dataset().feeds_at({"batch": 2, "sequence": 16})
     return tuple(torch.from_numpy(feeds[s.name]) for s in ctx.recipe.inputs)
 
@@ -33,7 +34,7 @@ def record(name: str, path: Path, kind: str, precision: str = "fp32") -> Artifac
     return ArtifactRecord(name=name, path=path, kind=kind, precision=precision, sha256=digest, stage="test")
 
 
-def export_onnx(ctx: RunContext, path: Path, output_names: list[str] | None = None) -> ArtifactRecord:
+def export_onnx(ctx: StageEnv, path: Path, output_names: list[str] | None = None) -> ArtifactRecord:
     inputs = [s.name for s in ctx.recipe.inputs]
     outputs = output_names or list(ctx.recipe.outputs)
     axes = {name: {0: "batch", 1: "sequence"} for name in inputs}
@@ -51,14 +52,14 @@ def export_onnx(ctx: RunContext, path: Path, output_names: list[str] | None = No
     return record("onnx-fp32", path, "onnx")
 
 
-def export_torchscript(ctx: RunContext, path: Path) -> ArtifactRecord:
+def export_torchscript(ctx: StageEnv, path: Path) -> ArtifactRecord:
     with torch.inference_mode(False), torch.no_grad():
         traced = torch.jit.trace(ctx.model().module, _examples(ctx))
     traced.save(str(path))
     return record("torchscript-fp32", path, "torchscript")
 
 
-def expected(ctx: RunContext, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def expected(ctx: StageEnv, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The eager module's outputs, computed directly (not through a runner)."""
     with torch.no_grad():
         out = ctx.model().module(*(torch.from_numpy(feeds[s.name]) for s in ctx.recipe.inputs))

@@ -10,14 +10,15 @@ import numpy as np
 import onnx
 import torch
 
+from pipeline.artifacts import ArtifactRecord
 from pipeline.recipe_loader import load
-from pipeline.stages.base import ArtifactRecord, RunContext
+from tests.stage_env import StageEnv
 
 TINY = Path(__file__).resolve().parents[2] / "recipes" / "tiny.yaml"
 
 
-def tiny_context(workdir: Path, *overrides: str) -> RunContext:
-    return RunContext(recipe=load(TINY, list(overrides)).recipe, recipe_dir=TINY.parent, workdir=workdir)
+def tiny_context(workdir: Path, *overrides: str) -> StageEnv:
+    return StageEnv(load(TINY, list(overrides)).recipe, TINY.parent, workdir)
 
 
 def record(path: Path, name: str = "onnx-fp32", precision: str = "fp32") -> ArtifactRecord:
@@ -25,7 +26,7 @@ def record(path: Path, name: str = "onnx-fp32", precision: str = "fp32") -> Arti
     return ArtifactRecord(name=name, path=path, kind="onnx", precision=precision, sha256=digest, stage="test")
 
 
-def dynamo_export(ctx: RunContext, path: Path, example: dict[str, np.ndarray]) -> ArtifactRecord:
+def dynamo_export(ctx: StageEnv, path: Path, example: dict[str, np.ndarray]) -> ArtifactRecord:
     """Export the recipe's model with the dynamo exporter, one symbolic axis per recipe dim (as export_onnx
     does). The example must be representative: a BERT exported from an all-ones mask drops the mask."""
     recipe = ctx.recipe
@@ -47,7 +48,7 @@ def dynamo_export(ctx: RunContext, path: Path, example: dict[str, np.ndarray]) -
     return record(path)
 
 
-def reference(ctx: RunContext, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def reference(ctx: StageEnv, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The eager FP32 module's outputs by name."""
     with torch.no_grad():
         out = ctx.model().module(*(torch.from_numpy(feeds[s.name]) for s in ctx.recipe.inputs))

@@ -10,62 +10,64 @@ import numpy as np
 import pytest
 import torch
 
+from pipeline.artifacts import ArtifactRecord
+from pipeline.plan import needed_variants, plan_stages
 from pipeline.runners.base import NotRunnable
 from pipeline.runners.registry import runners_for
-from pipeline.stages import export_pt2, needed_variants, plan_stages
-from pipeline.stages.base import ArtifactRecord, RunContext
+from pipeline.stages import export_pt2
+from tests.stage_env import StageEnv
 from tests.unit.stages.onnx_fixtures import lowest_cosine, tiny_context
 
+PT2 = ["exported-fp32", "exported-fp16", "exported-bf16", "aoti-fp32", "aoti-fp16", "aoti-bf16"]
 PADDING = "runtime.padding={per_token_outputs: [hidden], multiple: 4, group_overhead_tokens: 0}"
 
 
-def _record(ctx: RunContext, out) -> ArtifactRecord:
+def _record(ctx: StageEnv, out) -> ArtifactRecord:
     path = ctx.workdir / out.path
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     return ArtifactRecord(out.artifact, path, out.kind, out.precision, digest, "test", dict(out.details))
 
 
-def _run(ctx: RunContext, name: str, inputs: dict[str, ArtifactRecord] | None = None) -> ArtifactRecord:
-    stage = {s.name: s for s in export_pt2.stages(ctx.recipe, ctx.recipe_dir)}[name]
-    return _record(ctx, stage.run(ctx, inputs or {}).outputs[0])
+def _run(ctx: StageEnv, name: str, inputs: dict[str, ArtifactRecord] | None = None) -> ArtifactRecord:
+    return _record(ctx, ctx.run_named(name, inputs, variants=PT2).outputs[0])
 
 
 @pytest.fixture(scope="module")
-def ctx(tmp_path_factory: pytest.TempPathFactory) -> RunContext:
+def ctx(tmp_path_factory: pytest.TempPathFactory) -> StageEnv:
     return tiny_context(tmp_path_factory.mktemp("pt2"), PADDING, "benchmark.intra_op_threads=1")
 
 
 @pytest.fixture(scope="module")
-def exported(ctx: RunContext) -> ArtifactRecord:
+def exported(ctx: StageEnv) -> ArtifactRecord:
     return _run(ctx, "export_pt2_fp32")
 
 
 @pytest.fixture(scope="module")
-def aoti(ctx: RunContext, exported: ArtifactRecord) -> ArtifactRecord:
+def aoti(ctx: StageEnv, exported: ArtifactRecord) -> ArtifactRecord:
     return _run(ctx, "aoti_fp32", {"exported-fp32": exported})
 
 
-def _padded_feeds(ctx: RunContext) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def _padded_feeds(ctx: StageEnv) -> tuple[dict[str, np.ndarray], np.ndarray]:
     feeds = ctx.dataset().feeds_at({"batch": 4, "sequence": 20})
     real = np.array([20, 5, 11, 7])
     mask = (np.arange(20)[None, :] < real[:, None]).astype(feeds["attention_mask"].dtype)
     return {**feeds, "attention_mask": mask}, mask.astype(bool)
 
 
-def _reference(ctx: RunContext, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _reference(ctx: StageEnv, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     with torch.no_grad():
         out = ctx.model().module(*(torch.from_numpy(feeds[s.name]) for s in ctx.recipe.inputs))
     return {name: t.numpy() for name, t in zip(ctx.recipe.outputs, out, strict=True)}
 
 
-def test_stages_and_plan(ctx: RunContext) -> None:
-    stages = {s.name: s for s in export_pt2.stages(ctx.recipe, ctx.recipe_dir)}
+def test_stages_and_plan(ctx: StageEnv) -> None:
+    stages = {name: ctx.stage(name, PT2) for name in ("aoti_fp16", "export_pt2_bf16")}
     assert stages["aoti_fp16"].consumes == ("exported-fp16",)
     assert stages["export_pt2_bf16"].produces == ("exported-bf16",)
     recipe = ctx.recipe.model_copy(
         update={"variants": ctx.recipe.variants.model_copy(update={"build": ["onnx-fp32", "aoti-fp16"]})}
     )
-    assert needed_variants(recipe) == ["onnx-fp32", "exported-fp16", "aoti-fp16"]
+    assert [v.name for v in needed_variants(recipe)] == ["onnx-fp32", "exported-fp16", "aoti-fp16"]
     names = [s.name for s in plan_stages(recipe, ctx.recipe_dir)]
     assert names.index("export_pt2_fp16") < names.index("aoti_fp16") < names.index("validate")
 
@@ -82,8 +84,8 @@ def test_exported_program(exported: ArtifactRecord) -> None:
     assert len(linears) == 2 * (1 + 1 + 2)  # per layer: fused QKV, attention output, two feed-forward
 
 
-def test_exported_runners_match_the_reference(ctx: RunContext, exported: ArtifactRecord) -> None:
-    runners = runners_for(exported, ctx)
+def test_exported_runners_match_the_reference(ctx: StageEnv, exported: ArtifactRecord) -> None:
+    runners = runners_for(exported, ctx.settings)
     assert [r.runtime for r in runners] == ["torch-cpu", "torch-cpu-bucketed"]
     feeds, real = _padded_feeds(ctx)
     want = _reference(ctx, feeds)
@@ -102,7 +104,7 @@ def test_exported_runners_match_the_reference(ctx: RunContext, exported: Artifac
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
-def test_lower_precision_keeps_float32_io(ctx: RunContext, precision: str) -> None:
+def test_lower_precision_keeps_float32_io(ctx: StageEnv, precision: str) -> None:
     program = torch.export.load(str(_run(ctx, f"export_pt2_{precision}").path))
     dtypes = {p.dtype for p in program.state_dict.values() if p.is_floating_point()}
     assert dtypes == {export_pt2.DTYPES[precision]}
@@ -113,10 +115,10 @@ def test_lower_precision_keeps_float32_io(ctx: RunContext, precision: str) -> No
     assert lowest_cosine(pooled.numpy(), _reference(ctx, feeds)["pooled"]) > 0.99
 
 
-def test_aoti_package_for_the_cpu(ctx: RunContext, aoti: ArtifactRecord) -> None:
+def test_aoti_package_for_the_cpu(ctx: StageEnv, aoti: ArtifactRecord) -> None:
     assert (aoti.name, aoti.kind, aoti.path.name) == ("aoti-fp32", "aoti", "model.aoti.fp32.pt2")
     assert aoti.details["device"] == "cpu" and aoti.details["compile_s"] > 0
-    (runner,) = runners_for(aoti, ctx)
+    (runner,) = runners_for(aoti, ctx.settings)
     assert (runner.runtime, runner.io) == ("torch-aoti-cpu", "host")
     runner.activate()
     try:
@@ -128,13 +130,13 @@ def test_aoti_package_for_the_cpu(ctx: RunContext, aoti: ArtifactRecord) -> None
         runner.deactivate()
 
 
-def test_cuda_package_is_not_runnable_without_a_gpu(ctx: RunContext, aoti: ArtifactRecord) -> None:
+def test_cuda_package_is_not_runnable_without_a_gpu(ctx: StageEnv, aoti: ArtifactRecord) -> None:
     if torch.cuda.is_available():
         pytest.skip("this host has a GPU")
     cuda = ArtifactRecord(
         aoti.name, aoti.path, "aoti", "fp32", aoti.sha256, "test", {"device": "cuda", "gpu": "H200"}
     )
-    result = runners_for(cuda, ctx)
+    result = runners_for(cuda, ctx.settings)
     assert isinstance(result, NotRunnable) and "no CUDA GPU" in result.reason
 
 

@@ -10,8 +10,8 @@ import onnx
 import pytest
 
 from pipeline import onnx_tools
-from pipeline.stages import fp16
-from pipeline.stages.base import ArtifactRecord, StageResult
+from pipeline.artifacts import ArtifactRecord
+from pipeline.stages.base import StageResult
 from tests.unit.stages.onnx_fixtures import lowest_cosine, reference, run_onnx, tiny_context, tiny_onnx
 
 FLOAT, HALF = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16
@@ -25,16 +25,15 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> ArtifactRecord:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory, source: ArtifactRecord) -> tuple[StageResult, Path]:
     ctx = tiny_context(tmp_path_factory.mktemp("fp16"))
-    st = fp16.stage(ctx.recipe, ctx.recipe_dir)
-    result = st.run(ctx, {"onnx-fp32": source})
+    result = ctx.run_named("fp16", {"onnx-fp32": source}, variants=["onnx-fp16"])
     return result, ctx.workdir / "model.fp16.onnx"
 
 
 def test_stage_declares_its_artifact() -> None:
     ctx = tiny_context(Path("/nonexistent"))
-    st = fp16.stage(ctx.recipe, ctx.recipe_dir)
+    st = ctx.stage("fp16", ["onnx-fp16"])
     assert (st.name, st.consumes, st.produces) == ("fp16", ("onnx-fp32",), ("onnx-fp16",))
-    assert st.config["fp16"]["block_ops"] == list(ctx.recipe.export.fp16.block_ops)
+    assert st.config.fp16.block_ops == list(ctx.recipe.export.fp16.block_ops)
     env = st.environment()
     assert env["onnx"] and env["onnxruntime"]
 
@@ -95,13 +94,13 @@ def test_output_is_byte_deterministic(
     built: tuple[StageResult, Path], source: ArtifactRecord, tmp_path: Path
 ) -> None:
     ctx = tiny_context(tmp_path)
-    fp16.stage(ctx.recipe, ctx.recipe_dir).run(ctx, {"onnx-fp32": source})
+    ctx.run_named("fp16", {"onnx-fp32": source}, variants=["onnx-fp16"])
     assert (tmp_path / "model.fp16.onnx").read_bytes() == built[1].read_bytes()
 
 
 def test_recipe_block_list_is_honoured(source: ArtifactRecord, tmp_path: Path) -> None:
     ctx = tiny_context(tmp_path, "export.fp16.block_ops=[MatMul]")
-    result = fp16.stage(ctx.recipe, ctx.recipe_dir).run(ctx, {"onnx-fp32": source})
+    result = ctx.run_named("fp16", {"onnx-fp32": source}, variants=["onnx-fp16"])
     model = onnx.load(str(tmp_path / "model.fp16.onnx"))
     types = onnx_tools.value_types(model)
     assert all(types[n.output[0]] == FLOAT for n in model.graph.node if n.op_type == "MatMul")

@@ -12,10 +12,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pipeline import onnx_tools
+from pipeline.artifacts import ArtifactRecord
 from pipeline.errors import StageError
 from pipeline.recipe import Recipe
-from pipeline.stages import int8, int8_dynamic
-from pipeline.stages.base import ArtifactRecord, RunContext, StageResult
+from pipeline.stages import int8
+from pipeline.stages.base import StageResult
+from tests.stage_env import StageEnv
 from tests.unit.stages.onnx_fixtures import (
     lowest_cosine,
     producers,
@@ -36,26 +38,26 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> ArtifactRecord:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory, source: ArtifactRecord) -> tuple[RunContext, StageResult]:
+def built(tmp_path_factory: pytest.TempPathFactory, source: ArtifactRecord) -> tuple[StageEnv, StageResult]:
     """Exclude the second FFN projection ('inner.layers.N.output'), as the BERT default does."""
     ctx = tiny_context(tmp_path_factory.mktemp("int8"), "export.int8.exclude=['*.output']")
-    return ctx, int8.stage(ctx.recipe, ctx.recipe_dir).run(ctx, {"onnx-fp32": source})
+    return ctx, ctx.run_named("int8", {"onnx-fp32": source}, variants=["onnx-int8"])
 
 
-def _model(ctx: RunContext) -> onnx.ModelProto:
+def _model(ctx: StageEnv) -> onnx.ModelProto:
     return onnx.load(str(ctx.workdir / "model.int8.onnx"))
 
 
 def test_stage_declares_its_artifact() -> None:
     ctx = tiny_context(Path("."))
-    st = int8.stage(ctx.recipe, ctx.recipe_dir)
+    st = ctx.stage("int8", ["onnx-int8"])
     assert (st.name, st.consumes, st.produces) == ("int8", ("onnx-fp32",), ("onnx-int8",))
-    assert st.config["int8"] == ctx.recipe.export.int8.model_dump()
-    assert st.config["settings"]["QuantizeBias"] is False
-    assert st.config["data"]  # calibration depends on the data: its fingerprint is part of the config
+    assert st.config.int8 == ctx.recipe.export.int8
+    assert st.config.settings["QuantizeBias"] is False
+    assert st.config.data.digest  # calibration depends on the data: its fingerprint is part of the config
 
 
-def test_details_match_the_graph(built: tuple[RunContext, StageResult]) -> None:
+def test_details_match_the_graph(built: tuple[StageEnv, StageResult]) -> None:
     ctx, result = built
     out = result.outputs[0]
     assert (out.path, out.kind, out.artifact, out.precision) == (
@@ -75,7 +77,7 @@ def test_details_match_the_graph(built: tuple[RunContext, StageResult]) -> None:
     assert (ctx.workdir / "logs" / "int8.log").is_file()
 
 
-def test_selection_by_module_path(built: tuple[RunContext, StageResult]) -> None:
+def test_selection_by_module_path(built: tuple[StageEnv, StageResult]) -> None:
     ctx, result = built
     d = result.outputs[0].details
     assert d["excluded"] == [f"inner.layers.{i}.output" for i in LAYERS]
@@ -84,7 +86,7 @@ def test_selection_by_module_path(built: tuple[RunContext, StageResult]) -> None
     assert d["activation_matmuls_skipped"] == 4  # q @ k^T and attention @ v, per layer
 
 
-def test_qdq_placement_is_tensorrt_shaped(built: tuple[RunContext, StageResult]) -> None:
+def test_qdq_placement_is_tensorrt_shaped(built: tuple[StageEnv, StageResult]) -> None:
     model = _model(built[0])
     made_by = producers(model)
     inits = {i.name: i for i in model.graph.initializer}
@@ -114,7 +116,7 @@ def test_qdq_placement_is_tensorrt_shaped(built: tuple[RunContext, StageResult])
     assert all(numpy_helper.to_array(inits[n.input[1]]).size > 1 for n in per_channel)
 
 
-def test_close_to_the_eager_model(built: tuple[RunContext, StageResult]) -> None:
+def test_close_to_the_eager_model(built: tuple[StageEnv, StageResult]) -> None:
     ctx = built[0]
     feeds = ctx.dataset().feeds_at({"batch": 4, "sequence": 16})
     got, want = run_onnx(ctx.workdir / "model.int8.onnx", feeds), reference(ctx, feeds)
@@ -122,10 +124,10 @@ def test_close_to_the_eager_model(built: tuple[RunContext, StageResult]) -> None
 
 
 def test_output_is_byte_deterministic(
-    built: tuple[RunContext, StageResult], source: ArtifactRecord, tmp_path: Path
+    built: tuple[StageEnv, StageResult], source: ArtifactRecord, tmp_path: Path
 ) -> None:
     ctx = tiny_context(tmp_path, "export.int8.exclude=['*.output']")
-    int8.stage(ctx.recipe, ctx.recipe_dir).run(ctx, {"onnx-fp32": source})
+    ctx.run_named("int8", {"onnx-fp32": source}, variants=["onnx-int8"])
     assert (tmp_path / "model.int8.onnx").read_bytes() == (built[0].workdir / "model.int8.onnx").read_bytes()
 
 
@@ -134,7 +136,7 @@ def test_histogram_calibrations(method: str, source: ArtifactRecord, tmp_path: P
     ctx = tiny_context(
         tmp_path, f"export.int8.calibration={method}", "export.int8.include=['*.query', '*.key']"
     )
-    details = int8.stage(ctx.recipe, ctx.recipe_dir).run(ctx, {"onnx-fp32": source}).outputs[0].details
+    details = ctx.run_named("int8", {"onnx-fp32": source}, variants=["onnx-int8"]).outputs[0].details
     assert details["calibration_method"] == method
     assert sorted(details["quantized_nodes"]) == sorted(
         f"inner.layers.{i}.{m}" for i in LAYERS for m in ("key", "query")
@@ -143,7 +145,7 @@ def test_histogram_calibrations(method: str, source: ArtifactRecord, tmp_path: P
 
 def test_calibration_feeds_only_the_declared_inputs(tmp_path: Path) -> None:
     ctx = tiny_context(tmp_path)
-    feeds = int8.calibration_feeds(ctx, ["input_ids"])
+    feeds = int8.calibration_feeds(ctx.dataset(), ["input_ids"])
     assert all(list(f) == ["input_ids"] for f in feeds)
     calibration = [row.tobytes() for f in feeds for row in f["input_ids"]]
     validation = {row.tobytes() for f in ctx.dataset().validation_feeds(8) for row in f["input_ids"]}
@@ -154,7 +156,7 @@ def test_calibration_feeds_only_the_declared_inputs(tmp_path: Path) -> None:
 def test_nothing_left_to_quantize_is_an_error(source: ArtifactRecord, tmp_path: Path) -> None:
     ctx = tiny_context(tmp_path, "export.int8.include=['no.such.module']")
     with pytest.raises(StageError, match="no MatMul node is left"):
-        int8.stage(ctx.recipe, ctx.recipe_dir).run(ctx, {"onnx-fp32": source})
+        ctx.run_named("int8", {"onnx-fp32": source}, variants=["onnx-int8"])
 
 
 def _denormal_model(path: Path) -> ArtifactRecord:
@@ -188,10 +190,10 @@ def test_entropy_calibration_failure_is_the_variants_error(tmp_path: Path) -> No
             "export": {"int8": {"calibration": "entropy", "exclude": []}},
         }
     )
-    ctx = RunContext(recipe=recipe, recipe_dir=tmp_path, workdir=tmp_path / "work")
+    ctx = StageEnv(recipe, tmp_path, tmp_path / "work")
     source = _denormal_model(tmp_path / "model.onnx")
     with pytest.raises(StageError, match="Too many bins for data range"):
-        int8.stage(recipe, tmp_path).run(ctx, {"onnx-fp32": source})
+        ctx.run_named("int8", {"onnx-fp32": source}, variants=["onnx-int8"])
 
 
 # ------------------------------------------------------------------ int8_dynamic
@@ -199,9 +201,9 @@ def test_entropy_calibration_failure_is_the_variants_error(tmp_path: Path) -> No
 
 def test_dynamic_quantization(source: ArtifactRecord, tmp_path: Path) -> None:
     ctx = tiny_context(tmp_path)
-    st = int8_dynamic.stage(ctx.recipe, ctx.recipe_dir)
+    st = ctx.stage("int8_dynamic", ["onnx-int8-dynamic"])
     assert (st.name, st.consumes, st.produces) == ("int8_dynamic", ("onnx-fp32",), ("onnx-int8-dynamic",))
-    out = st.run(ctx, {"onnx-fp32": source}).outputs[0]
+    out = ctx.run(st, {"onnx-fp32": source}).outputs[0]
     assert (out.path, out.artifact, out.precision) == ("model.int8-dynamic.onnx", "onnx-int8-dynamic", "int8")
     model = onnx.load(str(tmp_path / out.path))
     counts = onnx_tools.op_counts(model)

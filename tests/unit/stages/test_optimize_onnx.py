@@ -9,8 +9,8 @@ import onnx
 import pytest
 
 from pipeline import onnx_tools
-from pipeline.stages import optimize_onnx
-from pipeline.stages.base import ArtifactRecord, Stage
+from pipeline.artifacts import ArtifactRecord
+from pipeline.stages.base import Stage
 from tests.unit.stages.onnx_fixtures import lowest_cosine, reference, run_onnx, tiny_context, tiny_onnx
 
 
@@ -19,9 +19,12 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> ArtifactRecord:
     return tiny_onnx(tmp_path_factory)
 
 
+OPTIMIZED = ["onnx-optimized-fp32", "onnx-optimized-fp16"]
+
+
 def _stages() -> dict[str, Stage]:
     ctx = tiny_context(Path("."))
-    return {s.name: s for s in optimize_onnx.stages(ctx.recipe, ctx.recipe_dir)}
+    return {name: ctx.stage(name, OPTIMIZED) for name in ("optimize_onnx_fp32", "optimize_onnx_fp16")}
 
 
 def test_two_stages_with_their_artifacts() -> None:
@@ -30,12 +33,12 @@ def test_two_stages_with_their_artifacts() -> None:
         "optimize_onnx_fp32": (("onnx-fp32",), ("onnx-optimized-fp32",)),
         "optimize_onnx_fp16": (("onnx-fp32",), ("onnx-optimized-fp16",)),
     }
-    assert stages["optimize_onnx_fp32"].config["optimize"] == {
+    assert stages["optimize_onnx_fp32"].config.fingerprinted()["optimize"] == {
         "model_type": "bert",
         "opt_level": 2,
         "fusions": ["onnxscript", "transformers"],
     }
-    assert "fp16" in stages["optimize_onnx_fp16"].config
+    assert stages["optimize_onnx_fp32"].config.fp16 is None and stages["optimize_onnx_fp16"].config.fp16
 
 
 @pytest.mark.parametrize(
@@ -49,7 +52,7 @@ def test_optimized_graph(
     name: str, file: str, precision: str, tolerance: float, source: ArtifactRecord, tmp_path: Path
 ) -> None:
     ctx = tiny_context(tmp_path)
-    out = _stages()[name].run(ctx, {"onnx-fp32": source}).outputs[0]
+    out = ctx.run(_stages()[name], {"onnx-fp32": source}).outputs[0]
     assert (out.path, out.artifact, out.precision, out.kind) == (
         file,
         f"onnx-optimized-{precision}",
@@ -80,8 +83,7 @@ def test_generic_models_get_onnxruntime_graph_optimizations_only(
 ) -> None:
     ctx = tiny_context(tmp_path, "model.family=generic")
     assert ctx.recipe.export.optimize.model_type is None
-    st = optimize_onnx.stages(ctx.recipe, ctx.recipe_dir)[0]
-    out = st.run(ctx, {"onnx-fp32": source}).outputs[0]
+    out = ctx.run_named("optimize_onnx_fp32", {"onnx-fp32": source}, variants=OPTIMIZED).outputs[0]
     assert out.details["model_type"] is None
     feeds = ctx.dataset().feeds_at({"batch": 2, "sequence": 12})
     got, want = run_onnx(tmp_path / out.path, feeds), reference(ctx, feeds)

@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
+from pipeline.artifacts import ArtifactRecord
 from pipeline.runners.base import NotRunnable
 from pipeline.runners.tensorrt import engine_flavour, not_runnable_reason, runners_for_engine
-from pipeline.stages.base import ArtifactRecord
 from pipeline.trt.flavour import local_compute_capability
 
 
@@ -40,6 +40,6 @@ def test_flavour_from_details_or_name():
 def test_not_runnable_on_this_host_without_a_gpu():
     if local_compute_capability() is not None:
         return  # covered by the gpu-marked tests
-    result = runners_for_engine(engine(compute_capabilities=["sm89"], flavour="tensorrt-rtx"), ctx=None)
+    result = runners_for_engine(engine(compute_capabilities=["sm89"], flavour="tensorrt-rtx"), settings=None)
     assert isinstance(result, NotRunnable)
     assert result.artifact == "tensorrt-rtx-fp16" and result.reason.startswith("no GPU")

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import StageError
+from pipeline.plan import needed_variants
 from pipeline.recipe_loader import load
 from pipeline.stages import tensorrt as st
 from pipeline.trt.flavour import module_name, resolve_flavour
@@ -17,7 +18,7 @@ def recipe(*overrides: str):
 
 
 def by_name(r) -> dict:
-    return {s.name: s for s in st.stages(r, TINY.parent)}
+    return {s.name: s for s in st.stages(r, TINY.parent, needed_variants(r))}
 
 
 def test_explicit_variants_name_their_flavour_and_consume_the_onnx_of_their_precision():
@@ -26,7 +27,7 @@ def test_explicit_variants_name_their_flavour_and_consume_the_onnx_of_their_prec
     assert made["tensorrt-rtx-fp16"].consumes == ("onnx-fp16",)
     assert made["tensorrt-rtx-fp16"].produces == ("tensorrt-rtx-fp16",)
     assert made["tensorrt-int8"].consumes == ("onnx-int8",)
-    assert made["tensorrt-int8"].config["compute_capabilities"] == ["current"]
+    assert made["tensorrt-int8"].config.compute_capabilities == ["current"]
 
 
 def test_engine_variant_follows_the_flavour_setting():
@@ -54,15 +55,17 @@ def test_profiles_take_recipe_dims_and_per_profile_overrides():
 
 
 def test_fingerprint_config_changes_with_every_build_setting():
-    base = by_name(recipe("variants.build=[tensorrt-rtx-fp32]"))["tensorrt-rtx-fp32"].config
+    base = by_name(recipe("variants.build=[tensorrt-rtx-fp32]"))["tensorrt-rtx-fp32"].config.fingerprinted()
     assert base["compute_capabilities"] == ["sm89"]
     for override in (
         "export.tensorrt.compute_capabilities=[sm86]",
         "export.tensorrt.optimization_level=5",
         "export.tensorrt.workspace_mb=512",
         "dims.sequence.max=64",
+        "export.tensorrt.build_timeout_s=60",
     ):
         changed = by_name(recipe("variants.build=[tensorrt-rtx-fp32]", override))["tensorrt-rtx-fp32"].config
+        changed = changed.fingerprinted()
         assert changed != base, override
     assert {"flavour", "trt_version", "profiles", "optimization_level", "workspace_mb"} <= set(base)
 
@@ -71,7 +74,7 @@ def test_environment_names_flavour_and_version():
     stage = by_name(recipe("variants.build=[tensorrt-rtx-fp32]"))["tensorrt-rtx-fp32"]
     env = stage.environment()
     assert env["tensorrt_flavour"] == "tensorrt-rtx"
-    assert env["tensorrt_version"] == stage.config["trt_version"]
+    assert env["tensorrt_version"] == stage.config.trt_version
 
 
 def test_auto_without_a_builder_fails_at_run_with_the_install_command():
@@ -80,7 +83,7 @@ def test_auto_without_a_builder_fails_at_run_with_the_install_command():
     with pytest.raises(
         StageError, match=r"no TensorRT builder installed \(pip install 'deploy-pipeline\[tensorrt-rtx\]'"
     ):
-        stage.run(None, {})
+        stage.run(None, stage.config, {})
 
 
 def test_preflight_rejects_sm90_for_rtx_and_checks_profiles():
@@ -114,7 +117,7 @@ def test_preflight_names_a_missing_explicit_flavour():
 
 def test_no_engine_variants_no_problems_and_no_stages():
     r = recipe("export.tensorrt.compute_capabilities=[sm90]")
-    assert st.preflight_problems(r) == [] and st.stages(r, TINY.parent) == []
+    assert st.preflight_problems(r) == [] and by_name(r) == {}
 
 
 def test_failure_message_lists_every_parser_error_by_node():

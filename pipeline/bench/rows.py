@@ -1,0 +1,141 @@
+"""What speed.json says about each candidate: its row (statistics, stability, windows, GPU memory and
+throughput), its failures, and the flags a reader must see (BENCHMARKING.md rules 6 and 8)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from pipeline.bench.stats import latency_stats
+from pipeline.bench.timer import CudaEventTimer, Timer, on_gpu
+from pipeline.bench.windows import Measurement, WindowPolicy
+from pipeline.runners.base import Runner
+
+HOST_BOUND_RATIO = 0.5  # GPU time below half the wall time: the host, not the GPU, sets the pace
+
+
+def one_line(message: str, limit: int = 400) -> str:
+    """A reason fit for a report: the first line and, for tracebacks (TorchScript), the last one."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    text = lines[0] if len(lines) < 2 else f"{lines[0]} ... {lines[-1]}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def failure(runner: Runner, where: dict[str, Any], reason: str) -> dict[str, Any]:
+    return {
+        "artifact": runner.artifact,
+        "runtime": runner.runtime,
+        "io": runner.io,
+        **where,
+        "reason": reason,
+    }
+
+
+def speed_row(
+    runner: Runner,
+    precision: str | None,
+    timer: Timer | None,
+    m: Measurement,
+    where: dict[str, Any],
+    policy: WindowPolicy,
+    memory: dict[str, Any] | None = None,
+    throughput: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One speed.json row: who ran where, the latency statistics, and how the measurement went."""
+    out = {
+        "artifact": runner.artifact,
+        "runtime": runner.runtime,
+        "io": runner.io,
+        "precision": precision,
+        **where,
+        **latency_stats(m.ms(), window_sizes=m.window_sizes),
+        "stable": m.stable,
+        "stop_reason": m.stop_reason,
+        "windows": len(m.window_medians),
+        "window_medians_ms": m.window_medians,
+        "window_spread": m.window_spread(policy.stable_windows),
+        "measured_s": m.elapsed_s,
+        "warmup_iters": m.warmup_iters,
+        "timer": timer.name if timer else None,
+        **m.row_fields(),
+        "cuda_graph": bool(runner.cuda_graph),
+    }
+    details = getattr(runner, "details", None)
+    if details:
+        out["runtime_details"] = dict(details)
+    if memory is not None:
+        out["peak_memory"] = memory
+    if throughput is not None:
+        out["throughput"] = throughput
+    if isinstance(timer, CudaEventTimer) or on_gpu(runner):
+        out["wall_p50_ms"] = float(np.median(m.wall_ms()))
+    return out
+
+
+def flags(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rule 8: INT8 rows not faster than FP16 (FP32 where no FP16 ran) at the same runtime, I/O and shape;
+    host-bound GPU rows; rows that never stabilized."""
+    out = []
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for row in results:
+        groups.setdefault((row["runtime"], row["io"], json.dumps(row["shapes"], sort_keys=True)), []).append(
+            row
+        )
+    for rows in groups.values():
+        for int8 in (r for r in rows if r.get("precision") == "int8"):
+            flag = _int8_flag(int8, rows)
+            if flag:
+                out.append(flag)
+    for row in results:
+        where = {k: row[k] for k in ("artifact", "runtime", "io", "batch", "sequence_length", "shapes")}
+        wall = row.get("wall_p50_ms")
+        if wall and row["p50_ms"] < HOST_BOUND_RATIO * wall:
+            out.append(
+                {
+                    "kind": "host_bound",
+                    **where,
+                    "message": f"GPU p50 {row['p50_ms']:.3f} ms, wall p50 {wall:.3f} ms",
+                }
+            )
+        if not row["stable"]:
+            out.append(
+                {
+                    "kind": "unstable",
+                    **where,
+                    "message": row.get("unstable_reason")
+                    or f"stopped by {row['stop_reason']}, cv {row['cv']:.3f}",
+                }
+            )
+    return out
+
+
+def _int8_flag(int8: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for precision in ("fp16", "fp32"):
+        peers = [r for r in rows if r.get("precision") == precision]
+        if peers:
+            break
+    else:
+        return None
+    best = min(peers, key=lambda r: r["p50_ms"])
+    if int8["p50_ms"] >= best["p50_ms"]:
+        verdict = "slower"
+    elif int8["p50_ci95_ms"][1] >= best["p50_ci95_ms"][0]:
+        verdict = "not faster beyond the noise (confidence intervals overlap)"
+    else:
+        return None
+    return {
+        "kind": "int8_not_faster",
+        "artifact": int8["artifact"],
+        "than": best["artifact"],
+        "than_precision": precision,
+        "runtime": int8["runtime"],
+        "io": int8["io"],
+        "batch": int8["batch"],
+        "sequence_length": int8["sequence_length"],
+        "shapes": int8["shapes"],
+        "int8_p50_ms": int8["p50_ms"],
+        "other_p50_ms": best["p50_ms"],
+        "message": f"{int8['artifact']} p50 {int8['p50_ms']:.3f} ms vs {best['artifact']} {best['p50_ms']:.3f} ms: {verdict}",
+    }

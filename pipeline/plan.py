@@ -1,0 +1,83 @@
+"""The plan: which stages a recipe asks for, in dependency order.
+
+The registry is a plain table of stage factories in plan order. A build factory takes the recipe and the
+variants the plan needs and returns the stages for those it builds, each declaring what it produces; the
+checks (validate, benchmark, select, and sign-off last) take the artifact names they work on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from pipeline.recipe import Recipe
+from pipeline.specs import resolved_variant
+from pipeline.stages import (
+    benchmark,
+    export_onnx,
+    export_pt2,
+    export_torchscript,
+    fp16,
+    int8,
+    int8_dynamic,
+    optimize_onnx,
+    select,
+    signoff,
+    tensorrt,
+    validate,
+)
+from pipeline.stages.base import Stage
+from pipeline.variants import Variant, parse
+
+BuildFactory = Callable[[Recipe, Path, list[Variant]], list[Stage]]
+CheckFactory = Callable[[Recipe, Path, list[str]], Stage]
+
+BUILDS: dict[str, BuildFactory] = {
+    "export_torchscript": export_torchscript.stages,
+    "export_onnx": export_onnx.stages,
+    "fp16": fp16.stages,
+    "int8": int8.stages,
+    "int8_dynamic": int8_dynamic.stages,
+    "optimize_onnx": optimize_onnx.stages,
+    "export_pt2": export_pt2.stages,
+    "tensorrt": tensorrt.stages,
+}
+CHECKS: dict[str, CheckFactory] = {
+    "validate": validate.stage,
+    "benchmark": benchmark.stage,
+    "select": select.stage,
+    "signoff": signoff.stage,
+}
+
+
+def requested_variants(recipe: Recipe) -> list[str]:
+    """variants.build, plus variants.gpu where this host has a CUDA GPU."""
+    from pipeline.bench.hosts import gpu_only_variants, has_cuda
+
+    return [*recipe.variants.build, *(gpu_only_variants(recipe) if has_cuda() else [])]
+
+
+def artifact_name(recipe: Recipe, name: str) -> str:
+    """The contract's artifact name for a recipe variant (engine-<p> takes the resolved flavour)."""
+    return resolved_variant(recipe, name).name
+
+
+def needed_variants(recipe: Recipe) -> list[Variant]:
+    """Requested variants plus what they are built from (an FP16 engine needs the FP16 ONNX)."""
+    wanted: list[Variant] = []
+
+    def add(found: Variant) -> None:
+        if found.built_from:
+            add(parse(found.built_from))
+        if all(w.name != found.name for w in wanted):
+            wanted.append(found)
+
+    for name in requested_variants(recipe):
+        add(resolved_variant(recipe, name))
+    return wanted
+
+
+def plan_stages(recipe: Recipe, recipe_dir: Path) -> list[Stage]:
+    variants = needed_variants(recipe)
+    stages = [stage for build in BUILDS.values() for stage in build(recipe, recipe_dir, variants)]
+    artifacts = [v.name for v in variants]
+    return stages + [check(recipe, recipe_dir, artifacts) for check in CHECKS.values()]

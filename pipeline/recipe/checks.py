@@ -1,0 +1,199 @@
+"""Pure consistency checks across the recipe's fields: (dotted key path, message) per problem found."""
+
+from __future__ import annotations
+
+from pipeline.recipe.root import Recipe
+from pipeline.recipe.sources import HuggingFaceSource, InputSpec, RandomData
+
+
+def cross_field_problems(recipe: Recipe) -> list[tuple[str, str]]:
+    """Pure consistency checks across fields: (dotted key path, message) for each problem found."""
+    problems: list[tuple[str, str]] = []
+    for name, rng in recipe.dims.items():
+        if rng.min > rng.max:
+            problems.append((f"dims.{name}.min", f"must not exceed max ({rng.min} > {rng.max})"))
+        elif not rng.min <= rng.opt <= rng.max:
+            problems.append(
+                (f"dims.{name}.opt", f"must lie within min..max ({rng.min}..{rng.max}, got {rng.opt})")
+            )
+    used = recipe.dim_names()
+    for i, spec in enumerate(recipe.inputs):
+        for j, d in enumerate(spec.shape):
+            if isinstance(d, str) and d not in recipe.dims:
+                problems.append(
+                    (f"inputs[{i}].shape[{j}]", f"dynamic dim '{d}' has no min/opt/max under dims")
+                )
+    for name in recipe.dims:
+        if name not in used:
+            problems.append((f"dims.{name}", "not used by any input shape"))
+    names = [s.name for s in recipe.inputs]
+    for i, n in enumerate(names):
+        if n in names[:i]:
+            problems.append((f"inputs[{i}].name", f"duplicate input name '{n}'"))
+    for i, n in enumerate(recipe.outputs):
+        if n in recipe.outputs[:i]:
+            problems.append((f"outputs[{i}]", f"duplicate output name '{n}'"))
+    for i, spec in enumerate(recipe.inputs):
+        if spec.low > spec.high:
+            problems.append((f"inputs[{i}].low", f"must not exceed high ({spec.low:g} > {spec.high:g})"))
+        problems += _range_problems(i, spec)
+    samples = recipe.data.samples
+    wanted = recipe.data.calibration + recipe.data.validation
+    if isinstance(samples, RandomData) and samples.samples is not None and samples.samples < wanted:
+        problems.append(
+            (
+                "data.samples.samples",
+                f"must be at least data.calibration + data.validation = {wanted} (got {samples.samples})",
+            )
+        )
+    for precision, tolerance in recipe.validation.tolerances.items():
+        for name in tolerance.outputs:
+            if name not in recipe.outputs:
+                problems.append(
+                    (
+                        f"validation.tolerances.{precision}.outputs.{name}",
+                        f"no such output (outputs: {', '.join(recipe.outputs)})",
+                    )
+                )
+    for precision, tolerance in recipe.validation.tolerances.items():
+        if not tolerance.gates(list(recipe.outputs)):
+            problems.append(
+                (
+                    f"validation.tolerances.{precision}",
+                    "no metric gates: every threshold is absent or informational for every output, so nothing "
+                    "could fail this precision (give at least one threshold that is not informational)",
+                )
+            )
+    mask = recipe.validation.padding_mask
+    if "padding_mask" in recipe.validation.model_fields_set and mask is not None and mask not in names:
+        problems.append(("validation.padding_mask", f"no such input '{mask}' (inputs: {', '.join(names)})"))
+    batch_rng = recipe.dims.get(recipe.benchmark.batch_dim)
+    if batch_rng is not None and batch_rng.min <= batch_rng.max:
+        for corner, size in recipe.validation.corner_batches.items():
+            if not batch_rng.min <= size <= batch_rng.max:
+                problems.append(
+                    (
+                        f"validation.corner_batches.{corner}",
+                        f"must lie within dims.{recipe.benchmark.batch_dim} {batch_rng.min}..{batch_rng.max} (got {size})",
+                    )
+                )
+    problems += _benchmark_problems(recipe)
+    problems += _runtime_problems(recipe)
+    for i, v in enumerate(recipe.variants.required):
+        if v not in recipe.variants.build:
+            problems.append(
+                (f"variants.required[{i}]", f"'{v}' is required but not listed in variants.build")
+            )
+    src = recipe.model
+    if isinstance(src, HuggingFaceSource) and not (src.id or src.path or src.package):
+        problems.append(("model", "a huggingface source needs one of id, path or package"))
+    if recipe.data.samples.source == "text" and not isinstance(src, HuggingFaceSource):
+        problems.append(("data.samples.source", "text samples need a huggingface model (its tokenizer)"))
+    return problems
+
+
+# The values each input dtype can hold (random samples are drawn in low..high and cast to the dtype).
+DTYPE_RANGES = {
+    "int64": (-(2**63), 2**63 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+    "float16": (-65504.0, 65504.0),
+    "float32": (-3.4028234663852886e38, 3.4028234663852886e38),
+    "bool": (0, 1),
+}
+
+
+def _range_problems(i: int, spec: InputSpec) -> list[tuple[str, str]]:
+    """low and high must be finite and representable in the input's dtype (an int64 input cannot be drawn
+    up to 1e30)."""
+    lo, hi = DTYPE_RANGES[spec.dtype]
+    problems = []
+    for key, value in (("low", spec.low), ("high", spec.high)):
+        if value != value or value in (float("inf"), float("-inf")):
+            problems.append((f"inputs[{i}].{key}", f"must be a finite number (got {value})"))
+        elif not lo <= value <= hi:
+            problems.append(
+                (
+                    f"inputs[{i}].{key}",
+                    f"must lie within what {spec.dtype} holds ({lo:g}..{hi:g}, got {value:g})",
+                )
+            )
+    return problems
+
+
+def _runtime_problems(recipe: Recipe) -> list[tuple[str, str]]:
+    padding, problems = recipe.runtime.padding, []
+    if padding is None:
+        return problems
+    names = [s.name for s in recipe.inputs]
+    if padding.mask_input not in names:
+        problems.append(("runtime.padding.mask_input", f"no such input (inputs: {', '.join(names)})"))
+    for i, name in enumerate(padding.per_token_outputs):
+        if name not in recipe.outputs:
+            problems.append(
+                (
+                    f"runtime.padding.per_token_outputs[{i}]",
+                    f"no such output (outputs: {', '.join(recipe.outputs)})",
+                )
+            )
+    if not recipe.benchmark.sequence_dim or recipe.benchmark.sequence_dim not in recipe.dims:
+        problems.append(("runtime.padding", "padding-aware execution needs a sequence dim under dims"))
+    return problems
+
+
+def _benchmark_problems(recipe: Recipe) -> list[tuple[str, str]]:
+    bench, problems = recipe.benchmark, []
+    consistent = {
+        n: r for n, r in recipe.dims.items() if r.min <= r.max
+    }  # a broken range is reported once, above
+    batch = consistent.get(bench.batch_dim)
+    if batch is None:
+        if bench.batch_sizes != [1] and bench.batch_dim not in recipe.dims:
+            problems.append(("benchmark.batch_dim", f"'{bench.batch_dim}' is not a dynamic dim under dims"))
+    else:
+        for i, b in enumerate(bench.batch_sizes):
+            if not batch.min <= b <= batch.max:
+                problems.append(
+                    (
+                        f"benchmark.batch_sizes[{i}]",
+                        f"must lie within dims.{bench.batch_dim} {batch.min}..{batch.max} (got {b})",
+                    )
+                )
+    seq = consistent.get(bench.sequence_dim) if bench.sequence_dim else None
+    if bench.sequence_dim and bench.sequence_dim not in recipe.dims and recipe.dims:
+        if bench.sequence_dim != "sequence":
+            problems.append(
+                ("benchmark.sequence_dim", f"'{bench.sequence_dim}' is not a dynamic dim under dims")
+            )
+    elif seq is not None and bench.sequence_lengths == []:
+        problems.append(
+            ("benchmark.sequence_lengths", f"must name at least one length of dims.{bench.sequence_dim}")
+        )
+    elif seq is not None and isinstance(bench.sequence_lengths, list):
+        for i, s in enumerate(bench.sequence_lengths):
+            if not seq.min <= s <= seq.max:
+                problems.append(
+                    (
+                        f"benchmark.sequence_lengths[{i}]",
+                        f"must lie within dims.{bench.sequence_dim} {seq.min}..{seq.max} (got {s})",
+                    )
+                )
+    obj = recipe.selection.objective
+    if (
+        obj.sequence_length is not None
+        and isinstance(bench.sequence_lengths, list)
+        and obj.sequence_length not in bench.sequence_lengths
+    ):
+        problems.append(
+            (
+                "selection.objective.sequence_length",
+                f"must be one of benchmark.sequence_lengths {bench.sequence_lengths} (got {obj.sequence_length})",
+            )
+        )
+    if obj.batch not in bench.batch_sizes:
+        problems.append(
+            (
+                "selection.objective.batch",
+                f"must be one of benchmark.batch_sizes {bench.batch_sizes} (got {obj.batch})",
+            )
+        )
+    return problems

@@ -1,0 +1,151 @@
+"""Export settings per format, and which variants to build."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from pipeline.recipe.base import PositiveFloat, PositiveInt, Strict, VariantName
+from pipeline.recipe.sources import DimRange
+
+
+class TorchScriptExport(Strict):
+    check_corners: list[Literal["min", "opt", "max"]] = Field(
+        ["min", "opt", "max"], description="shape corners at which the traced module is checked against eager"
+    )
+    check_atol: PositiveFloat = Field(1e-4, description="largest absolute difference the trace check allows")
+    freeze: bool = Field(True, description="torch.jit.freeze the traced module")
+
+
+class OnnxExport(Strict):
+    exporter: Literal["dynamo", "legacy"] = Field("dynamo", description="torch.onnx exporter to use")
+    fallback: bool = Field(True, description="fall back to the legacy exporter when dynamo fails")
+    opset: Annotated[int, Field(ge=13, le=23)] = Field(18, description="ONNX opset version")
+
+
+class Fp16Export(Strict):
+    keep_io_types: bool = Field(True, description="keep FP32 graph inputs and outputs (casts inside)")
+    block_ops: list[str] = Field(
+        ["ReduceMean", "ReduceSum", "Pow", "Sqrt", "Softmax", "Exp", "Log", "Erf"],
+        description="op types kept in FP32 (they overflow or lose precision in FP16)",
+    )
+
+
+class Int8Export(Strict):
+    calibration: Literal["minmax", "entropy", "percentile"] = Field(
+        "minmax", description="calibration method (on the calibration split only)"
+    )
+    percentile: Annotated[float, Field(gt=90, le=100)] = Field(
+        99.99, description="percentile kept by percentile calibration"
+    )
+    op_types: list[str] = Field(
+        ["Conv", "MatMul", "Gemm"],
+        description="op types to quantize; default by model family: transformer [MatMul], generic "
+        "[Conv, MatMul, Gemm]",
+    )
+    weights_only_matmul: bool = Field(
+        True, description="quantize only MatMuls with a constant (weight) input, not activation x activation"
+    )
+    include: list[str] = Field(
+        [],
+        description="fnmatch patterns on the module path that owns each op ('*' crosses dots); when given, "
+        "only matching ops are quantized",
+    )
+    exclude: list[str] = Field(
+        [],
+        description="fnmatch patterns on the owning module path of ops kept in float; default by model "
+        "family: transformer ['*.intermediate.dense', '*.layer.*[0-9].output.dense'] (BERT feed-forward "
+        "layers), generic []",
+    )
+    quantizer: Literal["onnxruntime"] = Field(
+        "onnxruntime",
+        description="quantization library: ONNX Runtime's static Q/DQ quantizer (NVIDIA ModelOpt is not "
+        "offered: its [onnx] extra replaces the CPU onnxruntime, and a quantizer is not added unverified)",
+    )
+
+
+class OptimizeExport(Strict):
+    model_type: str | None = Field(
+        None,
+        description="ONNX Runtime transformer optimizer model type (bert, gpt2, vit, ...); null: ONNX "
+        "Runtime's graph optimizations only; default by model family: transformer bert, generic null",
+    )
+    opt_level: Annotated[int, Field(ge=0, le=2)] = Field(2, description="ONNX Runtime optimization level")
+    fusions: list[Literal["onnxscript", "transformers"]] = Field(
+        ["onnxscript", "transformers"],
+        description="graph fusions, in order: onnxscript's ONNX Runtime fusions (Attention, "
+        "SkipLayerNormalization, BiasGelu on dynamo exports), then ONNX Runtime's transformers optimizer",
+    )
+
+
+class EngineProfile(Strict):
+    """Dims not named here take the recipe's top-level min/opt/max."""
+
+    dims: dict[str, DimRange] = Field({}, description="min/opt/max per dim for this optimization profile")
+
+
+class TensorRTExport(Strict):
+    flavour: Literal["auto", "tensorrt", "tensorrt-rtx"] = Field(
+        "auto", description="auto: tensorrt if installed, else tensorrt-rtx"
+    )
+    optimization_level: Annotated[int, Field(ge=0, le=5)] = Field(3, description="builder optimization level")
+    workspace_mb: PositiveInt = Field(2048, description="builder workspace memory limit, MiB")
+    compute_capabilities: list[Annotated[str, Field(pattern=r"^sm\d{2,3}$")]] = Field(
+        ["sm89"], description="TensorRT-RTX ahead-of-time targets (sm75 ... sm121)"
+    )
+    profiles: list[EngineProfile] = Field(
+        [EngineProfile()], description="optimization profiles (one by default: the recipe's dims)"
+    )
+    build_timeout_s: PositiveInt = Field(900, description="a build running longer fails its variant")
+
+
+class Pt2Export(Strict):
+    """torch.export / AOTInductor settings. `attention`: the attention kernel a transformers model is exported
+    with (sdpa lowers to fused flash / memory-efficient kernels; the ONNX exports keep eager)."""
+
+    attention: Literal["sdpa", "eager"] = Field(
+        "sdpa", description="attention implementation the model is exported with (sdpa: fused kernels)"
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="AOTInductor target device; auto: cuda where present, else cpu"
+    )
+    max_autotune: bool = Field(
+        False, description="AOTInductor GEMM autotuning: minutes of compile for a few percent"
+    )
+    fuse_projections: bool = Field(
+        True, description="one GEMM for linears reading one tensor (Q, K, V): fewer kernel launches"
+    )
+
+
+class ExportConfig(Strict):
+    torchscript: TorchScriptExport = Field(TorchScriptExport(), description="TorchScript trace settings")
+    onnx: OnnxExport = Field(OnnxExport(), description="ONNX export settings")
+    fp16: Fp16Export = Field(Fp16Export(), description="FP16 conversion settings")
+    int8: Int8Export = Field(Int8Export(), description="INT8 quantization settings")
+    optimize: OptimizeExport = Field(OptimizeExport(), description="ONNX Runtime optimizer settings")
+    tensorrt: TensorRTExport = Field(TensorRTExport(), description="TensorRT engine build settings")
+    pt2: Pt2Export = Field(Pt2Export(), description="torch.export and AOTInductor settings")
+    triton: bool = Field(
+        False,
+        description="write a Triton Inference Server model repository of the winner under triton/ in the "
+        "version folder",
+    )
+
+
+class VariantsConfig(Strict):
+    build: Annotated[list[VariantName], Field(min_length=1)] = Field(
+        ["torchscript-fp32", "onnx-fp32"],
+        description="variants to build; engine-<precision> takes the resolved TensorRT flavour",
+    )
+    required: list[VariantName] = Field(
+        [], description="variants whose failure fails the sign-off (exit 1); each must be in build"
+    )
+    allow_failed: bool = Field(
+        True,
+        description="false: any requested variant that fails to build, validate or benchmark fails the "
+        "sign-off (exit 1); true: failures are listed and the rest may still be signed off",
+    )
+    gpu: list[VariantName] = Field(
+        default=[], description="built only where the deploy host has a CUDA GPU (else reported as not built)"
+    )

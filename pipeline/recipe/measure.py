@@ -1,0 +1,204 @@
+"""How artifacts are judged: accuracy tolerances and validation, the benchmark, selection, and the GPU
+execution modes measured as runtimes of their own."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from pipeline.recipe.base import (
+    METRICS,
+    CompileMode,
+    Metric,
+    PositiveFloat,
+    PositiveInt,
+    Precision,
+    Runtime,
+    Strict,
+)
+
+
+class Tolerance(Strict):
+    """Thresholds per metric (None: not checked); metrics listed as informational are reported, never gate.
+
+    `neighbours` is the lowest acceptable nearest-neighbour agreement of an embedding output over the held-out
+    data (the share of each sample's top-k neighbours that the candidate's embeddings keep)."""
+
+    max_abs: PositiveFloat | None = Field(None, description="largest absolute difference to the reference")
+    mean_abs: PositiveFloat | None = Field(None, description="largest mean absolute difference")
+    max_rel: PositiveFloat | None = Field(None, description="largest relative difference")
+    cosine: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        None, description="smallest cosine similarity to the reference (per sample, flattened)"
+    )
+    neighbours: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        None,
+        description="smallest nearest-neighbour agreement of an embedding output over the held-out data "
+        "(share of each sample's top-k neighbours kept); reported always, gating when set here",
+    )
+    informational: list[Metric] = Field([], description="metrics reported but never gating")
+    outputs: dict[str, Tolerance] = Field(
+        {},
+        description="per-output overrides, by output name; a threshold written here gates unless the "
+        "override lists the metric as informational itself",
+    )
+
+    def resolved(self, output: str) -> dict[str, tuple[float | None, bool]]:
+        """metric -> (threshold, informational) for one output. A per-output override replaces the fields it
+        sets: a threshold written there gates unless that override itself lists the metric as informational,
+        and an informational list written there replaces the precision's. A metric without a threshold is
+        informational."""
+        override = self.outputs.get(output)
+        resolved = {}
+        for metric in METRICS:
+            threshold = getattr(self, metric)
+            informational = metric in self.informational
+            if override is not None:
+                own = override.model_fields_set
+                if metric in own:
+                    threshold = getattr(override, metric)
+                    informational = metric in override.informational
+                elif "informational" in own:
+                    informational = metric in override.informational
+            resolved[metric] = (threshold, informational or threshold is None)
+        return resolved
+
+    def gates(self, outputs: list[str]) -> bool:
+        """Whether any metric of any output can fail an artifact (a tolerance that cannot is a mistake)."""
+        return any(not info for o in outputs for _, info in self.resolved(o).values())
+
+
+def _default_tolerances() -> dict[str, Tolerance]:
+    return {
+        "fp32": Tolerance(max_abs=1e-3, cosine=0.9999),
+        "fp16": Tolerance(max_abs=5e-2, cosine=0.999, informational=["max_abs"]),
+        "int8": Tolerance(max_abs=1.0, cosine=0.98, informational=["max_abs"]),
+        # BF16 must be as accurate as FP16 to be chosen: the same gate by default
+        "bf16": Tolerance(max_abs=5e-2, cosine=0.999, informational=["max_abs"]),
+    }
+
+
+class ValidationConfig(Strict):
+    tolerances: dict[Precision, Tolerance] = Field(
+        default_factory=_default_tolerances, description="thresholds per precision (fp32, fp16, int8)"
+    )
+    corners: list[Literal["min", "opt", "max"]] = Field(
+        ["min", "opt", "max"],
+        description="shape corners checked besides the held-out data; leaving out min or max warns that "
+        "those dims are not validated",
+    )
+    corner_batches: dict[Literal["min", "opt", "max"], PositiveInt] = Field(
+        {"min": 2, "opt": 2, "max": 1}, description="batch size used at each corner"
+    )
+    data_batch: PositiveInt = Field(8, description="batch size for the held-out validation split")
+    padding_mask: str | None = Field(
+        "attention_mask",
+        description="the input whose zeros mark padded positions: per-token outputs are compared on real "
+        "tokens only (no masking when no input has this name; null turns masking off)",
+    )
+    neighbours_k: PositiveInt = Field(5, description="top-k of the nearest-neighbour agreement of embeddings")
+
+
+class BenchmarkConfig(Strict):
+    batch_sizes: list[PositiveInt] = Field([1, 8], description="batch sizes to measure")
+    sequence_lengths: list[PositiveInt] | Literal["data"] = Field(
+        [],
+        description="sequence lengths to measure, or 'data' (median and p90 of the data's token lengths); "
+        "default: the opt of the sequence dim",
+    )
+    batch_dim: str = Field("batch", description="the dim (under dims) that is the batch axis")
+    sequence_dim: str | None = Field(
+        "sequence", description="the dim (under dims) that is the sequence axis; null: none"
+    )
+    intra_op_threads: PositiveInt | None = Field(
+        None, description="CPU threads per runtime (default: the available cores)"
+    )
+    warmup_iters: PositiveInt = Field(10, description="warm-up iterations at least (first call discarded)")
+    warmup_s: PositiveFloat = Field(0.2, description="warm-up seconds at least")
+    window_s: PositiveFloat = Field(0.2, description="length of one measurement window, seconds")
+    stable_windows: Annotated[int, Field(ge=2)] = Field(
+        3, description="consecutive window medians that must agree"
+    )
+    stable_within: Annotated[float, Field(gt=0, lt=1)] = Field(
+        0.05, description="relative spread within which window medians agree"
+    )
+    min_iters: PositiveInt = Field(20, description="timed iterations at least, per row")
+    min_s: PositiveFloat = Field(1.0, description="timed seconds at least, per row")
+    max_windows: PositiveInt = Field(10, description="windows at most, per row (then stable: false)")
+    max_s: PositiveFloat = Field(15.0, description="timed seconds at most, per row (then stable: false)")
+    include_reference: bool = Field(True, description="also time the eager PyTorch reference")
+    runtimes: list[Runtime] | None = Field(
+        None,
+        description="which runtimes are timed; null: on a GPU host the GPU runtimes plus the CPU reference "
+        "at batch 1 only, on a CPU host the CPU runtimes",
+    )
+    throughput_s: PositiveFloat = Field(
+        0.3, description="per GPU row: seconds of back-to-back requests for sequences/s"
+    )
+
+
+class Objective(Strict):
+    metric: Literal["p50_ms", "p90_ms", "p99_ms", "mean_ms"] = Field(
+        "p50_ms", description="latency statistic to minimize"
+    )
+    batch: PositiveInt = Field(1, description="batch size the winner is chosen at")
+    sequence_length: PositiveInt | None = Field(
+        None, description="sequence length the winner is chosen at (default: the shortest measured)"
+    )
+    io: Literal["host", "device"] | None = Field(
+        None, description="only rows of this I/O mode compete (default: either)"
+    )
+
+
+class RegressionBudget(Strict):
+    """What `compare A B` counts as a regression of B against A (exit 1)."""
+
+    max_slowdown: Annotated[float, Field(ge=0)] = Field(
+        0.1,
+        description="largest relative slowdown of the shipped objective value (B's winner against A's "
+        "winner) tolerated when their confidence intervals do not overlap; 0.1 = 10 %",
+    )
+    max_accuracy_loss: Annotated[float, Field(ge=0)] = Field(
+        0.25,
+        description="largest growth, per required accuracy check of the shipped artifact, of the share of "
+        "its tolerance it uses (error/threshold, or (1 - cosine)/(1 - threshold)); 0.25 = a quarter of the "
+        "tolerance",
+    )
+
+
+class SelectionConfig(Strict):
+    objective: Objective = Field(Objective(), description="what the winner is fastest at")
+    max_p99_ms: PositiveFloat | None = Field(None, description="rows with a higher p99 cannot win")
+    runtimes: list[Runtime] = Field([], description="runtimes allowed to win (default: all)")
+    regression: RegressionBudget = Field(
+        RegressionBudget(), description="regression budget for `compare` (CI release gates)"
+    )
+
+
+class PaddingConfig(Strict):
+    """Padding-aware execution: each batch is split by real length (from the mask input) into at most
+    `max_groups` groups, each trimmed to its longest member (rounded up to `multiple`), run, and scattered
+    back. Exact on every real token and on pooled outputs; per-token outputs at padded positions are not the
+    padded model's values (zero beyond a group's length), so they must be masked by their consumers."""
+
+    mask_input: str = Field("attention_mask", description="the input whose zeros mark padded positions")
+    per_token_outputs: list[str] = Field(
+        [], description="outputs with one value per token (scattered back to the padded layout)"
+    )
+    multiple: PositiveInt = Field(16, description="trimmed lengths are rounded up to this multiple")
+    max_groups: PositiveInt = Field(4, description="at most this many length groups per batch")
+    group_overhead_tokens: Annotated[int, Field(ge=0)] = Field(
+        512, description="the fixed cost of one more call, in tokens (when splitting a batch pays)"
+    )
+
+
+class RuntimeConfig(Strict):
+    """Execution modes the GPU runtimes offer as rows of their own (validated and timed like any other)."""
+
+    torch_compile: list[CompileMode] = Field(
+        ["reduce-overhead"], description="torch.compile modes timed as runtimes of their own"
+    )
+    cuda_graphs: bool = Field(True, description="also time CUDA-graph modes (captured per benchmarked shape)")
+    padding: PaddingConfig | None = Field(
+        None, description="padding-aware execution modes (split each batch by real length); null: off"
+    )

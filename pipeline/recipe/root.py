@@ -1,0 +1,76 @@
+"""The recipe as a whole: the only thing users write. Validates and never acts (no I/O, no environment
+changes); where artifacts are stored and how runs are tracked live here too."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field, model_validator
+
+from pipeline.recipe.base import Strict
+from pipeline.recipe.export import ExportConfig, VariantsConfig
+from pipeline.recipe.measure import BenchmarkConfig, RuntimeConfig, SelectionConfig, ValidationConfig
+from pipeline.recipe.sources import DataConfig, DimRange, InputSpec, ModelSource, corner_shape
+
+
+class OutputConfig(Strict):
+    root: Annotated[str, Field(min_length=1)] = Field(
+        "artifacts", description="store root: versions go to <root>/<name>/vNNNN"
+    )
+    lock_timeout_s: Annotated[float, Field(ge=0)] = Field(
+        0, description="seconds to wait for another deploy of the same name"
+    )
+
+
+class MlflowTracking(Strict):
+    uri: str = Field(
+        "mlruns",
+        description="MLflow tracking URI; a plain path is a local file store, relative to the working "
+        "directory",
+    )
+    experiment: str | None = Field(None, description="experiment name (default: the recipe name)")
+
+
+class TrackingConfig(Strict):
+    mlflow: MlflowTracking | None = Field(
+        None, description="log each deploy as an MLflow run (needs the mlflow extra)"
+    )
+
+
+class Recipe(Strict):
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")] = Field(
+        description="release name: the store folder <output.root>/<name>"
+    )
+    model: ModelSource = Field(description="where the PyTorch model comes from")
+    inputs: Annotated[list[InputSpec], Field(min_length=1)] = Field(
+        description="model inputs, in the order the model takes them"
+    )
+    dims: dict[str, DimRange] = Field({}, description="min/opt/max of every dynamic dim named in shapes")
+    outputs: Annotated[list[str], Field(min_length=1)] = Field(
+        description="names of the model's outputs, in order"
+    )
+    data: DataConfig = Field(description="representative inputs and their calibration/validation split")
+    variants: VariantsConfig = Field(VariantsConfig(), description="which artifacts to build")
+    export: ExportConfig = Field(ExportConfig(), description="settings per export format")
+    validation: ValidationConfig = Field(ValidationConfig(), description="accuracy checks and tolerances")
+    benchmark: BenchmarkConfig = Field(BenchmarkConfig(), description="shapes and measurement policy")
+    selection: SelectionConfig = Field(SelectionConfig(), description="how the winner is chosen")
+    runtime: RuntimeConfig = Field(RuntimeConfig(), description="GPU execution modes of the PyTorch runtimes")
+    output: OutputConfig = Field(OutputConfig(), description="where versions are stored")
+    tracking: TrackingConfig = Field(TrackingConfig(), description="run tracking (MLflow)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _family_defaults(cls, data: Any) -> Any:
+        from pipeline.recipe_family import with_family_defaults
+
+        return with_family_defaults(data)
+
+    def dim_names(self) -> set[str]:
+        return {d for spec in self.inputs for d in spec.shape if isinstance(d, str)}
+
+    def corner_shape(
+        self, spec: InputSpec, corner: str, overrides: dict[str, int] | None = None
+    ) -> list[int]:
+        """Concrete shape of one input at a corner (min/opt/max), with some dims pinned by `overrides`."""
+        return corner_shape(spec, self.dims, corner, overrides)

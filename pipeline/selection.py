@@ -1,0 +1,257 @@
+"""Selection: the fastest candidate (artifact on a runtime) that passed validation on that very runtime, by the
+recipe's objective, and only when it beats the others by more than the noise (BENCHMARKING.md rule 9).
+
+The noise is the 95% interval of the objective's own metric (p50, p90, p99 or mean), which the benchmark
+computes from whole windows, so it reflects window-to-window drift. Among the candidates whose interval overlaps
+the fastest's, the simplest wins (`simplicity`: fewer transformations of the artifact, then simpler runtimes),
+and the reason names every candidate it is tied with. A winner whose measurement never stabilized is chosen
+provisionally and says so. Read by the select stage and by the benchmark (which measures an unstable would-be
+winner again before selection sees it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.recipe import Objective, Recipe
+from pipeline.results import Winner, runtime_passed
+from pipeline.speed import METRIC_INTERVAL, interval_or_point, overlap, sequence_of
+from pipeline.variants import parse
+
+
+class SelectionPolicy(BaseModel):
+    """What selection reads of the recipe: the objective, the constraints, and the sequence axis."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    objective: Objective
+    max_p99_ms: float | None
+    runtimes: list[str]
+    sequence_dim: str | None  # benchmark.sequence_dim: which shape axis the objective's length is on
+
+    @classmethod
+    def from_recipe(cls, recipe: Recipe) -> SelectionPolicy:
+        sel = recipe.selection
+        return cls(
+            objective=sel.objective,
+            max_p99_ms=sel.max_p99_ms,
+            runtimes=list(sel.runtimes),
+            sequence_dim=recipe.benchmark.sequence_dim,
+        )
+
+
+# Simplicity, most simple first: fewer transformations between the trained model and what runs are simpler to
+# trust and to operate. Artifacts: by Variant.transformations (plain exports, then one conversion, then two
+# or a quantization, then compilers). Runtimes: the CPU, then the CUDA provider or device, then compilers and
+# CUDA graphs. Ties are broken by the artifact first, then the runtime, then CUDA graphs, then host I/O.
+RUNTIME_SIMPLICITY = {
+    "onnxruntime-cpu": 0,
+    "torchscript-cpu": 0,
+    "torch-cpu": 0,
+    "onnxruntime-cuda": 1,
+    "torchscript-cuda": 1,
+    "torch-cuda": 1,
+}
+BASELINES = ("onnx-fp32", "torchscript-fp32")  # what a release manager compares the winner's cost with
+
+
+def simplicity(row: dict[str, Any]) -> tuple[int, int, int, int]:
+    return (
+        _transformations(row["artifact"]),
+        RUNTIME_SIMPLICITY.get(row["runtime"], 2),
+        int(bool(row.get("cuda_graph"))),
+        int(row.get("io") != "host"),
+    )
+
+
+def tied(a: dict[str, Any], b: dict[str, Any], metric: str) -> bool:
+    """Whether two rows' intervals of the objective's metric overlap: the difference is within the noise."""
+    return overlap(interval_or_point(a, metric), interval_or_point(b, metric))
+
+
+def _transformations(artifact: str) -> int:
+    try:
+        return parse(artifact).transformations
+    except ValueError:  # the reference (torch-fp32) and names outside the grammar: the least simple
+        return 4
+
+
+def objective_rows(
+    policy: SelectionPolicy, speed: dict[str, Any], accuracy: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Benchmark rows at the objective's shape whose artifact passed validation on that row's runtime, within
+    the recipe's constraints. A row without its own accuracy record is never a candidate."""
+    obj, sel = policy.objective, policy
+    entries = accuracy.get("artifacts", {})
+    seq_dim = policy.sequence_dim
+    rows = []
+    for row in speed.get("results", []):
+        if row["batch"] != obj.batch or not runtime_passed(entries.get(row["artifact"]), row["runtime"]):
+            continue
+        if obj.sequence_length is not None and seq_dim and sequence_of(row) != obj.sequence_length:
+            continue
+        if obj.io is not None and row["io"] != obj.io:
+            continue
+        if sel.runtimes and row["runtime"] not in sel.runtimes:
+            continue
+        if sel.max_p99_ms is not None and row["p99_ms"] > sel.max_p99_ms:
+            continue
+        rows.append(row)
+    if obj.sequence_length is None and seq_dim:
+        lengths = sorted({sequence_of(row) for row in rows} - {None})
+        if lengths:
+            rows = [r for r in rows if sequence_of(r) in (None, lengths[0])]
+    return rows
+
+
+def _label(row: dict[str, Any]) -> str:
+    io = "" if row["io"] == "host" else f", {row['io']} I/O"
+    graph = ", CUDA graph" if row.get("cuda_graph") else ""
+    return f"{row['artifact']} ({row['runtime']}{io}{graph})"
+
+
+def _figure(row: dict[str, Any], metric: str) -> str:
+    low, high = interval_or_point(row, metric)
+    return f"{row[metric]:.3g} ms [{low:.3g}–{high:.3g}]"
+
+
+def candidates(
+    policy: SelectionPolicy, speed: dict[str, Any], accuracy: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """One row per artifact (its fastest passing runtime and I/O mode), fastest first."""
+    metric = policy.objective.metric
+    best: dict[str, dict[str, Any]] = {}
+    for row in objective_rows(policy, speed, accuracy):
+        if row["artifact"] not in best or row[metric] < best[row["artifact"]][metric]:
+            best[row["artifact"]] = row
+    return sorted(best.values(), key=lambda r: (r[metric], simplicity(r)))
+
+
+def choose(
+    policy: SelectionPolicy,
+    speed: dict[str, Any],
+    accuracy: dict[str, Any],
+    files: dict[str, str] | None = None,
+) -> Winner | None:
+    """The winner as winner.json holds it, or None when no candidate exists."""
+    metric = policy.objective.metric
+    ranked = candidates(policy, speed, accuracy)
+    if not ranked:
+        return None
+    fastest = ranked[0]
+    noise = [r for r in ranked if tied(r, fastest, metric)]
+    winner = min(noise, key=lambda r: (simplicity(r), r[metric]))
+    within = [r for r in ranked if r is not winner and tied(r, winner, metric)]
+    others = [r for r in ranked if r is not winner]
+    runner_up = others[0] if others else None
+    reason = _reason(winner, fastest, within, runner_up, metric)
+    provisional = not winner.get("stable", True)
+    if provisional:
+        why = winner.get("unstable_reason") or winner.get("stop_reason") or "no stable windows"
+        reason += f"; provisional: winner did not stabilize ({why})"
+    entries = accuracy.get("artifacts", {})
+    baseline = next((r for r in ranked if r["artifact"] in BASELINES and r is not winner), None)
+    return {
+        "artifact": winner["artifact"],
+        "file": (files or {}).get(winner["artifact"]),
+        "runtime": winner["runtime"],
+        "io": winner["io"],
+        "cuda_graph": bool(winner.get("cuda_graph")),
+        "objective": policy.objective.model_dump(),
+        "value": winner[metric],
+        "unit": "ms",
+        "interval": list(interval_or_point(winner, metric)),
+        "p50_ci95_ms": winner.get("p50_ci95_ms"),
+        "shapes": winner.get("shapes"),
+        "stable": bool(winner.get("stable", True)),
+        "provisional": provisional,
+        "accuracy": accuracy_record(entries.get(winner["artifact"]), winner),
+        "runner_up": _peer(runner_up, metric, entries),
+        "baseline": _peer(baseline, metric, entries),
+        "within_noise_of": [_label(r) for r in within],
+        "reason": reason,
+    }
+
+
+def _peer(row: dict[str, Any] | None, metric: str, entries: dict[str, Any]) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    return {
+        "artifact": row["artifact"],
+        "runtime": row["runtime"],
+        "io": row["io"],
+        "value": row[metric],
+        "interval": list(interval_or_point(row, metric)),
+        "accuracy": accuracy_record(entries.get(row["artifact"]), row)["figures"],
+    }
+
+
+def accuracy_record(entry: dict[str, Any] | None, row: dict[str, Any]) -> dict[str, Any]:
+    """Where the candidate's own accuracy record is, and per metric its worst figure on that runtime: among
+    the checks that gate when there are any (as the accuracy table shows it), else the informational ones."""
+    runtime = row["runtime"]
+    checks = [c for c in (entry or {}).get("checks", []) if c.get("runtime", runtime) == runtime]
+    figures: dict[str, float] = {}
+    gating: set[str] = set()
+    for check in checks:
+        value, metric = check.get("value"), check.get("metric")
+        if not isinstance(value, int | float) or metric in ("finite", "comparable"):
+            continue
+        required = not check.get("informational")
+        if metric in gating and not required:
+            continue
+        if required and metric not in gating:
+            gating.add(metric)
+            figures.pop(metric, None)
+        worse = min if metric in ("cosine", "neighbours") else max
+        figures[metric] = worse(figures.get(metric, value), value)
+    return {
+        "runtime": runtime,
+        "passed": runtime_passed(entry, runtime),
+        "record": f"reports/accuracy.json: artifacts.{row['artifact']}.runtimes.{runtime}",
+        "figures": figures,
+    }
+
+
+def _reason(
+    winner: dict[str, Any],
+    fastest: dict[str, Any],
+    within: list[dict[str, Any]],
+    runner_up: dict[str, Any] | None,
+    metric: str,
+) -> str:
+    name = METRIC_INTERVAL[metric]
+    if runner_up is None:
+        return "the only candidate that passed validation on its runtime with a measurement at the objective's shape"
+    if not within:
+        return (
+            f"fastest by {name}: {_figure(winner, metric)} vs {_figure(runner_up, metric)} for "
+            f"{_label(runner_up)}; the 95% intervals do not overlap"
+        )
+    tied = ", ".join(f"{_label(r)} {_figure(r, metric)}" for r in within)
+    if winner is fastest:
+        return (
+            f"fastest by {name} at {_figure(winner, metric)}, but within noise of {tied} (95% intervals "
+            "overlap); it is also the simplest of these, so it is chosen"
+        )
+    return (
+        f"{_label(fastest)} measured {_figure(fastest, metric)}, within noise of {_label(winner)} at "
+        f"{_figure(winner, metric)} (95% intervals overlap); the simplest of the tied candidates is chosen "
+        f"(within noise of the winner: {tied})"
+    )
+
+
+def selection_problems(accuracy: dict[str, Any], winner: dict[str, Any] | None) -> list[str]:
+    """Why nothing can be signed off from selection's side (empty when a winner exists)."""
+    if winner is not None:
+        return []
+    entries = accuracy.get("artifacts", {})
+    if not any(
+        e.get("passed") or any(r.get("passed") for r in e.get("runtimes", {}).values())
+        for e in entries.values()
+    ):
+        return ["no artifact passed validation"]
+    return [
+        "no artifact that passed validation on its runtime has a benchmark at the objective's shape within constraints"
+    ]

@@ -1,0 +1,69 @@
+"""How a speed row is read, in one place: the interval of a latency statistic, whether two intervals overlap
+(within noise), the row's sequence length, and whether it is the row the winner was chosen on. Selection,
+compare and the reports all read rows this way."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+Row = Mapping[str, Any]
+Interval = tuple[float, float]
+METRIC_INTERVAL = {"p50_ms": "p50", "p90_ms": "p90", "p99_ms": "p99", "mean_ms": "mean"}
+
+
+def interval(row: Row, metric: str) -> Interval | None:
+    """The row's 95 % interval of a latency statistic: `ci95_ms[p50|p90|p99|mean]` when the row has it, else
+    `p50_ci95_ms` for the median; None when the row gives none."""
+    key = METRIC_INTERVAL.get(metric, metric.removesuffix("_ms"))
+    found = (row.get("ci95_ms") or {}).get(key)
+    if found is None and key == "p50":
+        found = row.get("p50_ci95_ms")
+    return as_interval(found)
+
+
+def as_interval(value: Any) -> Interval | None:
+    """A [low, high] pair as an interval; None for anything else."""
+    if isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 2:
+        return (float(value[0]), float(value[1]))
+    return None
+
+
+def interval_or_point(row: Row, metric: str) -> Interval:
+    """The row's interval, or its value as a point when the benchmark gave none."""
+    return interval(row, metric) or (float(row[metric]), float(row[metric]))
+
+
+def overlap(a: Interval | None, b: Interval | None) -> bool:
+    """Whether two intervals overlap: the difference between their rows is within the noise. Unknown
+    intervals never overlap."""
+    if a is None or b is None:
+        return False
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def sequence_of(row: Row) -> int | None:
+    """The row's sequence length: recorded, else the second axis of its first input's shape."""
+    if row.get("sequence_length") is not None:
+        return row["sequence_length"]
+    shapes = list((row.get("shapes") or {}).values())
+    return shapes[0][1] if shapes and len(shapes[0]) > 1 else None
+
+
+def is_winner_row(row: Row, winner: Row | None) -> bool:
+    """The row the winner was chosen on: its artifact, runtime and I/O at the objective's batch and at the
+    shapes winner.json records (without them, at the objective's sequence length)."""
+    if not winner:
+        return False
+    who = ("artifact", "runtime")
+    if [row.get(k) for k in who] != [winner.get(k) for k in who] or row.get("io", "host") != winner.get(
+        "io", "host"
+    ):
+        return False
+    objective = winner.get("objective") or {}
+    if objective.get("batch") is not None and row.get("batch") != objective["batch"]:
+        return False
+    if winner.get("shapes"):
+        return row.get("shapes") == winner["shapes"]
+    sequence = objective.get("sequence_length")
+    return sequence is None or sequence_of(row) == sequence
