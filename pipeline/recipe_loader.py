@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import difflib
 import typing
 from dataclasses import dataclass
@@ -242,7 +243,9 @@ def load(
                     _message(err, raw, loc),
                 )
             )
-        raise RecipeError(problems=duplicates + _unique(problems)) from None
+        problems = _unique(problems)
+        problems += _cross_field_despite(raw, exc, problems, locate)
+        raise RecipeError(problems=duplicates + problems) from None
     cross = [Problem(locate(tuple(split_dotted(k))), k, m) for k, m in cross_field_problems(recipe)]
     if duplicates or (cross and not defer_cross_field):
         raise RecipeError(problems=duplicates + cross)
@@ -255,6 +258,46 @@ def load(
         locator=locate,
         deferred=tuple(cross),
     )
+
+
+def _cross_field_despite(
+    raw: dict, exc: ValidationError, found: list[Problem], locate: typing.Callable[[Loc, bool], str]
+) -> list[Problem]:
+    """Cross-field problems of a recipe that also has schema errors, so that all are reported in one pass:
+    the offending keys are dropped (their defaults stand in, where they have one) and the rest is checked.
+    Problems at or under a key already reported are left out; nothing is reported when no valid recipe
+    can be made this way (a required key is what is wrong)."""
+    repaired = copy.deepcopy(raw)
+    errors = exc.errors()
+    for _ in range(3):
+        for err in errors:
+            loc = _data_path(repaired, tuple(p for p in err["loc"] if p != "[key]"))
+            parent: object = repaired
+            for part in loc[:-1]:
+                parent = parent[part] if isinstance(parent, dict | list) else None
+            if loc and isinstance(parent, dict):
+                parent.pop(loc[-1], None)
+        try:
+            recipe = Recipe.model_validate(repaired)
+        except ValidationError as again:
+            errors = again.errors()
+            continue
+        reported = [p.key for p in found]
+        return [
+            Problem(locate(tuple(split_dotted(key)), False), key, message)
+            for key, message in cross_field_problems(recipe)
+            if not any(_touches(key, message, r) for r in reported)
+        ]
+    return []
+
+
+def _touches(key: str, message: str, reported: str) -> bool:
+    """Whether a cross-field problem involves a key whose value was dropped (it would judge a default the
+    user never wrote): the same key, one above or below it, or the key named in its message."""
+    related = (
+        key == reported or key.startswith((f"{reported}.", f"{reported}[")) or reported.startswith(f"{key}.")
+    )
+    return related or reported in message
 
 
 def absolute_paths(recipe: Recipe, recipe_dir: Path, cwd: Path) -> Recipe:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 class SpeedRow(TypedDict):
-    """One (artifact, runtime, io, shapes) measurement (BENCHMARKING.md rule 6)."""
+    """One (artifact, runtime, io, shapes) measurement (docs/benchmarking.md rule 6)."""
 
     artifact: str
     runtime: str

@@ -1,5 +1,5 @@
 """Selection: the fastest candidate (artifact on a runtime) that passed validation on that very runtime, by the
-recipe's objective, and only when it beats the others by more than the noise (BENCHMARKING.md rule 9).
+recipe's objective, and only when it beats the others by more than the noise (docs/benchmarking.md rule 9).
 
 The noise is the 95% interval of the objective's own metric (p50, p90, p99 or mean), which the benchmark
 computes from whole windows, so it reflects window-to-window drift. Among the candidates whose interval overlaps

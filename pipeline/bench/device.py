@@ -1,4 +1,4 @@
-"""Peak device memory and throughput of a GPU candidate (BENCHMARKING.md rules 6 and 10).
+"""Peak device memory and throughput of a GPU candidate (docs/benchmarking.md rules 6 and 10).
 
 Memory: each candidate is probed over its own activation, staging and first call (when runtimes allocate
 their weights, arenas and workspaces). Two readings, because no single one sees every runtime: PyTorch's

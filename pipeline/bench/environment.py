@@ -1,4 +1,4 @@
-"""What the numbers were measured on (BENCHMARKING.md rule 7): library versions, CPU, GPU, host.
+"""What the numbers were measured on (docs/benchmarking.md rule 7): library versions, CPU, GPU, host.
 
 Every probe is optional and never fails: an absent library reads None, an unreadable device reads None,
 so that capturing the environment can never be the reason a benchmark or sign-off breaks.

@@ -1,5 +1,5 @@
 """What speed.json says about each candidate: its row (statistics, stability, windows, GPU memory and
-throughput), its failures, and the flags a reader must see (BENCHMARKING.md rules 6 and 8)."""
+throughput), its failures, and the flags a reader must see (docs/benchmarking.md rules 6 and 8)."""
 
 from __future__ import annotations
 

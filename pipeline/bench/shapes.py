@@ -1,4 +1,4 @@
-"""The benchmark's shapes: batch sizes x sequence lengths on the dims the recipe names (BENCHMARKING.md
+"""The benchmark's shapes: batch sizes x sequence lengths on the dims the recipe names (docs/benchmarking.md
 rule 11)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Latency statistics of one benchmark row (BENCHMARKING.md rule 6): order statistics, spread, and bootstrap
+"""Latency statistics of one benchmark row (docs/benchmarking.md rule 6): order statistics, spread, and bootstrap
 confidence intervals of p50, p90, p99 and the mean, so that selection can tell a real lead from noise.
 
 Intervals resample whole measurement windows (a block bootstrap): calls inside one window share the machine's

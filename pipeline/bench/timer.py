@@ -1,4 +1,4 @@
-"""The one timer of the benchmark (BENCHMARKING.md rule 2).
+"""The one timer of the benchmark (docs/benchmarking.md rule 2).
 
 CPU runners: time.perf_counter around a call that has returned its outputs (plus the runner's
 synchronize, a no-op on the host). GPU runners: CUDA events recorded on the stream the runtime computes on,

@@ -1,4 +1,4 @@
-"""The measurement policy (BENCHMARKING.md rules 1, 4 and 5), independent of any runtime.
+"""The measurement policy (docs/benchmarking.md rules 1, 4 and 5), independent of any runtime.
 
 Warm-up: discard the first call, then at least `warmup_iters` calls and `warmup_s` seconds.
 Windows: each about `window_s` of calls (at least one; for slow calls see below); a row is done when the

@@ -1,5 +1,5 @@
 """Benchmark stage: every runnable artifact (and the PyTorch reference) on the same input batches, with the
-same timer, warm-up and window policy, interleaved per shape (BENCHMARKING.md). Writes reports/speed.json.
+same timer, warm-up and window policy, interleaved per shape (docs/benchmarking.md). Writes reports/speed.json.
 
 Per shape every candidate is activated and given the same prepared inputs; windows then run A B C A B C
 until each candidate is stable or capped; afterwards every candidate is released (sessions dropped,

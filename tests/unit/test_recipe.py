@@ -155,3 +155,13 @@ def test_paths_are_absolute_once_loaded(tmp_path: Path, monkeypatch: pytest.Monk
     recipe = load("r.yaml", ["output.root=out"]).recipe
     assert recipe.data.samples.path == str(tmp_path / "recipes" / "data" / "x.npz")
     assert recipe.output.root == str(tmp_path / "recipes" / "out")
+
+
+def test_schema_and_cross_field_problems_are_reported_in_one_pass(tmp_path: Path) -> None:
+    text = TINY.replace("calibration: 8", "calibration: many").replace(
+        "batch_sizes: [1, 2]", "batch_sizes: [1, 16]"
+    )
+    lines = _problems(tmp_path, text)
+    assert any(line.endswith("data.calibration: must be an integer (got 'many')") for line in lines)
+    assert any("benchmark.batch_sizes[1]: must lie within dims.batch 1..8 (got 16)" in line for line in lines)
+    assert len(lines) == 2
