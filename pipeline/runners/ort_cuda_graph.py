@@ -102,7 +102,7 @@ class OrtCudaGraphRunner(Runner):
 
     def __init__(self, artifact: str, load: OnnxFromPath, settings: RunnerSettings):
         self.artifact, self.path, self._settings = artifact, Path(load.path), settings
-        self._load, self._threads = load, settings.threads
+        self._loader, self._threads = load, settings.threads
         self._model: onnx.ModelProto | None = None
         self._entries: dict[tuple[tuple[str, int], ...], _Entry] = {}
         self._current: _Entry | None = None
@@ -113,7 +113,7 @@ class OrtCudaGraphRunner(Runner):
         import torch
 
         self.cuda_stream = torch.cuda.Stream()
-        self._model = self._load()
+        self._model = self._loader()
         self.details = {"cuda_graph": True, "sessions": {}, "user_stream": True}
 
     def deactivate_impl(self) -> None:
@@ -121,7 +121,7 @@ class OrtCudaGraphRunner(Runner):
 
     def infer_impl(self, feeds: Feeds) -> Feeds:
         entry = self._entry(feeds)
-        self._load(entry, feeds)
+        self._copy_in(entry, feeds)
         self._run(entry)
         self.synchronize()
         names = output_names(list(entry.outputs), list(self._settings.outputs))
@@ -129,7 +129,7 @@ class OrtCudaGraphRunner(Runner):
 
     def prepare_impl(self, feeds: Feeds) -> None:
         entry = self._entry(feeds)
-        self._load(entry, feeds)
+        self._copy_in(entry, feeds)
         for _ in range(CAPTURE_RUNS):
             self._run(entry)
         self.synchronize()
@@ -193,7 +193,7 @@ class OrtCudaGraphRunner(Runner):
             table[value.name] = tensor
         return _Entry(session, binding, inputs, outputs)
 
-    def _load(self, entry: _Entry, feeds: Feeds) -> None:
+    def _copy_in(self, entry: _Entry, feeds: Feeds) -> None:
         import torch
 
         with torch.cuda.stream(self.cuda_stream or torch.cuda.current_stream()):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,6 +75,7 @@ class Candidate:
     timer: Timer | None = None
     memory: dict[str, Any] | None = None  # GPU candidates: peak device memory (pipeline/bench/device.py)
     throughput: dict[str, Any] | None = None
+    load_s: float | None = None  # activation, preparation and the first call at this shape (outside timing)
 
     @property
     def key(self) -> Key:
@@ -227,12 +229,14 @@ def _measure_shape(
             f"benchmark {c.runner.artifact} ({c.runner.runtime}, {c.runner.io}) {shape.label()}: loading"
         )
         try:
+            started = time.perf_counter()
             probe = MemoryProbe() if on_gpu(c.runner) and hosts.has_cuda() else None
             c.runner.activate()
             c.runner.prepare(feeds)
             if probe is not None:
                 c.runner.infer_prepared()
                 c.memory = probe.stop()
+            c.load_s = round(time.perf_counter() - started, 3)
             c.timer = timer_for(c.runner)
             active.append(c)
         except Exception as exc:  # this candidate cannot run at this shape: report it, measure the others
@@ -264,7 +268,8 @@ def _measure_shape(
         if m.error is not None:
             failures.append(failure(c.runner, where, one_line(m.error)))
         else:
-            rows.append(speed_row(c.runner, c.precision, c.timer, m, where, policy, c.memory, c.throughput))
+            row = speed_row(c.runner, c.precision, c.timer, m, where, policy, c.memory, c.throughput)
+            rows.append({**row, "load_s": c.load_s})
     for c in candidates:
         _release(c)
     _free_memory()
@@ -276,6 +281,7 @@ def _release(c: Candidate) -> None:
         c.runner.deactivate()
     c.timer = None
     c.memory = c.throughput = None
+    c.load_s = None
 
 
 def _free_memory() -> None:

@@ -183,6 +183,7 @@ def compile_aoti(
     path = torch._inductor.aoti_compile_and_package(
         program, package_path=str(target), inductor_configs={"max_autotune": max_autotune}
     )
+    print(torch._dynamo.utils.compile_times(repr="str", aggregate=True))  # where the seconds went (the log)
     return str(path), time.perf_counter() - started, device_info(device)
 
 

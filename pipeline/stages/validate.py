@@ -8,6 +8,7 @@ whose runtime raises fails with the error as its reason (the stage itself goes o
 from __future__ import annotations
 
 import gc
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -253,11 +254,13 @@ def validate_on(
     tolerance = tolerance_for(cfg, record.precision)
     accuracy = ArtifactAccuracy(record.name, record.precision, runner.runtime)
     label = f"{record.name} on {runner.runtime}"
+    started = time.perf_counter()
     try:
         actual = run_batches(ctx, config.runners, runner, batches, label)
     except BatchFailure as err:  # the artifact's runtime failed: its failure, recorded with the reason
         accuracy.error = f"{runner.runtime} failed {err}"
         return accuracy
+    accuracy.details["run_s"] = round(time.perf_counter() - started, 2)  # loading and every batch
     evaluate(
         accuracy,
         _by_inputs(reference, batches),
