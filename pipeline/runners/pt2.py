@@ -165,103 +165,89 @@ class Pt2Runner(Runner):
 # ---------------------------------------------------------------- factories (registry entries)
 
 
+def _runner(
+    artifact: ArtifactRecord,
+    settings: RunnerSettings,
+    runtime: str,
+    load: Loader,
+    device: str,
+    io: str,
+    **mode: Any,
+) -> Pt2Runner:
+    """A runner of this artifact with the recipe's input and output names; `mode` as Pt2Runner takes it."""
+    names, outputs = settings.input_names, list(settings.outputs)
+    return Pt2Runner(artifact.name, runtime, load, names, outputs, device, io, **mode)
+
+
 def exported_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Pt2Runner]:
     """On a CUDA host: eager on the GPU plus one torch.compile runtime per mode; else eager on the CPU (and
     padding-aware, when the recipe configures it)."""
-    runtime = settings.runtime
-    names, outputs = settings.input_names, list(settings.outputs)
+    padding = settings.runtime.padding
     if not cuda_available():
-        threads = settings.threads
         load = ExportedProgramFromPath(artifact.path, "cpu")
-        runners = [
-            Pt2Runner(artifact.name, "torch-cpu", load, names, outputs, "cpu", "host", threads=threads)
-        ]
-        if runtime.padding is not None:
-            bucketing = Bucketing(runtime.padding, settings)
+        runners = [_runner(artifact, settings, "torch-cpu", load, "cpu", "host", threads=settings.threads)]
+        if padding is not None:
+            bucketing = Bucketing(padding, settings)
             runners.append(
-                Pt2Runner(
-                    artifact.name,
+                _runner(
+                    artifact,
+                    settings,
                     "torch-cpu-bucketed",
                     load,
-                    names,
-                    outputs,
                     "cpu",
                     "host",
                     bucketing=bucketing,
-                    threads=threads,
+                    threads=settings.threads,
                 )
             )
         return runners
     load = ExportedProgramFromPath(artifact.path, "cuda")
-    runners = [Pt2Runner(artifact.name, "torch-cuda", load, names, outputs, "cuda", "device")]
-    for mode in runtime.torch_compile:
+    runners = [_runner(artifact, settings, "torch-cuda", load, "cuda", "device")]
+    for mode in settings.runtime.torch_compile:
         runtime = "torch-compile-cuda" + ("" if mode == "default" else f"-{mode}")
-        runners.append(
-            Pt2Runner(artifact.name, runtime, load, names, outputs, "cuda", "device", compile_mode=mode)
-        )
+        runners.append(_runner(artifact, settings, runtime, load, "cuda", "device", compile_mode=mode))
     return runners
 
 
 def aoti_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Pt2Runner] | NotRunnable:
     """The package runs on the device it was compiled for; on CUDA in plain, graph and bucketed modes."""
     runtime = settings.runtime
-    names, outputs = settings.input_names, list(settings.outputs)
     device = artifact.details.get("device", "cpu")
     if device == "cpu":
         load = AotiPackageFromPath(artifact.path, single_threaded=False)
-        threads = settings.threads
-        return [
-            Pt2Runner(artifact.name, "torch-aoti-cpu", load, names, outputs, "cpu", "host", threads=threads)
-        ]
+        return [_runner(artifact, settings, "torch-aoti-cpu", load, "cpu", "host", threads=settings.threads)]
     if not cuda_available():
         return NotRunnable(
             artifact.name, f"compiled for {device} ({artifact.details.get('gpu')}); no CUDA GPU here"
         )
     plain = AotiPackageFromPath(artifact.path, single_threaded=False)
-    runners = [
-        Pt2Runner(artifact.name, "torch-aoti-cuda", plain, names, outputs, "cuda", io)
-        for io in ("host", "device")
-    ]
+    runners = [_runner(artifact, settings, "torch-aoti-cuda", plain, "cuda", io) for io in ("host", "device")]
     if runtime.padding is not None:
         bucketing = Bucketing(runtime.padding, settings)
         runners.append(
-            Pt2Runner(
-                artifact.name,
-                "torch-aoti-cuda-bucketed",
-                plain,
-                names,
-                outputs,
-                "cuda",
-                "device",
-                bucketing=bucketing,
+            _runner(
+                artifact, settings, "torch-aoti-cuda-bucketed", plain, "cuda", "device", bucketing=bucketing
             )
         )
     if runtime.cuda_graphs:
         capturable = AotiPackageFromPath(artifact.path, single_threaded=True)
         runners.append(
-            Pt2Runner(
-                artifact.name,
-                "torch-aoti-cuda-graph",
-                capturable,
-                names,
-                outputs,
-                "cuda",
-                "device",
-                cuda_graph=True,
+            _runner(
+                artifact, settings, "torch-aoti-cuda-graph", capturable, "cuda", "device", cuda_graph=True
             )
         )
         if runtime.padding is not None:
+            bucketing = Bucketing(runtime.padding, settings)
             runners.append(
-                Pt2Runner(
-                    artifact.name,
+                _runner(
+                    artifact,
+                    settings,
                     "torch-aoti-cuda-graph-bucketed",
                     capturable,
-                    names,
-                    outputs,
                     "cuda",
                     "device",
                     cuda_graph=True,
-                    bucketing=Bucketing(runtime.padding, settings),
+                    bucketing=bucketing,
                 )
             )
     return runners
