@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -148,16 +149,19 @@ def run_deploy(
         latest = store.latest()  # a damaged latest still lends its verified files and its reports' history
         executor.previous = _reuse_candidates(store, latest)
         work = store.new_work_dir()
+        _keep_compiler_cache()
         try:
-            version = store.next_version()
-            release = Release(version, resolved_recipe(loaded), loaded.path, tuple(loaded.overrides), latest)
-            records = _run_with_progress(
-                executor, RunContext(work, cache_dir=store.cache_dir, release=release), rebench, console
-            )
-            signoff: SignOff = executor.values[VERDICT]
-            write_manifest(work, loaded, signoff)
-            verdict = signoff.verdict
-            target = store.publish(work, version, verdict.signed_off)
+            with store.temp_dir():
+                version = store.next_version()
+                release = Release(
+                    version, resolved_recipe(loaded), loaded.path, tuple(loaded.overrides), latest
+                )
+                context = RunContext(work, cache_dir=store.cache_dir, release=release)
+                records = _run_with_progress(executor, context, rebench, console)
+                signoff: SignOff = executor.values[VERDICT]
+                write_manifest(work, loaded, signoff)
+                verdict = signoff.verdict
+                target = store.publish(work, version, verdict.signed_off)
         except PipelineError:
             shutil.rmtree(work, ignore_errors=True)  # a user error found mid-run: nothing half-made stays
             raise
@@ -174,6 +178,18 @@ def run_deploy(
     return Outcome(
         0 if verdict.signed_off else 1, target, False, verdict.signed_off, verdict.reasons, records, tracked
     )
+
+
+def _keep_compiler_cache() -> None:
+    """TorchInductor keeps its cache under the temp folder, which a deploy points into the output root for
+    its own duration (Store.temp_dir): pin the cache where it was, so compiled kernels outlive the run."""
+    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        return
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:  # no TorchInductor: nothing to keep
+        return
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = default_cache_dir()
 
 
 def _verified_latest(store: Store, console: Console) -> Path | None:

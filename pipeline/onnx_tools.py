@@ -25,6 +25,7 @@ import onnx
 
 from pipeline.errors import StageError
 from pipeline.packages import package_version
+from pipeline.store import kill_point
 
 NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 _NO_MODULE_STACK = "_empty_nn_module_stack"
@@ -129,6 +130,7 @@ def scratch_cwd() -> Iterator[None]:
     file into the current directory when it cannot finish (it does not on dynamo MiniLM graphs): run such
     tools from a throw-away directory so nothing lands in the user's working directory. Pass absolute paths."""
     with tempfile.TemporaryDirectory(prefix="onnx-scratch-") as tmp, contextlib.chdir(tmp):
+        kill_point("scratch")
         yield
 
 

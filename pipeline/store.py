@@ -16,6 +16,7 @@ import shutil
 import signal
 import stat
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -246,6 +247,28 @@ class Store:
             self._point_latest(version)
             return version
         return None
+
+    @contextlib.contextmanager
+    def temp_dir(self) -> Iterator[Path]:
+        """The deploy's temporary files (Python's tempfile, and TMPDIR for child processes) go to `.tmp` under
+        the recipe's folder, emptied before and after: the tools a deploy runs (ONNX Runtime's calibration copies
+        of the model, exporter scratch folders) then never write outside the output root, and what a killed run
+        left there is removed by the next one. Call under the lock."""
+        path = self.base / ".tmp"
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        saved_dir, saved_env = tempfile.tempdir, os.environ.get("TMPDIR")
+        tempfile.tempdir = str(path)
+        os.environ["TMPDIR"] = str(path)
+        try:
+            yield path
+        finally:
+            tempfile.tempdir = saved_dir
+            if saved_env is None:
+                os.environ.pop("TMPDIR", None)
+            else:
+                os.environ["TMPDIR"] = saved_env
+            shutil.rmtree(path, ignore_errors=True)
 
     def clean_temp_files(self) -> list[Path]:
         """Temp files of killed runs: the `latest` swap's link and half-made cache entries (under the lock)."""

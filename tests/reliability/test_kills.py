@@ -73,3 +73,24 @@ def test_a_second_version_killed_before_latest_moves_is_recovered(
     assert again.returncode == 0 and "recovered: tiny/latest -> v0002" in again.stdout
     assert again.stdout.strip().endswith("up to date: tiny/v0002")
     assert sorted(p.name for p in (root / "tiny").glob("v*")) == ["v0001", "v0002"]
+
+
+@pytest.mark.slow
+def test_a_kill_inside_a_tool_leaves_its_temp_files_only_inside_the_root(tmp_path: Path) -> None:
+    """A deploy's temporary files live in `<root>/<name>/.tmp` (not the system temp folder): a kill inside a
+    tool's scratch folder leaves them there, and the next deploy removes them. TorchInductor's cache stays in
+    the system temp folder, where it always is (a documented cache)."""
+
+    def outside(folder: Path) -> list[str]:
+        return sorted(p.name for p in folder.iterdir() if not p.name.startswith("torchinductor_"))
+
+    root, system_tmp = tmp_path / "out", tmp_path / "system-tmp"
+    system_tmp.mkdir()
+    args = deploy_args(TINY, root, "variants.build=[onnx-fp32, onnx-optimized-fp32]")
+    killed = run_cli(*args, env={"PIPELINE_TEST_KILL_AT": "scratch", "TMPDIR": str(system_tmp)})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert list((root / "tiny" / ".tmp").glob("onnx-scratch-*")), "the run died inside its scratch folder"
+    assert outside(system_tmp) == []
+    resumed = run_cli(*args, env={"TMPDIR": str(system_tmp)})
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert not (root / "tiny" / ".tmp").exists() and outside(system_tmp) == []
