@@ -128,6 +128,9 @@ def run_deploy(
         raise PipelineError(
             problems=[loaded.problem("output.root", f"{unwritable}; a new version cannot be written")]
         )
+    uncreatable = store.create_problem()
+    if uncreatable:
+        raise PipelineError(problems=[loaded.problem("output.root", uncreatable)])
     with store.lock(loaded.recipe.output.lock_timeout_s):
         store.clean_temp_files()
         store.separate_cache()

@@ -139,12 +139,20 @@ class Store:
 
     # ------------------------------------------------------------ lock
 
-    @contextlib.contextmanager
-    def lock(self, timeout_s: float) -> Iterator[None]:
+    def create_problem(self) -> str | None:
+        """Create the recipe's folder; why it cannot be (a root under /proc, a folder the file system
+        refuses), or None."""
         try:
             self.base.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:  # e.g. a root under /proc, or a folder the file system refuses
-            raise PipelineError(f"{self.base}: cannot create the output folder ({exc.strerror})") from None
+        except OSError as exc:
+            return f"{self.base}: cannot create the output folder ({exc.strerror})"
+        return None
+
+    @contextlib.contextmanager
+    def lock(self, timeout_s: float) -> Iterator[None]:
+        problem = self.create_problem()
+        if problem:
+            raise PipelineError(problem)
         path = self.base / ".deploy.lock"
         lock = filelock.FileLock(str(path), timeout=timeout_s)
         try:

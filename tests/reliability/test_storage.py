@@ -197,3 +197,13 @@ def test_read_only_root_is_up_to_date_or_a_user_error(reference: Reference, tmp_
         assert "output.root: " in lines[0] and "not writable" in lines[0], lines
     finally:
         subprocess.run(["umount", str(mount)], check=False)
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="no /proc on this machine")
+def test_a_root_the_file_system_refuses_is_a_located_user_error(tmp_path: Path) -> None:
+    """/proc accepts no folders: `validate` cannot know without writing; deploy says so in one located line."""
+    root = f"/proc/pipeline-test-{os.getpid()}"
+    result = run_inprocess("deploy", str(TINY), *sets(f"output.root={root}"))
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
+    assert lines[0].startswith(f"--set output.root={root}: output.root: ") and "cannot create" in lines[0]
