@@ -15,7 +15,9 @@ from pipeline.recipe.sources import DataConfig, DimRange, InputSpec, ModelSource
 
 class OutputConfig(Strict):
     root: Annotated[str, Field(min_length=1)] = Field(
-        "artifacts", description="store root: versions go to <root>/<name>/vNNNN"
+        "artifacts",
+        description="store root: versions go to <root>/<name>/vNNNN; a relative root is taken from the "
+        "working directory the command starts in (data and model paths: from the recipe's folder)",
     )
     lock_timeout_s: Annotated[float, Field(ge=0)] = Field(
         0, description="seconds to wait for another deploy of the same name"
