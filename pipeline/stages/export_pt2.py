@@ -179,6 +179,7 @@ def compile_aoti(
     program = torch.export.load(str(source))
     if device != "cpu":
         program = move_to_device_pass(program, torch.device(device, 0) if device == "cuda" else device)
+    torch._dynamo.utils.compilation_time_metrics.clear()  # the log's phase times: this compile's, not the process's
     started = time.perf_counter()
     path = torch._inductor.aoti_compile_and_package(
         program, package_path=str(target), inductor_configs={"max_autotune": max_autotune}
