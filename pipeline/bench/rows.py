@@ -42,8 +42,10 @@ def speed_row(
     policy: WindowPolicy,
     memory: dict[str, Any] | None = None,
     throughput: dict[str, Any] | None = None,
+    load_s: float | None = None,
 ) -> dict[str, Any]:
-    """One speed.json row: who ran where, the latency statistics, and how the measurement went."""
+    """One speed.json row: who ran where, the latency statistics, and how the measurement went (`load_s`:
+    activation, staging and the first call at this shape, all outside the timing)."""
     out = {
         "artifact": runner.artifact,
         "runtime": runner.runtime,
@@ -61,6 +63,7 @@ def speed_row(
         "timer": timer.name if timer else None,
         **m.row_fields(),
         "cuda_graph": bool(runner.cuda_graph),
+        "load_s": load_s,
     }
     details = getattr(runner, "details", None)
     if details:

@@ -268,8 +268,9 @@ def _measure_shape(
         if m.error is not None:
             failures.append(failure(c.runner, where, one_line(m.error)))
         else:
-            row = speed_row(c.runner, c.precision, c.timer, m, where, policy, c.memory, c.throughput)
-            rows.append({**row, "load_s": c.load_s})
+            rows.append(
+                speed_row(c.runner, c.precision, c.timer, m, where, policy, c.memory, c.throughput, c.load_s)
+            )
     for c in candidates:
         _release(c)
     _free_memory()
