@@ -1,14 +1,26 @@
 """Child processes that never outlive the deploy that started them: on Linux the kernel sends the child
-SIGKILL when its parent dies (PR_SET_PDEATHSIG), however the parent died (SIGKILL included)."""
+SIGKILL when its parent dies (PR_SET_PDEATHSIG), however the parent died (SIGKILL included).
+
+`run_job` is how a stage hands heavy native work to a child (TensorRT engine builds, AOTInductor compiles):
+a crash, a hang or process-wide state (loggers, stdout, compiler caches) stays in the child, and the stage
+can run in a worker thread of the deploy while the child works (Executor background stages)."""
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import pipeline
 
 PR_SET_PDEATHSIG = 1
 
@@ -26,3 +38,69 @@ def popen_tied(command: list[str], **kwargs: Any) -> subprocess.Popen:
 
         kwargs["preexec_fn"] = die_with_parent
     return subprocess.Popen(command, **kwargs)
+
+
+@dataclass
+class JobOutcome:
+    """What a child job left: its JSON result (None when it died without one), exit code (None: timed out
+    and stopped), output lines and wall time."""
+
+    result: dict[str, Any] | None
+    returncode: int | None
+    lines: list[str]
+    wall_s: float
+    command: list[str]
+
+    def death(self, timeout_s: float | None, what: str, timeout_key: str) -> str:
+        """Why the child left no result, as one sentence."""
+        if self.returncode is None:
+            return f"the {what} exceeded {timeout_key} ({timeout_s:g} s) and was stopped"
+        how = (
+            f"was killed by signal {-self.returncode}"
+            if self.returncode < 0
+            else f"exited with {self.returncode}"
+        )
+        tail = " | ".join(self.lines[-5:]) or "no output"
+        return f"the {what} process {how} without a result (native crash?); last output: {tail}"
+
+
+def run_job(
+    module: str,
+    job: dict[str, Any],
+    tmp: Path,
+    timeout_s: float | None,
+    report: Callable[[str], None] = print,
+) -> JobOutcome:
+    """Run `python -m <module> JOB.json` (the job must name its `result` file), streaming output lines to
+    `report`; kill it on timeout, on Ctrl-C and when this process dies."""
+    job_path = tmp / "job.json"
+    job_path.write_text(json.dumps(job))
+    root = str(Path(pipeline.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    command = [sys.executable, "-m", module, str(job_path)]
+    start = time.perf_counter()
+    proc = popen_tied(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines: list[str] = []
+    pump = threading.Thread(target=_pump, args=(proc, lines, report), daemon=True)
+    pump.start()
+    try:
+        returncode: int | None = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        returncode = None
+    except BaseException:  # Ctrl-C or an error here: the child must not go on without us
+        proc.kill()
+        proc.wait()
+        raise
+    pump.join(timeout=10)
+    result_path = Path(job["result"])
+    result = json.loads(result_path.read_text()) if returncode is not None and result_path.is_file() else None
+    return JobOutcome(result, returncode, lines, round(time.perf_counter() - start, 3), command[1:])
+
+
+def _pump(proc: subprocess.Popen, lines: list[str], report: Callable[[str], None]) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.append(line.rstrip("\n"))
+        report(line.strip())

@@ -9,18 +9,12 @@ builds), so the engine of precision p is built from the ONNX artifact of precisi
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
-import pipeline
 from pipeline.artifacts import ArtifactRecord
-from pipeline.children import popen_tied
+from pipeline.children import run_job
 from pipeline.errors import StageError
 from pipeline.recipe import Recipe, corner_shape
 from pipeline.results import EngineDetails
@@ -227,62 +221,26 @@ def build_engine(ctx: RunContext, onnx: ArtifactRecord, config: EngineConfig) ->
 
 
 def run_builder(job: dict[str, Any], tmp: Path, timeout_s: float, report: Any = print) -> dict[str, Any]:
-    """Launch `python -m pipeline.trt.build` on the job; stream its output lines to `report`, keep them in the
-    build log, and return its JSON result (a synthesized failure when it died without writing one)."""
-    job_path = tmp / "job.json"
-    job_path.write_text(json.dumps(job))
-    root = str(Path(pipeline.__file__).resolve().parent.parent)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-    command = [sys.executable, "-m", "pipeline.trt.build", str(job_path)]
-    start = time.perf_counter()
-    proc = popen_tied(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    lines: list[str] = []
-    pump = threading.Thread(target=_pump, args=(proc, lines, report), daemon=True)
-    pump.start()
-    try:
-        returncode = proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        returncode = None
-    except BaseException:  # Ctrl-C or an error here: the build must not go on without us
-        proc.kill()
-        proc.wait()
-        raise
-    pump.join(timeout=10)
-    _append_output(Path(job["log"]), lines)
-    result_path = Path(job["result"])
-    if returncode is not None and result_path.is_file():
-        result = json.loads(result_path.read_text())
-    else:
-        result = {"ok": False, "parser_errors": [], "error": _death(returncode, timeout_s, lines)}
+    """Run `python -m pipeline.trt.build` on the job (pipeline.children.run_job), keep its output in the build
+    log, and return its JSON result (a synthesized failure when it died without writing one)."""
+    outcome = run_job("pipeline.trt.build", job, tmp, timeout_s, report)
+    _append_output(Path(job["log"]), outcome.lines)
+    result = outcome.result
+    if result is None:
+        error = outcome.death(timeout_s, "engine build", "export.tensorrt.build_timeout_s")
+        result = {"ok": False, "parser_errors": [], "error": error}
     result["child"] = {
-        "command": command[1:],
-        "returncode": returncode,
-        "wall_s": round(time.perf_counter() - start, 3),
+        "command": outcome.command,
+        "returncode": outcome.returncode,
+        "wall_s": outcome.wall_s,
     }
     return result
-
-
-def _pump(proc: subprocess.Popen, lines: list[str], report: Any) -> None:
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.append(line.rstrip("\n"))
-        report(line.strip())
 
 
 def _append_output(log: Path, lines: list[str]) -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a", encoding="utf-8") as f:
         f.write("\n--- builder process output ---\n" + "\n".join(lines) + "\n")
-
-
-def _death(returncode: int | None, timeout_s: float, lines: list[str]) -> str:
-    if returncode is None:
-        return f"the engine build exceeded export.tensorrt.build_timeout_s ({timeout_s:g} s) and was stopped"
-    how = f"was killed by signal {-returncode}" if returncode < 0 else f"exited with {returncode}"
-    tail = " | ".join(lines[-5:]) or "no output"
-    return f"the builder process {how} without a result (native crash?); last output: {tail}"
 
 
 def failure_message(name: str, result: dict[str, Any]) -> str:
