@@ -3,19 +3,21 @@ failed variant and skips what depends on it, and writes the run record after eve
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from pipeline.artifacts import ArtifactRecord
 from pipeline.results import read_report
 from pipeline.run_record import RUN_RECORD, StageRecord
-from pipeline.stages.base import RUN_STAGES, Output, RunContext, Stage
+from pipeline.stages.base import RUN_STAGES, Late, Output, RunContext, Stage
 from pipeline.store import Store, kill_point, sha256_file, storage_failure, write_json_atomic
 
 
@@ -152,13 +154,13 @@ class Executor:
         on_start: Callable[[Stage, str], None],
         on_done: Callable[[StageRecord], None],
     ) -> list[StageRecord]:
-        artifacts: dict[str, ArtifactRecord] = {}
-        unavailable: dict[str, str] = {}  # artifact -> why
-        records: list[StageRecord] = []
+        run = _Run(ctx, on_done)
         for stage in self.stages:
-            missing = [n for n in stage.consumes if n not in artifacts]
+            for job in self._blocking(stage, run):
+                self._join(job, run)
+            missing = [n for n in stage.consumes if n not in run.artifacts]
             if missing:
-                why = "; ".join(f"{n}: {unavailable.get(n, 'not built')}" for n in missing)
+                why = "; ".join(f"{n}: {run.unavailable.get(n, 'not built')}" for n in missing)
                 record = StageRecord(
                     stage.name,
                     stage.version,
@@ -167,40 +169,103 @@ class Executor:
                     stage.config.fingerprinted(),
                     error=f"input unavailable ({why})",
                 )
-                self._mark_unavailable(stage, unavailable, f"skipped: {why}")
+                self._mark_unavailable(stage, run.unavailable, f"skipped: {why}")
+                self._finish(stage, record, run)
+                continue
+            names = (*stage.consumes, *stage.consumes_any)
+            inputs: dict[str, Any] = {n: run.artifacts[n] for n in names if n in run.artifacts}
+            shas = {n: a.sha256 for n, a in inputs.items()}
+            late = self._late(stage, run)
+            if RUN_STAGES in stage.consumes_any:  # in memory and outside the fingerprint: the run
+                # record says what the fingerprints and outputs of the stages before already say
+                inputs[RUN_STAGES] = self._run_stages(ctx.workdir, run.records)
+            if late:
+                verdict = Freshness(False, "input still building in the background: " + ", ".join(late))
             else:
-                inputs = {n: artifacts[n] for n in (*stage.consumes, *stage.consumes_any) if n in artifacts}
-                shas = {n: a.sha256 for n, a in inputs.items()}
-                if RUN_STAGES in stage.consumes_any:  # in memory and outside the fingerprint: the run
-                    # record says what the fingerprints and outputs of the stages before already say
-                    inputs[RUN_STAGES] = self._run_stages(ctx.workdir, records)
                 verdict = self.judge(stage, shas, force_stale=rebench and stage.volatile)
-                reusable = verdict.fresh and not stage.final
-                record = self._reuse(stage, verdict, ctx.workdir, shas) if reusable else None
-                why = (
-                    verdict.why
-                    if record is not None or not reusable
-                    else "cached outputs could not be fetched"
-                )
-                if stage.final and verdict.fresh:
-                    why = "runs in every new version"
-                if record is None:
-                    on_start(stage, why)
-                    record = self._execute(stage, ctx, inputs, shas)
-                record.why = why
-                if record.status == "failed" or (record.status == "reused" and record.error):
-                    self._mark_unavailable(stage, unavailable, f"failed: {record.error}")
-                for out in record.outputs:
-                    if out.get("artifact"):
-                        artifacts[out["artifact"]] = self._record(ctx.workdir, stage, out)
-            record.produces = list(stage.produces)
-            records.append(record)
-            write_json_atomic(
-                ctx.workdir / RUN_RECORD, {"schema_version": 1, "stages": [asdict(r) for r in records]}
-            )
-            on_done(record)
-            kill_point(f"stage:{stage.name}")
-        return records
+            reusable = verdict.fresh and not stage.final
+            record = self._reuse(stage, verdict, ctx.workdir, shas) if reusable else None
+            why = verdict.why if record is not None or not reusable else "cached outputs could not be fetched"
+            if stage.final and verdict.fresh:
+                why = "runs in every new version"
+            if record is None:
+                on_start(stage, why)
+                if stage.background:
+                    quiet = replace(ctx, report=lambda message: None)  # the live line belongs to the front
+                    work = functools.partial(self._execute, stage, quiet, inputs, shas)
+                    run.jobs.append(_Background(stage, why, work))
+                    continue
+                record = self._execute(stage, ctx, {**inputs, **late}, shas)
+                if late:
+                    self._settle_late(stage, record, shas, late, run)
+            record.why = why
+            self._finish(stage, record, run)
+        for job in run.jobs:
+            self._join(job, run)
+        return run.records
+
+    def _blocking(self, stage: Stage, run: _Run) -> list[_Background]:
+        """The background jobs this stage must wait for: those making what it consumes (unless it takes them
+        late), and all of them before a stage that reads the run record or runs in every version."""
+        waiting = [job for job in run.jobs if not job.joined]
+        if stage.final or RUN_STAGES in stage.consumes_any:
+            return waiting
+        needed = set(stage.consumes) | (set() if stage.takes_late else set(stage.consumes_any))
+        return [job for job in waiting if needed & set(job.stage.produces)]
+
+    def _late(self, stage: Stage, run: _Run) -> dict[str, Late]:
+        """What a takes_late stage gets for the inputs still building: a Late that joins their job."""
+        if not stage.takes_late:
+            return {}
+        late: dict[str, Late] = {}
+        for job in run.jobs:
+            if job.joined:
+                continue
+            for name in set(stage.consumes_any) & set(job.stage.produces):
+
+                def wait(job: _Background = job, name: str = name) -> ArtifactRecord | None:
+                    self._join(job, run)
+                    return run.artifacts.get(name)
+
+                late[name] = Late(name, wait)
+        return late
+
+    def _settle_late(
+        self, stage: Stage, record: StageRecord, shas: dict[str, str], late: dict[str, Late], run: _Run
+    ) -> None:
+        """After a takes_late stage ran: its inputs and fingerprint are what it consumed in the end."""
+        for name in late:
+            job = next(j for j in run.jobs if name in j.stage.produces)
+            self._join(job, run)  # a stage that never resolved a Late still waits for it here
+            if name in run.artifacts:
+                shas[name] = run.artifacts[name].sha256
+        record.inputs = dict(shas)
+        record.fingerprint = fingerprint(stage, shas, self.environment(stage))
+
+    def _join(self, job: _Background, run: _Run) -> None:
+        """Wait for a background stage and take in its record as if it had just run in front."""
+        if job.joined:
+            return
+        job.joined = True
+        record = job.result()
+        record.why = job.why
+        self._finish(job.stage, record, run)
+
+    def _finish(self, stage: Stage, record: StageRecord, run: _Run) -> None:
+        """What follows every stage, in front or joined: its artifacts become inputs (or unavailable), the
+        run record is rewritten, the display told."""
+        if record.status == "failed" or (record.status == "reused" and record.error):
+            self._mark_unavailable(stage, run.unavailable, f"failed: {record.error}")
+        for out in record.outputs:
+            if out.get("artifact"):
+                run.artifacts[out["artifact"]] = self._record(run.ctx.workdir, stage, out)
+        record.produces = list(stage.produces)
+        run.records.append(record)
+        write_json_atomic(
+            run.ctx.workdir / RUN_RECORD, {"schema_version": 1, "stages": [asdict(r) for r in run.records]}
+        )
+        run.on_done(record)
+        kill_point(f"stage:{stage.name}")
 
     @staticmethod
     def _run_stages(workdir: Path, records: list[StageRecord]) -> ArtifactRecord:
@@ -300,3 +365,42 @@ class Executor:
         if not full.is_file():
             raise RuntimeError(f"stage declared output {path} but did not write it")
         return {**meta, "path": path, "sha256": sha256_file(full), "bytes": full.stat().st_size}
+
+
+@dataclass
+class _Run:
+    """One run's state: what was built, what is unavailable and why, the records so far, background jobs."""
+
+    ctx: RunContext
+    on_done: Callable[[StageRecord], None]
+    artifacts: dict[str, ArtifactRecord] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)  # artifact -> why
+    records: list[StageRecord] = field(default_factory=list)
+    jobs: list[_Background] = field(default_factory=list)
+
+
+class _Background:
+    """A background stage's run in a daemon thread: at exit nobody waits for it, and its child process dies
+    with the deploy (pipeline.children)."""
+
+    def __init__(self, stage: Stage, why: str, work: Callable[[], StageRecord]):
+        self.stage, self.why, self.joined = stage, why, False
+        self._record: StageRecord | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._work, args=(work,), name=f"stage-{stage.name}", daemon=True
+        )
+        self._thread.start()
+
+    def _work(self, work: Callable[[], StageRecord]) -> None:
+        try:
+            self._record = work()
+        except BaseException as exc:  # a critical failure or a full disk: raised where the job is joined
+            self._error = exc
+
+    def result(self) -> StageRecord:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._record is not None
+        return self._record

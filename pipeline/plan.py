@@ -32,13 +32,14 @@ BuildFactory = Callable[[Recipe, Path, list[Variant]], list[Stage]]
 CheckFactory = Callable[[Recipe, Path, list[str]], Stage]
 
 BUILDS: dict[str, BuildFactory] = {
+    # first: its AOTInductor compile runs in the background while the other builds and validation go on
+    "export_pt2": export_pt2.stages,
     "export_torchscript": export_torchscript.stages,
     "export_onnx": export_onnx.stages,
     "fp16": fp16.stages,
     "int8": int8.stages,
     "int8_dynamic": int8_dynamic.stages,
     "optimize_onnx": optimize_onnx.stages,
-    "export_pt2": export_pt2.stages,
     "tensorrt": tensorrt.stages,
 }
 CHECKS: dict[str, CheckFactory] = {

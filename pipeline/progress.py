@@ -46,6 +46,8 @@ class StageProgress:
         self.done = 0
         self.live = console.is_terminal
         self._current: tuple[str, float] | None = None  # running stage, its start
+        self._background: dict[str, float] = {}  # background stages still running, their start
+        self._tasks: dict[str, int] = {}  # live display: each background stage's own line
         self._last_message: str | None = None
         self._task: int | None = None
         self._stop = threading.Event()
@@ -79,6 +81,14 @@ class StageProgress:
     # ------------------------------------------------------------ executor callbacks
 
     def on_start(self, stage: Stage, why: str) -> None:
+        if stage.background:
+            self._background[stage.name] = time.monotonic()
+            text = f"{stage.name}: started in the background ({why})"
+            if self.live:
+                self._tasks[stage.name] = self._progress.add_task(escape(text), total=None)
+            else:
+                self._line(text)
+            return
         self._current = (stage.name, time.monotonic())
         self._last_message = None
         if self.live:
@@ -99,10 +109,15 @@ class StageProgress:
     def on_done(self, record: StageRecord) -> None:
         step = self._step()
         self.done += 1
-        self._current = None
-        if self._task is not None:
-            self._progress.remove_task(self._task)
-            self._task = None
+        if record.name in self._background:
+            del self._background[record.name]
+            if record.name in self._tasks:
+                self._progress.remove_task(self._tasks.pop(record.name))
+        else:
+            self._current = None
+            if self._task is not None:
+                self._progress.remove_task(self._task)
+                self._task = None
         style = STYLES[record.status]
         extra = (
             f" from {record.reused_from}" if record.reused_from else f"  ({record.why})" if record.why else ""
@@ -128,11 +143,16 @@ class StageProgress:
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.heartbeat_s):
-            current, message = self._current, self._last_message
+            current, message, now = self._current, self._last_message, time.monotonic()
+            behind = "".join(
+                f"; {name} in the background {clock(now - since)}"
+                for name, since in list(self._background.items())
+            )
             if current is not None:
                 name, since = current
-                now = time.monotonic()
                 doing = f": {message}" if message else ""
                 self._line(
-                    f"{self._step()} {name} running {clock(now - since)} (total {clock(now - self.started)}){doing}"
+                    f"{self._step()} {name} running {clock(now - since)} (total {clock(now - self.started)}){doing}{behind}"
                 )
+            elif behind:
+                self._line(f"waiting (total {clock(now - self.started)}){behind}")

@@ -116,6 +116,9 @@ class Pt2Export(Strict):
     fuse_projections: bool = Field(
         True, description="one GEMM for linears reading one tensor (Q, K, V): fewer kernel launches"
     )
+    compile_timeout_s: PositiveInt = Field(
+        1800, description="an AOTInductor compile running longer fails its variant"
+    )
 
 
 class ExportConfig(Strict):

@@ -112,6 +112,11 @@ class Stage:
     produces: the artifact names this stage may create; critical: a failure is a bug (exit 3), not a variant's;
     volatile: results are measurements (benchmark), re-made on --rebench; final: runs in every new version
     (sign-off: its files name the version), though `plan` judges it fresh or stale like any other.
+
+    background: the stage runs in a worker thread while the stages after it go on (its heavy work must run in a
+    child process: nothing process-wide may change under the stages in front); a stage that consumes what it
+    produces waits for it first, unless it `takes_late` those inputs: it then starts at once and gets a `Late`
+    for each, which it resolves (waits for) when it comes to it (validate checks the others meanwhile).
     """
 
     name: str
@@ -125,3 +130,14 @@ class Stage:
     critical: bool = False
     volatile: bool = False
     final: bool = False
+    background: bool = False
+    takes_late: bool = False
+
+
+@dataclass
+class Late:
+    """An input still being built by a background stage: `wait()` blocks until it is done and returns its
+    record, or None when the stage failed (the artifact is then absent, as if never built)."""
+
+    name: str
+    wait: Callable[[], ArtifactRecord | None]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ import torch
 from torch import nn
 
 from pipeline.artifacts import ArtifactRecord
+from pipeline.children import run_job
 from pipeline.models import positional
 from pipeline.onnx_tools import captured
 from pipeline.packages import package_version
@@ -55,11 +57,19 @@ class AotiConfig(StageConfig):
     precision: str
     device: str  # export.pt2.device: auto | cpu | cuda
     max_autotune: bool
+    compile_timeout_s: (
+        int  # fingerprinted like export.tensorrt.build_timeout_s: a timed-out compile is a failure
+    )
 
     @classmethod
     def from_recipe(cls, recipe: Recipe, precision: str) -> AotiConfig:
         pt2 = recipe.export.pt2
-        return cls(precision=precision, device=pt2.device, max_autotune=pt2.max_autotune)
+        return cls(
+            precision=precision,
+            device=pt2.device,
+            max_autotune=pt2.max_autotune,
+            compile_timeout_s=pt2.compile_timeout_s,
+        )
 
 
 def exported_file(precision: str) -> str:
@@ -196,26 +206,44 @@ def device_info(device: str) -> dict[str, Any]:
 
 
 def _aoti(ctx: RunContext, config: AotiConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
+    """Compile in a child process (pipeline.aoti_build): the stage runs in the background of the deploy."""
     precision = config.precision
     device = target_device(config.device)
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("export.pt2.device is cuda, but this host has no CUDA GPU")
     ctx.report(f"aoti {precision}: compiling with AOTInductor for {device}")
     file, log = aoti_file(precision), f"logs/aoti_{precision}.log"
-    with captured(ctx.path(log)):
-        _, seconds, info = compile_aoti(
-            inputs[f"exported-{precision}"].path, ctx.path(file), device, config.max_autotune
+    with tempfile.TemporaryDirectory(prefix="aoti-") as tmp:
+        job = {
+            "source": str(inputs[f"exported-{precision}"].path),
+            "target": str(ctx.path(file)),
+            "device": device,
+            "max_autotune": config.max_autotune,
+            "result": str(Path(tmp) / "result.json"),
+        }
+        outcome = run_job(
+            "pipeline.aoti_build", job, Path(tmp), config.compile_timeout_s, _own_lines(ctx.report)
+        )
+    ctx.path(log).write_text("\n".join(outcome.lines) + "\n")
+    if outcome.result is None:
+        raise RuntimeError(
+            outcome.death(config.compile_timeout_s, "AOTInductor compile", "export.pt2.compile_timeout_s")
         )
     details = {
-        **info,
+        **outcome.result["device"],
         "precision": precision,
-        "compile_s": round(seconds, 2),
+        "compile_s": outcome.result["compile_s"],
         "max_autotune": config.max_autotune,
     }
     return StageResult(
         outputs=[Output(file, "aoti", f"aoti-{precision}", precision, details), Output(log, "log")],
         details=details,
     )
+
+
+def _own_lines(report: Callable[[str], None]) -> Callable[[str], None]:
+    """The child's own progress lines for the live display; the compiler's output goes to the log only."""
+    return lambda line: report(line) if line.startswith("[aoti]") else None
 
 
 def _aoti_environment(choice: str) -> Callable[[], dict[str, Any]]:
@@ -255,6 +283,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
                     environment=_aoti_environment(recipe.export.pt2.device),
                     consumes=(f"exported-{precision}",),
                     produces=(f"aoti-{precision}",),
+                    background=True,  # a minute or more of compiling in a child: validate goes on meanwhile
                 )
             )
     return out

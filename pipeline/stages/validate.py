@@ -26,7 +26,7 @@ from pipeline.runners.base import Feeds, NotRunnable, Runner
 from pipeline.runners.polygraphy_adapter import PolygraphyRunner, polygraphy_verdict
 from pipeline.runners.registry import runtime_environment
 from pipeline.specs import DataSpec, ModelSpec, RunnerSettings
-from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
+from pipeline.stages.base import Late, Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.variants import REFERENCE
 
 REPORT = REPORTS["report:accuracy"]
@@ -104,6 +104,7 @@ def run_batches(
         _progress(ctx, label, batches, i)
 
     adapter = PolygraphyRunner(runner, settings, on_infer)
+    ctx.report(f"validate {label}: loading")
     try:
         with G_LOGGER.verbosity(G_LOGGER.WARNING):
             return Comparator.run([adapter], data_loader=[b.feeds for b in batches])
@@ -310,18 +311,28 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
     from pipeline.runners.registry import reference_runners
 
     order = config.artifacts
-    records = [inputs[name] for name in order if name in inputs]
+    # built ones first; those a background stage is still building (Late) once the others are checked
+    present = [inputs[name] for name in order if name in inputs]
+    ready = [r for r in present if not isinstance(r, Late)]
+    late = [r for r in present if isinstance(r, Late)]
     results: dict[str, list[ArtifactAccuracy]] = {}
     not_run: list[NotRunnable] = []
+    absent = [name for name in order if name not in inputs]
     reference_runtime = None
-    if records:
+    if present:
         batches = validation_batches(ctx.dataset(config.data), config.validation)
         reference_runner = reference_runners(config.runners, lambda: ctx.model(config.model))[0]
         reference_runtime = reference_runner.runtime
         reference = run_batches(ctx, config.runners, reference_runner, batches, REFERENCE)
         del reference_runner
         onnx_reference = inputs.get("onnx-fp32")
-        for record in records:
+        for record in [*ready, *late]:
+            if isinstance(record, Late):
+                ctx.report(f"validate: waiting for {record.name} (building in the background)")
+                name, record = record.name, record.wait()
+                if record is None:  # its build failed: absent, like any variant whose build failed
+                    absent.append(name)
+                    continue
             outcome = validate_artifact(ctx, config, record, batches, reference, onnx_reference)
             if isinstance(outcome, NotRunnable):
                 not_run.append(outcome)
@@ -329,6 +340,7 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
                 results[record.name] = outcome
         del reference
         gc.collect()
+    results = {name: results[name] for name in order if name in results}  # report order: the recipe's
     warnings = coverage_warnings(config.validation, config.model.dims)
     report = accuracy_report(results, not_run, reference_runtime, warnings)
     write_report(ctx.path(REPORT), report, allow_nan=False)
@@ -337,7 +349,7 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
         "passed": [name for name, e in entries.items() if e["passed"]],
         "failed": {name: e["reason"] for name, e in entries.items() if not e["passed"]},
         "not_run": {n.artifact: n.reason for n in not_run},
-        "absent": [name for name in order if name not in inputs],
+        "absent": [name for name in order if name in absent],
         "warnings": report["warnings"],
     }
     return StageResult(
@@ -359,4 +371,5 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
         consumes_any=tuple(artifacts),
         produces=("report:accuracy",),
         critical=True,
+        takes_late=True,
     )

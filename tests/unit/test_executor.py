@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import threading
 from pathlib import Path
 
 from pipeline.executor import Executor, fingerprint
 from pipeline.run_record import read_records
-from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
+from pipeline.stages.base import Late, Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.store import Store
 
 
@@ -118,3 +120,94 @@ def test_failed_stage_is_reused_as_failed_unless_retry_is_asked(tmp_path: Path) 
     assert all(v.fresh for _, v in Executor(stages, store, previous).plan())
     retry = Executor(stages, store, previous, retry_failed=True).plan()
     assert [v.fresh for _, v in retry] == [True, False] and "--retry-failed" in retry[1][1].why
+
+
+# ---------------------------------------------------------------- background stages
+
+
+def _background(name: str, artifact: str, gate: threading.Event, seen: list, fail: bool = False) -> Stage:
+    """A background stage that waits (bounded) for `gate`: it records whether the stages in front ran while
+    it was still working, which is the point of running it in the background."""
+
+    def run(ctx: RunContext, config: TextConfig, inputs: dict) -> StageResult:
+        seen.append(("gate opened while building", gate.wait(timeout=20)))
+        if fail:
+            raise ValueError("compiler crashed")
+        ctx.path(f"{artifact}.txt").write_text(inputs["a"].path.read_text() + config.text)
+        return StageResult([Output(f"{artifact}.txt", "aoti", artifact, "fp32")])
+
+    return Stage(
+        name=name,
+        version=1,
+        run=run,
+        config=TextConfig(text="+bg"),
+        consumes=("a",),
+        produces=(artifact,),
+        background=True,
+    )
+
+
+def _checker(gate: threading.Event, seen: list) -> Stage:
+    """A takes_late stage (as validate): checks what is built, opens the gate, then waits for the late one."""
+
+    def run(ctx: RunContext, config: TextConfig, inputs: dict) -> StageResult:
+        ready = sorted(n for n, v in inputs.items() if not isinstance(v, Late))
+        late = sorted(n for n, v in inputs.items() if isinstance(v, Late))
+        seen.append(("ready", ready))
+        seen.append(("late", late))
+        gate.set()
+        resolved = {n: inputs[n].wait() for n in late}
+        seen.append(("resolved", {n: r.path.read_text() if r else None for n, r in resolved.items()}))
+        ctx.path("check.txt").write_text(json.dumps(ready + late))
+        return StageResult([Output("check.txt", "report", "report:check")])
+
+    return Stage(
+        name="check",
+        version=1,
+        run=run,
+        config=TextConfig(text="c"),
+        consumes_any=("a", "b", "aoti"),
+        produces=("report:check",),
+        takes_late=True,
+    )
+
+
+def test_background_stage_builds_while_a_late_taking_stage_checks_the_rest(tmp_path: Path) -> None:
+    gate, seen = threading.Event(), []
+    stages = [
+        _writer("A", "a", "1"),
+        _background("AOTI", "aoti", gate, seen),
+        _writer("B", "b", "2", ("a",)),
+        _checker(gate, seen),
+        _writer("USE", "u", "!", ("aoti",)),
+    ]
+    records, version = _deploy(tmp_path, stages, "v0001")
+    assert ("gate opened while building", True) in seen  # the checker ran while the compile was going on
+    assert ("ready", ["a", "b"]) in seen and ("late", ["aoti"]) in seen
+    assert ("resolved", {"aoti": "1+bg"}) in seen
+    status = {r.name: (r.status, r.why) for r in records}
+    assert status["AOTI"][0] == status["check"][0] == status["USE"][0] == "ran"
+    assert status["check"][1] == "input still building in the background: aoti"
+    assert (version / "u.txt").read_text() == "1+bg!"  # its hard consumer waited for it
+    check = next(r for r in records if r.name == "check")
+    assert set(check.inputs) == {"a", "b", "aoti"}  # fingerprinted on what it consumed in the end
+    # the same plan again: everything is reused, the background stage and the late-taking one included
+    store = Store(tmp_path, "t")
+    plan = Executor(stages, store, [(version, read_records(version))]).plan()
+    assert all(v.fresh for _, v in plan), [(s.name, v.why) for s, v in plan]
+
+
+def test_failed_background_stage_is_absent_for_late_takers_and_skips_its_consumers(tmp_path: Path) -> None:
+    gate, seen = threading.Event(), []
+    stages = [
+        _writer("A", "a", "1"),
+        _background("AOTI", "aoti", gate, seen, fail=True),
+        _checker(gate, seen),
+        _writer("USE", "u", "!", ("aoti",)),
+    ]
+    records, version = _deploy(tmp_path, stages, "v0001")
+    assert ("resolved", {"aoti": None}) in seen
+    status = {r.name: r.status for r in records}
+    assert status == {"A": "ran", "AOTI": "failed", "check": "ran", "USE": "skipped"}
+    assert "compiler crashed" in (version / "logs/AOTI.error.txt").read_text()
+    assert "AOTI failed" in next(r for r in records if r.name == "USE").error

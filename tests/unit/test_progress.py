@@ -62,3 +62,31 @@ def test_live_line_keeps_moving_while_the_main_thread_is_busy() -> None:
     frames = re.findall(r"(\S) \[1/3\] onnx: exporting with the dynamo exporter", out.getvalue())
     assert len(set(frames)) >= 3, frames  # the spinner turned while nothing else happened
     assert "total 0:00:0" in out.getvalue() and "[1/3]     ran export_onnx" in out.getvalue()
+
+
+def test_a_background_stage_has_its_own_line_and_shows_in_the_heartbeat() -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=300, force_terminal=False)
+    background = Stage(
+        name="aoti_fp16", version=1, config=StageConfig(), run=lambda c, s, i: None, background=True
+    )
+    with StageProgress(console, total=2, heartbeat_s=0.05) as progress:
+        progress.on_start(background, "no previous run")
+        progress.on_start(_stage("validate"), "input still building in the background: aoti-fp16")
+        progress.report("validate onnx-fp32 on onnxruntime-cpu at min")
+        deadline = time.monotonic() + 10
+        while "in the background 0:" not in out.getvalue() and time.monotonic() < deadline:
+            _busy(0.05)
+        progress.on_done(StageRecord("aoti_fp16", 1, "fp", "ran", duration_s=80.0, why="no previous run"))
+        progress.on_done(StageRecord("validate", 1, "fp", "ran", duration_s=90.0, why="x"))
+    lines = out.getvalue().splitlines()
+    assert re.fullmatch(rf"{STAMP} aoti_fp16: started in the background \(no previous run\)", lines[0])
+    beat = next(line for line in lines if " running " in line)
+    assert "[1/2] validate running" in beat
+    assert re.search(
+        r": validate onnx-fp32 on onnxruntime-cpu at min; aoti_fp16 in the background 0:00:\d\d$", beat
+    )
+    done = [line for line in lines if " ran " in line]
+    assert (
+        "aoti_fp16" in done[0] and "80.0 s" in done[0] and "validate" in done[1]
+    )  # each stage its own end line
