@@ -1,13 +1,21 @@
 """What a host times (benchmark.runtimes) and builds (variants.gpu).
 
-A GPU deploy should not spend minutes timing CPU runtimes at batch 256: by default a GPU host times the GPU
-runtimes, plus the CPU reference (torch-cpu of torch-fp32) at the smallest batch only, as a yardstick; a CPU
-host times the CPU runtimes. A recipe that lists `benchmark.runtimes` times exactly those, at every batch.
+A GPU deploy should not spend minutes timing rows that cannot win. By default a GPU host times:
+- the GPU runtimes with device I/O at every batch, and with host I/O (copies included) at the smallest batch
+  only: what serving from host memory adds, without a second row per runtime at every batch;
+- not a mode whose faster twin of the same artifact is timed (TWINS: the padding-aware AOTInductor runner
+  without CUDA graphs when the captured one is timed; the ExportedProgram run eagerly when a torch.compile mode
+  of it is timed): the same program with more launch overhead cannot win, and its windows would cost the
+  deploy seconds; speed.json names each such pair under conditions.runtimes_timed.not_timed;
+- the CPU reference (torch-cpu of torch-fp32) at the smallest batch only, as a yardstick.
+A CPU host times the CPU runtimes. A recipe that lists `benchmark.runtimes` times exactly those, at every
+batch and in both I/O modes.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
@@ -44,28 +52,89 @@ def has_cuda() -> bool:
         return False
 
 
-def timed(timing: HostTiming, artifact: str, runtime: str, batch: int, gpu_host: bool) -> bool:
-    """Whether this (artifact, runtime) is timed at this batch on this host."""
+# mode -> the faster twins of the same artifact that, when timed, leave it untimed by default
+TWINS: dict[str, tuple[str, ...]] = {
+    "torch-aoti-cuda-bucketed": ("torch-aoti-cuda-graph-bucketed",),
+}
+COMPILED = "torch-compile-cuda"  # the runtimes torch.compile makes of an ExportedProgram on CUDA
+
+
+def faster_twin(artifact: str, runtime: str, siblings: Iterable[str]) -> str | None:
+    """The timed twin that makes this (artifact, runtime) not worth timing by default, if any; `siblings`
+    are the runtimes the artifact has on this host."""
+    others = sorted(set(siblings) - {runtime})
+    if runtime in TWINS:
+        return next((t for t in TWINS[runtime] if t in others), None)
+    if artifact.startswith("exported-") and runtime == "torch-cuda":
+        return next((t for t in others if t.startswith(COMPILED)), None)
+    return None
+
+
+def timed(
+    timing: HostTiming,
+    artifact: str,
+    runtime: str,
+    batch: int,
+    gpu_host: bool,
+    io: str = "device",
+    siblings: Iterable[str] = (),
+) -> bool:
+    """Whether this (artifact, runtime) is timed at this batch in this I/O mode on this host."""
     if timing.runtimes is not None:
         return runtime in timing.runtimes
+    smallest = batch == min(timing.batch_sizes)
     if is_gpu_runtime(runtime):
-        return gpu_host
+        if not gpu_host or faster_twin(artifact, runtime, siblings):
+            return False
+        return io != "host" or smallest
     if not gpu_host:
         return True
-    return artifact == REFERENCE and runtime == "torch-cpu" and batch == min(timing.batch_sizes)
+    return artifact == REFERENCE and runtime == "torch-cpu" and smallest
 
 
-def timed_anywhere(timing: HostTiming, artifact: str, runtime: str, gpu_host: bool) -> bool:
-    """Whether this (artifact, runtime) is timed at some batch: validation covers exactly these pairs."""
-    return any(timed(timing, artifact, runtime, b, gpu_host) for b in timing.batch_sizes)
+def timed_anywhere(
+    timing: HostTiming, artifact: str, runtime: str, gpu_host: bool, siblings: Iterable[str] = ()
+) -> bool:
+    """Whether this (artifact, runtime) is timed at some batch in some I/O mode: validation covers exactly
+    these pairs."""
+    return any(
+        timed(timing, artifact, runtime, b, gpu_host, io, siblings)
+        for b in timing.batch_sizes
+        for io in ("device", "host")
+    )
+
+
+def not_timed(timing: HostTiming, pairs: Iterable[tuple[str, str]], gpu_host: bool) -> list[dict[str, str]]:
+    """The (artifact, runtime) pairs this host leaves untimed because a faster twin is timed, with why."""
+    pairs = list(pairs)
+    if timing.runtimes is not None or not gpu_host:
+        return []
+    out = []
+    for artifact, runtime in pairs:
+        siblings = [r for a, r in pairs if a == artifact]
+        twin = faster_twin(artifact, runtime, siblings) if is_gpu_runtime(runtime) else None
+        if twin:
+            out.append(
+                {
+                    "artifact": artifact,
+                    "runtime": runtime,
+                    "reason": f"its faster twin {twin} is timed; list it under benchmark.runtimes to time it",
+                }
+            )
+    return out
 
 
 def policy(timing: HostTiming, gpu_host: bool) -> dict[str, Any]:
     """The rule, as recorded in speed.json's conditions."""
     if timing.runtimes is not None:
         return {"runtimes": list(timing.runtimes), "rule": "benchmark.runtimes, every batch"}
+    smallest = min(timing.batch_sizes)
     if gpu_host:
-        rule = f"GPU runtimes at every batch; the CPU reference ({REFERENCE} on torch-cpu) at batch {min(timing.batch_sizes)} only"
+        rule = (
+            f"GPU runtimes at every batch with device I/O, with host I/O at batch {smallest} only, except modes "
+            f"whose faster twin is timed (not_timed); the CPU reference ({REFERENCE} on torch-cpu) at batch "
+            f"{smallest} only"
+        )
     else:
         rule = "CPU runtimes (no CUDA GPU on this host)"
     return {"runtimes": None, "rule": rule}

@@ -58,6 +58,7 @@ def build_document(
         _speed(header, speed, winner, images.get("latency")),
         _flags(speed),
         _not_run(accuracy, speed),
+        _not_timed(speed),
         _changes(header, accuracy, speed, winner, previous),
         artifacts_section(header),
         stages_section(stages),
@@ -353,6 +354,27 @@ def _not_run(accuracy: Dict | None, speed: Dict | None) -> Section:
         [
             Para("Built or requested, but not runnable on this host (no number is reported for these):"),
             Table(["artifact", "reason", "skipped by"], rows),
+        ],
+    )
+
+
+def _not_timed(speed: Dict | None) -> Section:
+    """What the host's timing rule left out on purpose (benchmark.runtimes null), so no reader takes a missing
+    row for a failure."""
+    timing = ((speed or {}).get("conditions") or {}).get("runtimes_timed") or {}
+    left = timing.get("not_timed") or []
+    if not left:
+        return Section("Not timed", [])
+    rows: list[list[Text]] = [
+        [x.get("artifact", "?"), x.get("runtime", "?"), x.get("reason", "")] for x in left
+    ]
+    return Section(
+        "Not timed",
+        [
+            Para(
+                f"Runnable here, but neither timed nor validated under this host's rule: {timing.get('rule', '?')}."
+            ),
+            Table(["artifact", "runtime", "reason"], rows),
         ],
     )
 

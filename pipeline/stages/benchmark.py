@@ -2,7 +2,8 @@
 same timer, warm-up and window policy, interleaved per shape (docs/benchmarking.md). Writes reports/speed.json.
 
 Per shape every candidate is activated and given the same prepared inputs; windows then run A B C A B C
-until each candidate is stable or capped; afterwards every candidate is released (sessions dropped,
+until each candidate is stable or capped (on a GPU host the GPU candidates among themselves, then the CPU
+reference: its threads would spin on the cores the GPU candidates launch from); afterwards every candidate is released (sessions dropped,
 gc, CUDA cache emptied) before the next shape, so that no candidate runs in another's leftovers.
 """
 
@@ -115,11 +116,20 @@ def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, Artifac
     results: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
     measured: dict[BenchShape, dict[Key, Measurement]] = {}
+    siblings = _runtimes_by_artifact(candidates)
     for shape in shapes:
         timed = [
             c
             for c in candidates
-            if hosts.timed(config.timing, c.runner.artifact, c.runner.runtime, shape.batch, gpu_host)
+            if hosts.timed(
+                config.timing,
+                c.runner.artifact,
+                c.runner.runtime,
+                shape.batch,
+                gpu_host,
+                c.runner.io,
+                siblings[c.runner.artifact],
+            )
         ]
         rows, failures, measured[shape] = _measure_shape(ctx, config, shape, timed, policy)
         results += rows
@@ -132,7 +142,14 @@ def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, Artifac
         "conditions": {
             **_conditions(config, policy, shapes),
             "cuda_graphs": "per row (cuda_graph); captured outside the timed windows",
-            "runtimes_timed": hosts.policy(config.timing, gpu_host),
+            "runtimes_timed": {
+                **hosts.policy(config.timing, gpu_host),
+                "not_timed": hosts.not_timed(
+                    config.timing,
+                    dict.fromkeys((c.runner.artifact, c.runner.runtime) for c in candidates),
+                    gpu_host,
+                ),
+            },
         },
         "results": results,
         "not_run": not_run,  # artifacts this host cannot run at all
@@ -184,6 +201,13 @@ def confirm_winner(
         fresh.get((r["artifact"], r["runtime"], r["io"], r["batch"], r.get("sequence_length")), r)
         for r in results
     ]
+
+
+def _runtimes_by_artifact(candidates: list[Candidate]) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for c in candidates:
+        found.setdefault(c.runner.artifact, set()).add(c.runner.runtime)
+    return found
 
 
 def _token_lengths(ctx: RunContext, config: BenchmarkStageConfig) -> list[int]:
@@ -251,11 +275,13 @@ def _measure_shape(
             f"benchmark {key[0]} ({key[1]}, {key[2]}) {shape.label()}{again}: window {len(m.window_medians)}, p50 {last:.3f} ms"
         )
 
-    workloads = {c.key: functools.partial(c.timer.measure, c.runner) for c in active}
-    if earlier is None:
-        measured = measure_interleaved(workloads, policy, on_window=progress)
-    else:
-        measured = measure_more(workloads, earlier, policy, on_window=progress)
+    measured: dict[Key, Measurement] = {}
+    for group in _interleave_groups(active):
+        workloads = {c.key: functools.partial(c.timer.measure, c.runner) for c in group}
+        if earlier is None:
+            measured |= measure_interleaved(workloads, policy, on_window=progress)
+        else:
+            measured |= measure_more(workloads, earlier, policy, on_window=progress)
     for c in active:
         if c.memory is not None and measured[c.key].error is None:
             try:
@@ -275,6 +301,14 @@ def _measure_shape(
         _release(c)
     _free_memory()
     return rows, failures, measured
+
+
+def _interleave_groups(active: list[Candidate]) -> list[list[Candidate]]:
+    """The GPU candidates of a shape interleaved with each other, then the CPU ones with each other: a CPU
+    runtime's intra-op threads would otherwise still spin on the cores the GPU candidates launch from."""
+    gpu = [c for c in active if on_gpu(c.runner)]
+    cpu = [c for c in active if not on_gpu(c.runner)]
+    return [group for group in (gpu, cpu) if group]
 
 
 def _release(c: Candidate) -> None:

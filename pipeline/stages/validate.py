@@ -195,7 +195,10 @@ def validate_artifact(
     if not found:
         return NotRunnable(record.name, "no runner for this artifact kind")
     gpu_host = hosts.has_cuda()
-    timed = [r for r in found if hosts.timed_anywhere(config.timing, record.name, r.runtime, gpu_host)]
+    siblings = {r.runtime for r in found}
+    timed = [
+        r for r in found if hosts.timed_anywhere(config.timing, record.name, r.runtime, gpu_host, siblings)
+    ]
     if not timed:
         return NotRunnable(
             record.name,

@@ -144,10 +144,14 @@ def test_benchmark_rows_have_memory_and_throughput(ctx: StageEnv, aoti: Artifact
     rows = speed["results"]
     assert {r["runtime"] for r in rows if r["artifact"] == "aoti-fp16"} == {
         "torch-aoti-cuda",
-        "torch-aoti-cuda-bucketed",
         "torch-aoti-cuda-graph",
         "torch-aoti-cuda-graph-bucketed",
     }
+    # the padding-aware mode without graphs is left out by default, and said so
+    left = speed["conditions"]["runtimes_timed"]["not_timed"]
+    assert [(x["artifact"], x["runtime"]) for x in left] == [("aoti-fp16", "torch-aoti-cuda-bucketed")]
+    smallest = min(r["batch"] for r in rows)
+    assert all(r["batch"] == smallest for r in rows if r["io"] == "host")  # host I/O at the smallest batch
     cpu = [(r["runtime"], r["batch"]) for r in rows if "-cuda" not in r["runtime"]]
     assert cpu == [("torch-cpu", 1)]  # the CPU reference, at the smallest batch only
     for row in rows:

@@ -47,3 +47,33 @@ def test_gpu_variants_are_built_only_with_a_gpu(monkeypatch: pytest.MonkeyPatch)
     names = [v.name for v in needed_variants(recipe)]
     assert names == ["torchscript-fp32", "onnx-fp32", "exported-fp16", "aoti-fp16"]
     assert hosts.skipped_gpu_variants(hosts.gpu_only_variants(recipe), gpu_host=True) == []
+
+
+def test_gpu_host_times_host_io_at_the_smallest_batch_only() -> None:
+    recipe = hosts.HostTiming.from_recipe(tiny_context(Path(".")).recipe)  # batch sizes [1, 2]
+    assert hosts.timed(recipe, "onnx-fp16", "onnxruntime-cuda", 1, True, "host")
+    assert not hosts.timed(recipe, "onnx-fp16", "onnxruntime-cuda", 2, True, "host")
+    assert hosts.timed(recipe, "onnx-fp16", "onnxruntime-cuda", 2, True, "device")
+    assert hosts.timed(recipe, "onnx-fp32", "onnxruntime-cpu", 2, False, "host")  # a CPU host: every batch
+    listed = tiny_context(Path("."), "benchmark.runtimes=[onnxruntime-cuda]").recipe
+    assert hosts.timed(hosts.HostTiming.from_recipe(listed), "onnx-fp16", "onnxruntime-cuda", 2, True, "host")
+
+
+def test_a_mode_whose_faster_twin_is_timed_is_left_out_and_named() -> None:
+    recipe = hosts.HostTiming.from_recipe(tiny_context(Path(".")).recipe)
+    aoti = ["torch-aoti-cuda", "torch-aoti-cuda-bucketed", "torch-aoti-cuda-graph-bucketed"]
+    exported = ["torch-cuda", "torch-compile-cuda-reduce-overhead"]
+    assert not hosts.timed(recipe, "aoti-fp16", "torch-aoti-cuda-bucketed", 1, True, siblings=aoti)
+    assert hosts.timed(recipe, "aoti-fp16", "torch-aoti-cuda-bucketed", 1, True, siblings=aoti[:2])  # no twin
+    assert not hosts.timed(recipe, "exported-fp16", "torch-cuda", 1, True, siblings=exported)
+    assert hosts.timed(recipe, "torch-fp32", "torch-cuda", 1, True, siblings=["torch-cuda", "torch-cpu"])
+    # validation covers what is timed: the left-out mode is not validated either
+    assert not hosts.timed_anywhere(recipe, "exported-fp16", "torch-cuda", True, exported)
+    pairs = [("aoti-fp16", r) for r in aoti] + [("exported-fp16", r) for r in exported]
+    left = hosts.not_timed(recipe, pairs, gpu_host=True)
+    assert [(x["artifact"], x["runtime"]) for x in left] == [
+        ("aoti-fp16", "torch-aoti-cuda-bucketed"),
+        ("exported-fp16", "torch-cuda"),
+    ]
+    assert "torch-aoti-cuda-graph-bucketed is timed" in left[0]["reason"]
+    assert hosts.not_timed(recipe, pairs, gpu_host=False) == []
