@@ -76,8 +76,11 @@ class Pt2Runner(Runner):
             torch.set_num_threads(self._threads)
         started = time.perf_counter()
         fn = self._load()
-        if self.compile_mode is not None:
-            fn = torch.compile(fn, mode=None if self.compile_mode == "default" else self.compile_mode)
+        if self.compile_mode is not None:  # dynamic: one graph serves every shape, as a server needs it to
+            # (validation's shapes and then the benchmark's reuse it through Inductor's cache)
+            fn = torch.compile(
+                fn, mode=None if self.compile_mode == "default" else self.compile_mode, dynamic=True
+            )
         self._fn = fn
         self._graphs = GraphCache(fn) if self._explicit_graphs else None
         self.details = {
@@ -87,6 +90,7 @@ class Pt2Runner(Runner):
         }
         if self.compile_mode is not None:
             self.details["compile_mode"] = self.compile_mode
+            self.details["dynamic_shapes"] = True
         if self.device != "cpu":
             self.cuda_stream = torch.cuda.current_stream(torch.device(self.device))
 
