@@ -31,7 +31,9 @@ def popen_tied(command: list[str], **kwargs: Any) -> subprocess.Popen:
         parent = os.getpid()
         prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before the fork, only called after it
 
-        def die_with_parent() -> None:  # runs in the child between fork and exec
+        # runs in the child between fork and exec: only a pre-resolved prctl, getppid and _exit, no lock a
+        # thread of the parent could hold at the fork (background stages launch children from a worker thread)
+        def die_with_parent() -> None:
             prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             if os.getppid() != parent:  # the parent died before the request took effect
                 os._exit(1)
