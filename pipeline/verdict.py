@@ -108,6 +108,20 @@ def shape_warnings(records: Iterable[RunRecord], artifacts: Iterable[str]) -> li
     return warnings
 
 
+STAGE_WARNINGS = "warnings"  # a stage's details key: what it did short of what it meant to, in sentences
+
+
+def stage_warnings(records: Iterable[RunRecord]) -> list[str]:
+    """What stages that ran (or were reused) said they did short of the plan without failing, e.g. a
+    quantizer's pre-pass that could not finish: a reader of the sign-off sees it next to the verdict."""
+    return [
+        f"{record.name}: {text}"
+        for record in records
+        if record.status in ("ran", "reused")
+        for text in record.details.get(STAGE_WARNINGS) or []
+    ]
+
+
 def decide(
     requested: list[str],
     required: list[str],

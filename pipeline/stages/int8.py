@@ -24,6 +24,7 @@ from pipeline.recipe import Int8Export, Recipe
 from pipeline.specs import DataSpec
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.variants import Variant, parse
+from pipeline.verdict import STAGE_WARNINGS
 
 FILE = parse("onnx-int8").file
 LOG = "logs/int8.log"
@@ -187,7 +188,14 @@ def _details(
 ) -> dict[str, Any]:
     counts = onnx_tools.op_counts(model)
     done = quantized_nodes(model, cfg.op_types)
+    warnings = []
+    if pre.startswith("skipped"):
+        warnings.append(
+            "ONNX Runtime's symbolic shape inference could not finish on this graph "
+            f"({pre.removeprefix('skipped: ')}); it was quantized with ONNX shape inference only"
+        )
     return {
+        STAGE_WARNINGS: warnings,
         "calibration_method": cfg.calibration,
         "calibration_samples": sum(len(next(iter(batch.values()))) for batch in feeds),
         "calibration_hash": dataset.calibration_hash(),

@@ -22,7 +22,7 @@ from pipeline.stages.base import RUN_STAGES, Output, Release, RunContext, Stage,
 from pipeline.store import read_json, write_json_atomic, write_text_atomic
 from pipeline.triton import ServingSpec, write_model_repository
 from pipeline.variants import FORMATS
-from pipeline.verdict import Verdict, decide, shape_warnings, variant_failures
+from pipeline.verdict import Verdict, decide, shape_warnings, stage_warnings, variant_failures
 
 VERSION = 1
 VERDICT = "signoff"  # the name the verdict is handed on by
@@ -90,7 +90,11 @@ def judge(
     warnings the validation and the exports raised."""
     failures = variant_failures(config.requested, records, accuracy, speed)
     built = [out["artifact"] for r in records for out in r.outputs if out.get("kind") in FORMATS]
-    warnings = [*((accuracy or {}).get("warnings") or []), *shape_warnings(records, built)]
+    warnings = [
+        *((accuracy or {}).get("warnings") or []),
+        *shape_warnings(records, built),
+        *stage_warnings(records),
+    ]
     chosen = selection or {"reasons": ["selection did not run"], "winner": None}
     return decide(config.requested, config.required, config.allow_failed, failures, chosen, warnings)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipeline.verdict import SHAPE_DEPENDENT, decide, shape_warnings, variant_failures
+from pipeline.verdict import SHAPE_DEPENDENT, decide, shape_warnings, stage_warnings, variant_failures
 
 
 @dataclass
@@ -92,3 +92,16 @@ def test_a_shape_dependent_trace_warns_for_every_other_export() -> None:
     ]
     [warning] = shape_warnings(records, ["onnx-fp32", "onnx-fp16"])
     assert "depends on the input shape" in warning and warning.endswith("onnx-fp32, onnx-fp16")
+
+
+def test_stage_warnings_come_from_stages_that_ran_or_were_reused() -> None:
+    records = [
+        Record("int8", "ran", details={"warnings": ["symbolic shape inference could not finish"]}),
+        Record("fp16", "reused", details={"warnings": ["kept 3 ops in FP32"]}),
+        Record("optimize_onnx_fp32", "failed", details={"warnings": ["never seen: the stage failed"]}),
+        Record("export_onnx", "ran"),
+    ]
+    assert stage_warnings(records) == [
+        "int8: symbolic shape inference could not finish",
+        "fp16: kept 3 ops in FP32",
+    ]
