@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     job = json.loads(Path(args[0]).read_text())
     print(f"[aoti] compiling {job['source']} for {job['device']}", flush=True)
-    result = build(job)
+    try:
+        result = build(job)
+    except Exception as exc:  # noqa: BLE001 - the compiler's own message is the variant's failure
+        traceback.print_exc()
+        message = " ".join(str(exc).split())[:1000]
+        result = {"ok": False, "error": f"AOTInductor compile failed: {type(exc).__name__}: {message}"}
     write_bytes_atomic(Path(job["result"]), json.dumps(result, indent=1).encode())
+    if not result["ok"]:
+        print(f"[aoti] {result['error']}", flush=True)
+        return 1
     print(f"[aoti] compiled in {result['compile_s']} s", flush=True)
     return 0
 

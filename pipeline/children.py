@@ -74,7 +74,8 @@ def run_job(
     report: Callable[[str], None] = print,
 ) -> JobOutcome:
     """Run `python -m <module> JOB.json` (the job must name its `result` file), streaming output lines to
-    `report`; kill it on timeout, on Ctrl-C and when this process dies."""
+    `report`; kill it on timeout, on an exception in the waiting thread (Ctrl-C in the main thread), and when
+    this process dies (from a worker thread, that is how a Ctrl-C reaches it)."""
     job_path = tmp / "job.json"
     job_path.write_text(json.dumps(job))
     root = str(Path(pipeline.__file__).resolve().parent.parent)

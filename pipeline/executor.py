@@ -194,7 +194,7 @@ class Executor:
                 if stage.background:
                     quiet = replace(ctx, report=lambda message: None)  # the live line belongs to the front
                     work = functools.partial(self._execute, stage, quiet, inputs, shas)
-                    run.jobs.append(_Background(stage, why, work))
+                    run.jobs.append(_Background(stage, why, work, run.lane))
                     continue
                 record = self._execute(stage, ctx, {**inputs, **late}, shas)
                 if late:
@@ -247,8 +247,8 @@ class Executor:
         """Wait for a background stage and take in its record as if it had just run in front."""
         if job.joined:
             return
+        record = job.result()  # a critical failure in the job is raised here, every time it is joined
         job.joined = True
-        record = job.result()
         record.why = job.why
         self._finish(job.stage, record, run)
 
@@ -378,14 +378,17 @@ class _Run:
     unavailable: dict[str, str] = field(default_factory=dict)  # artifact -> why
     records: list[StageRecord] = field(default_factory=list)
     jobs: list[_Background] = field(default_factory=list)
+    lane: threading.Lock = field(default_factory=threading.Lock)  # background stages take turns
 
 
 class _Background:
     """A background stage's run in a daemon thread: at exit nobody waits for it, and its child process dies
-    with the deploy (pipeline.children)."""
+    with the deploy (pipeline.children). Background stages take turns (one lane): two compiles at once would
+    only share the same cores and slow the stages in front."""
 
-    def __init__(self, stage: Stage, why: str, work: Callable[[], StageRecord]):
+    def __init__(self, stage: Stage, why: str, work: Callable[[], StageRecord], lane: threading.Lock):
         self.stage, self.why, self.joined = stage, why, False
+        self._lane = lane
         self._record: StageRecord | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(
@@ -395,7 +398,8 @@ class _Background:
 
     def _work(self, work: Callable[[], StageRecord]) -> None:
         try:
-            self._record = work()
+            with self._lane:
+                self._record = work()
         except BaseException as exc:  # a critical failure or a full disk: raised where the job is joined
             self._error = exc
 

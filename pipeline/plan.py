@@ -32,8 +32,6 @@ BuildFactory = Callable[[Recipe, Path, list[Variant]], list[Stage]]
 CheckFactory = Callable[[Recipe, Path, list[str]], Stage]
 
 BUILDS: dict[str, BuildFactory] = {
-    # first: its AOTInductor compile runs in the background while the other builds and validation go on
-    "export_pt2": export_pt2.stages,
     "export_torchscript": export_torchscript.stages,
     "export_onnx": export_onnx.stages,
     "fp16": fp16.stages,
@@ -41,6 +39,9 @@ BUILDS: dict[str, BuildFactory] = {
     "int8_dynamic": int8_dynamic.stages,
     "optimize_onnx": optimize_onnx.stages,
     "tensorrt": tensorrt.stages,
+    # last: its AOTInductor compile runs in the background while validation goes on, and neither its CPU nor
+    # its GPU use disturbs the builds in front (TensorRT times its tactics)
+    "export_pt2": export_pt2.stages,
 }
 CHECKS: dict[str, CheckFactory] = {
     "validate": validate.stage,

@@ -2,11 +2,13 @@
 
 A GPU deploy should not spend minutes timing rows that cannot win. By default a GPU host times:
 - the GPU runtimes with device I/O at every batch, and with host I/O (copies included) at the smallest batch
-  only: what serving from host memory adds, without a second row per runtime at every batch;
+  and the selection objective's batch only: what serving from host memory adds, without a second row per
+  runtime at every batch;
 - not a mode whose faster twin of the same artifact is timed (TWINS: the padding-aware AOTInductor runner
   without CUDA graphs when the captured one is timed; the ExportedProgram run eagerly when a torch.compile mode
   of it is timed): the same program with more launch overhead cannot win, and its windows would cost the
-  deploy seconds; speed.json names each such pair under conditions.runtimes_timed.not_timed;
+  deploy seconds; speed.json names each such pair under conditions.runtimes_timed.not_timed (a runtime
+  listed under selection.runtimes is never left out);
 - the CPU reference (torch-cpu of torch-fp32) at the smallest batch only, as a yardstick.
 A CPU host times the CPU runtimes. A recipe that lists `benchmark.runtimes` times exactly those, at every
 batch and in both I/O modes.
@@ -33,11 +35,19 @@ class HostTiming(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     runtimes: list[str] | None  # benchmark.runtimes
-    batch_sizes: list[int]
+    batch_sizes: list[int]  # the batches the benchmark measures (1 when the model has no batch dim)
+    objective_batch: int = 1  # selection.objective.batch: host I/O rows are timed there too
+    winner_runtimes: list[str] = []  # selection.runtimes: never left out as a faster twin's
 
     @classmethod
     def from_recipe(cls, recipe: Recipe) -> HostTiming:
-        return cls(runtimes=recipe.benchmark.runtimes, batch_sizes=list(recipe.benchmark.batch_sizes))
+        bench = recipe.benchmark
+        return cls(
+            runtimes=bench.runtimes,
+            batch_sizes=list(bench.batch_sizes) if bench.batch_dim in recipe.dims else [1],
+            objective_batch=recipe.selection.objective.batch,
+            winner_runtimes=list(recipe.selection.runtimes),
+        )
 
 
 @functools.cache
@@ -84,9 +94,11 @@ def timed(
         return runtime in timing.runtimes
     smallest = batch == min(timing.batch_sizes)
     if is_gpu_runtime(runtime):
-        if not gpu_host or faster_twin(artifact, runtime, siblings):
+        if not gpu_host or (
+            runtime not in timing.winner_runtimes and faster_twin(artifact, runtime, siblings)
+        ):
             return False
-        return io != "host" or smallest
+        return io != "host" or smallest or batch == timing.objective_batch
     if not gpu_host:
         return True
     return artifact == REFERENCE and runtime == "torch-cpu" and smallest
@@ -112,7 +124,8 @@ def not_timed(timing: HostTiming, pairs: Iterable[tuple[str, str]], gpu_host: bo
     out = []
     for artifact, runtime in pairs:
         siblings = [r for a, r in pairs if a == artifact]
-        twin = faster_twin(artifact, runtime, siblings) if is_gpu_runtime(runtime) else None
+        kept = runtime in timing.winner_runtimes or not is_gpu_runtime(runtime)
+        twin = None if kept else faster_twin(artifact, runtime, siblings)
         if twin:
             out.append(
                 {
@@ -130,10 +143,11 @@ def policy(timing: HostTiming, gpu_host: bool) -> dict[str, Any]:
         return {"runtimes": list(timing.runtimes), "rule": "benchmark.runtimes, every batch"}
     smallest = min(timing.batch_sizes)
     if gpu_host:
+        host = sorted({smallest, timing.objective_batch} & set(timing.batch_sizes)) or [smallest]
         rule = (
-            f"GPU runtimes at every batch with device I/O, with host I/O at batch {smallest} only, except modes "
-            f"whose faster twin is timed (not_timed); the CPU reference ({REFERENCE} on torch-cpu) at batch "
-            f"{smallest} only"
+            f"GPU runtimes at every batch with device I/O, with host I/O at batch {', '.join(map(str, host))} "
+            "only, except modes whose faster twin is timed (not_timed); the CPU reference "
+            f"({REFERENCE} on torch-cpu) at batch {smallest} only"
         )
     else:
         rule = "CPU runtimes (no CUDA GPU on this host)"

@@ -129,8 +129,10 @@ class BenchmarkConfig(Strict):
     include_reference: bool = Field(True, description="also time the eager PyTorch reference")
     runtimes: list[Runtime] | None = Field(
         None,
-        description="which runtimes are timed; null: on a GPU host the GPU runtimes plus the CPU reference "
-        "at batch 1 only, on a CPU host the CPU runtimes",
+        description="which runtimes are timed, at every batch and in both I/O modes; null: on a GPU host the "
+        "GPU runtimes (host I/O at the smallest and the objective's batch only, no mode whose faster twin of "
+        "the same artifact is timed) plus the CPU reference at the smallest batch, on a CPU host the CPU "
+        "runtimes",
     )
     throughput_s: PositiveFloat = Field(
         0.3, description="per GPU row: seconds of back-to-back requests for sequences/s"

@@ -76,8 +76,9 @@ class Pt2Runner(Runner):
             torch.set_num_threads(self._threads)
         started = time.perf_counter()
         fn = self._load()
-        if self.compile_mode is not None:  # dynamic: one graph serves every shape, as a server needs it to
-            # (validation's shapes and then the benchmark's reuse it through Inductor's cache)
+        if self.compile_mode is not None:  # dynamic: one graph serves every batch above 1 and every length,
+            # as a server needs (torch.compile specializes size 1); validation and the benchmark share it
+            # through Inductor's cache
             fn = torch.compile(
                 fn, mode=None if self.compile_mode == "default" else self.compile_mode, dynamic=True
             )

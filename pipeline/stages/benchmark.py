@@ -86,8 +86,10 @@ class Candidate:
 def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     return Stage(
         name="benchmark",
-        version=4,  # 4: whole-window intervals, slow calls sized to stabilize, unstable winner re-measured,
-        # runtimes chosen per host, GPU rows with peak memory and throughput
+        version=5,  # 4: whole-window intervals, slow calls sized to stabilize, unstable winner re-measured,
+        # runtimes chosen per host, GPU rows with peak memory and throughput; 5: GPU host rows without faster
+        # twins and with host I/O at the smallest and objective batch, GPU and CPU candidates interleaved apart,
+        # torch.compile with dynamic shapes
         config=BenchmarkStageConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=run,
         environment=_environment,

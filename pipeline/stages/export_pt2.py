@@ -229,6 +229,8 @@ def _aoti(ctx: RunContext, config: AotiConfig, inputs: dict[str, ArtifactRecord]
         raise RuntimeError(
             outcome.death(config.compile_timeout_s, "AOTInductor compile", "export.pt2.compile_timeout_s")
         )
+    if not outcome.result["ok"]:
+        raise RuntimeError(outcome.result["error"])
     details = {
         **outcome.result["device"],
         "precision": precision,

@@ -364,7 +364,8 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     """The validate stage over whichever of `artifacts` were built (consumes_any)."""
     return Stage(
         name="validate",
-        version=2,  # 2: a record per runtime, masked per-token outputs, neighbours, divergence, coverage
+        version=3,  # 2: a record per runtime, masked per-token outputs, neighbours, divergence, coverage;
+        # 3: the pairs the new GPU host timing rule times, torch.compile with dynamic shapes
         config=ValidateConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=_run,
         environment=lambda: {

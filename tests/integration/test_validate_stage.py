@@ -17,6 +17,7 @@ from onnx import numpy_helper
 from pipeline.artifacts import ArtifactRecord
 from pipeline.models import positional
 from pipeline.recipe_loader import load
+from pipeline.stages.base import Late
 from pipeline.stages.validate import stage
 from tests.stage_env import StageEnv
 
@@ -91,12 +92,32 @@ def validated(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, object, l
             "tensorrt-rtx-fp16", ctx.path("model.tensorrt-rtx.fp16.engine"), "engine", "fp16"
         ),
     }
+    # as in a deploy with a background build: one input arrives late (built), one late and then failed
+    built = inputs["torchscript-fp32"]
+    inputs["torchscript-fp32"] = Late("torchscript-fp32", lambda: built)
+    inputs["onnx-fp16"] = Late("onnx-fp16", lambda: None)
     messages: list[str] = []
     ctx.ctx.report = messages.append
     st = stage(loaded.recipe, RECIPE.parent, ARTIFACTS + ["onnx-fp16"])
     result = ctx.run(st, inputs)
     report = json.loads((ctx.workdir / "reports" / "accuracy.json").read_text())
     return report, result, messages, ctx.workdir
+
+
+def test_late_inputs_are_checked_after_the_others_and_reported_in_recipe_order(validated) -> None:
+    report, result, messages, _ = validated
+    waits = [i for i, m in enumerate(messages) if m.startswith("validate: waiting for")]
+    assert [messages[i] for i in waits] == [
+        "validate: waiting for torchscript-fp32 (building in the background)",
+        "validate: waiting for onnx-fp16 (building in the background)",
+    ]
+    onnx_checked = max(i for i, m in enumerate(messages) if m.startswith("validate onnx-fp32"))
+    assert onnx_checked < waits[0]  # the built ones first
+    assert (
+        list(report["artifacts"])[0] == "torchscript-fp32"
+        and report["artifacts"]["torchscript-fp32"]["passed"]
+    )
+    assert result.details["absent"] == ["onnx-fp16"]  # late, then failed: absent
 
 
 def test_stage_declaration() -> None:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
+
+import pytest
 
 from pipeline.executor import Executor, fingerprint
 from pipeline.run_record import read_records
@@ -211,3 +214,40 @@ def test_failed_background_stage_is_absent_for_late_takers_and_skips_its_consume
     assert status == {"A": "ran", "AOTI": "failed", "check": "ran", "USE": "skipped"}
     assert "compiler crashed" in (version / "logs/AOTI.error.txt").read_text()
     assert "AOTI failed" in next(r for r in records if r.name == "USE").error
+
+
+def _sleeper(name: str, artifact: str, spans: list, critical: bool = False) -> Stage:
+    """A background stage that takes a moment and says when it ran; critical ones then raise."""
+
+    def run(ctx: RunContext, config: TextConfig, inputs: dict) -> StageResult:
+        started = time.monotonic()
+        time.sleep(0.3)
+        spans.append((name, started, time.monotonic()))
+        if critical:
+            raise RuntimeError("a bug in the stage")
+        ctx.path(f"{artifact}.txt").write_text(config.text)
+        return StageResult([Output(f"{artifact}.txt", "aoti", artifact, "fp32")])
+
+    return Stage(
+        name=name,
+        version=1,
+        run=run,
+        config=TextConfig(text=name),
+        produces=(artifact,),
+        background=True,
+        critical=critical,
+    )
+
+
+def test_background_stages_take_turns(tmp_path: Path) -> None:
+    spans: list = []
+    records, _ = _deploy(tmp_path, [_sleeper("P", "p", spans), _sleeper("Q", "q", spans)], "v0001")
+    assert {r.name: r.status for r in records} == {"P": "ran", "Q": "ran"}
+    (_, _, first_end), (_, second_start, _) = sorted(spans, key=lambda s: s[1])
+    assert second_start >= first_end  # one lane: the second started when the first had finished
+
+
+def test_a_critical_failure_in_a_background_stage_stops_the_run(tmp_path: Path) -> None:
+    spans: list = []
+    with pytest.raises(RuntimeError, match="a bug in the stage"):
+        _deploy(tmp_path, [_sleeper("P", "p", spans, critical=True), _writer("A", "a", "1")], "v0001")

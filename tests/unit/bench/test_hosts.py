@@ -77,3 +77,15 @@ def test_a_mode_whose_faster_twin_is_timed_is_left_out_and_named() -> None:
     ]
     assert "torch-aoti-cuda-graph-bucketed is timed" in left[0]["reason"]
     assert hosts.not_timed(recipe, pairs, gpu_host=False) == []
+
+
+def test_host_io_is_also_timed_at_the_objective_batch_and_winner_runtimes_are_never_left_out() -> None:
+    recipe = tiny_context(
+        Path("."), "selection.objective.batch=2", "selection.runtimes=[torch-aoti-cuda-bucketed]"
+    ).recipe
+    timing = hosts.HostTiming.from_recipe(recipe)  # batch sizes [1, 2]
+    assert hosts.timed(timing, "onnx-fp16", "onnxruntime-cuda", 2, True, "host")  # where the winner is chosen
+    aoti = ["torch-aoti-cuda-bucketed", "torch-aoti-cuda-graph-bucketed"]
+    assert hosts.timed(timing, "aoti-fp16", "torch-aoti-cuda-bucketed", 1, True, siblings=aoti)
+    assert hosts.not_timed(timing, [("aoti-fp16", r) for r in aoti], gpu_host=True) == []
+    assert "host I/O at batch 1, 2 only" in hosts.policy(timing, True)["rule"]

@@ -146,3 +146,14 @@ def test_cuda_target_without_a_gpu_fails_clearly(tmp_path: Path, exported: Artif
     ctx = tiny_context(tmp_path, "export.pt2.device=cuda")
     with pytest.raises(RuntimeError, match="no CUDA GPU"):
         _run(ctx, "aoti_fp32", {"exported-fp32": exported})
+
+
+def test_a_compile_that_raises_fails_its_variant_with_the_compilers_message(tmp_path: Path) -> None:
+    ctx = tiny_context(tmp_path)
+    broken = tmp_path / "model.exported.fp32.pt2"
+    broken.write_bytes(b"not an ExportedProgram")
+    record = ArtifactRecord("exported-fp32", broken, "exported", "fp32", "0" * 64, "test")
+    with pytest.raises(RuntimeError, match=r"^AOTInductor compile failed: \w+") as caught:
+        _run(ctx, "aoti_fp32", {"exported-fp32": record})
+    assert "native crash" not in str(caught.value)
+    assert "Traceback" in (ctx.workdir / "logs/aoti_fp32.log").read_text()  # the whole story, in the log
