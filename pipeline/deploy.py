@@ -48,7 +48,8 @@ def plan(
         failed = _failed_error(verdict)
         if failed:
             state = f"[red]fresh (failed: {escape(failed)})[/red]"
-        console.print(f"  {state}  {stage.name:<24} {escape(verdict.why)}", highlight=False)
+        behind = " (runs in the background)" if stage.background and not verdict.fresh else ""
+        console.print(f"  {state}  {stage.name:<24} {escape(verdict.why)}{behind}", highlight=False)
     changed = _signoff_changes(verdicts) if latest else None
     if changed:
         console.print(f"sign-off changes ({changed}): deploy makes a new version reusing every stage")

@@ -215,3 +215,13 @@ def test_killed_deploy_leaves_no_version_and_the_next_one_resumes(tmp_path: Path
         "2"
     )
     assert list((root / "tiny" / ".work").iterdir()) == []
+
+
+def test_plan_says_which_stage_runs_in_the_background(tmp_path: Path) -> None:
+    variants = "variants.build=[onnx-fp32, aoti-fp32]"
+    plan = cli("plan", str(TINY), "--set", variants, "--set", "export.pt2.device=cpu", root=tmp_path)
+    assert plan.returncode == 0, plan.stderr
+    lines = {line.split()[1]: line for line in plan.stdout.splitlines() if line.startswith("  ")}
+    assert lines["aoti_fp32"].endswith("(runs in the background)")
+    assert not lines["export_onnx"].endswith("(runs in the background)")
+    assert list(lines).index("export_onnx") < list(lines).index("aoti_fp32") < list(lines).index("validate")
