@@ -1,7 +1,8 @@
 """Child processes that never outlive the deploy that started them: on Linux the kernel sends the child
 SIGKILL when its parent dies (PR_SET_PDEATHSIG), however the parent died (SIGKILL included).
 
-`run_job` is how a stage hands heavy native work to a child (TensorRT engine builds, AOTInductor compiles):
+`run_job` is how a stage hands heavy native work to a child (TensorRT engine builds, AOTInductor compiles), and
+`serve_job` the child's side of it:
 a crash, a hang or process-wide state (loggers, stdout, compiler caches) stays in the child, and the stage
 can run in a worker thread of the deploy while the child works (Executor background stages)."""
 
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pipeline
+from pipeline.store import write_bytes_atomic
 
 PR_SET_PDEATHSIG = 1
 
@@ -107,3 +109,20 @@ def _pump(proc: subprocess.Popen, lines: list[str], report: Callable[[str], None
     for line in proc.stdout:
         lines.append(line.rstrip("\n"))
         report(line.strip())
+
+
+def serve_job(
+    argv: list[str] | None, module: str, tag: str, build: Callable[[dict[str, Any]], dict[str, Any]]
+) -> int:
+    """The child's side of run_job (`python -m <module> JOB.json`): read the job, build, write the JSON result
+    atomically where the job says; exit 0 when the result is ok, 1 when not, 2 on a wrong command line."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print(f"usage: python -m {module} JOB.json", file=sys.stderr)
+        return 2
+    job = json.loads(Path(args[0]).read_text())
+    result = build(job)
+    write_bytes_atomic(Path(job["result"]), json.dumps(result, indent=1).encode())
+    if not result["ok"]:
+        print(f"[{tag}] failed: {result['error']}", file=sys.stderr, flush=True)
+    return 0 if result["ok"] else 1

@@ -19,6 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from pipeline.children import serve_job
 from pipeline.store import write_bytes_atomic
 from pipeline.trt.flavour import DISPLAY, import_trt, local_compute_capability, trt_version
 from pipeline.trt.layers import is_layer_listing, layers_from_inspector, layers_from_log
@@ -270,16 +271,7 @@ def progress(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m pipeline.trt.build JOB.json", file=sys.stderr)
-        return 2
-    job = json.loads(Path(args[0]).read_text())
-    result = build(job)
-    write_bytes_atomic(Path(job["result"]), json.dumps(result, indent=1).encode())
-    if not result["ok"]:
-        print(f"[trt-build] failed: {result['error']}", file=sys.stderr, flush=True)
-    return 0 if result["ok"] else 1
+    return serve_job(argv, "pipeline.trt.build", "trt-build", build)
 
 
 if __name__ == "__main__":
