@@ -80,6 +80,11 @@ def faster_twin(artifact: str, runtime: str, siblings: Iterable[str]) -> str | N
     return None
 
 
+def _left_for_twin(timing: HostTiming, artifact: str, runtime: str, siblings: Iterable[str]) -> str | None:
+    """The faster twin a GPU runtime is left out for by default; never one selection.runtimes lists."""
+    return None if runtime in timing.winner_runtimes else faster_twin(artifact, runtime, siblings)
+
+
 def timed(
     timing: HostTiming,
     artifact: str,
@@ -94,9 +99,7 @@ def timed(
         return runtime in timing.runtimes
     smallest = batch == min(timing.batch_sizes)
     if is_gpu_runtime(runtime):
-        if not gpu_host or (
-            runtime not in timing.winner_runtimes and faster_twin(artifact, runtime, siblings)
-        ):
+        if not gpu_host or _left_for_twin(timing, artifact, runtime, siblings):
             return False
         return io != "host" or smallest or batch == timing.objective_batch
     if not gpu_host:
@@ -124,8 +127,7 @@ def not_timed(timing: HostTiming, pairs: Iterable[tuple[str, str]], gpu_host: bo
     out = []
     for artifact, runtime in pairs:
         siblings = [r for a, r in pairs if a == artifact]
-        kept = runtime in timing.winner_runtimes or not is_gpu_runtime(runtime)
-        twin = None if kept else faster_twin(artifact, runtime, siblings)
+        twin = _left_for_twin(timing, artifact, runtime, siblings) if is_gpu_runtime(runtime) else None
         if twin:
             out.append(
                 {
