@@ -235,11 +235,10 @@ class Executor:
         self, stage: Stage, record: StageRecord, shas: dict[str, str], late: dict[str, Late], run: _Run
     ) -> None:
         """After a takes_late stage ran: its inputs and fingerprint are what it consumed in the end."""
-        for name in late:
-            job = next(j for j in run.jobs if name in j.stage.produces)
-            self._join(job, run)  # a stage that never resolved a Late still waits for it here
-            if name in run.artifacts:
-                shas[name] = run.artifacts[name].sha256
+        for name, item in late.items():
+            built = item.wait()  # a stage that never resolved a Late still waits for it here
+            if built is not None:
+                shas[name] = built.sha256
         record.inputs = dict(shas)
         record.fingerprint = fingerprint(stage, shas, self.environment(stage))
 
