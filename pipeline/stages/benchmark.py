@@ -3,8 +3,9 @@ same timer, warm-up and window policy, interleaved per shape (docs/benchmarking.
 
 Per shape every candidate is activated and given the same prepared inputs; windows then run A B C A B C
 until each candidate is stable or capped (on a GPU host the GPU candidates among themselves, then the CPU
-reference: its threads would spin on the cores the GPU candidates launch from); afterwards every candidate is released (sessions dropped,
-gc, CUDA cache emptied) before the next shape, so that no candidate runs in another's leftovers.
+reference: its threads would spin on the cores the GPU candidates launch from); afterwards every candidate is
+released (sessions dropped, gc, CUDA cache emptied) before the next shape, so that no candidate runs in
+another's leftovers.
 """
 
 from __future__ import annotations

@@ -57,9 +57,8 @@ class AotiConfig(StageConfig):
     precision: str
     device: str  # export.pt2.device: auto | cpu | cuda
     max_autotune: bool
-    compile_timeout_s: (
-        int  # fingerprinted like export.tensorrt.build_timeout_s: a timed-out compile is a failure
-    )
+    # fingerprinted like export.tensorrt.build_timeout_s: a timed-out compile is a failure
+    compile_timeout_s: int
 
     @classmethod
     def from_recipe(cls, recipe: Recipe, precision: str) -> AotiConfig:
