@@ -27,15 +27,20 @@ def _busy(seconds: float) -> None:
         sum(range(1000))
 
 
+def _busy_until(out: io.StringIO, text: str, limit_s: float = 10) -> None:
+    """Keep the main thread busy until the heartbeat has written `text` (or the limit passes)."""
+    deadline = time.monotonic() + limit_s
+    while text not in out.getvalue() and time.monotonic() < deadline:
+        _busy(0.05)
+
+
 def test_plain_output_has_timestamped_stage_lines_and_a_heartbeat() -> None:
     out = io.StringIO()
     console = Console(file=out, width=200, force_terminal=False)
     with StageProgress(console, total=2, heartbeat_s=0.05) as progress:
         progress.on_start(_stage("export_onnx"), "no previous run")
         progress.report("onnx: exporting with the dynamo exporter")
-        deadline = time.monotonic() + 10
-        while "running" not in out.getvalue() and time.monotonic() < deadline:
-            _busy(0.05)
+        _busy_until(out, "running")
         progress.on_done(StageRecord("export_onnx", 1, "fp", "ran", duration_s=1.5, why="no previous run"))
         progress.on_done(StageRecord("benchmark", 2, "fp", "reused", reused_from="v0001"))
     lines = out.getvalue().splitlines()
@@ -74,9 +79,7 @@ def test_a_background_stage_has_its_own_line_and_shows_in_the_heartbeat() -> Non
         progress.on_start(background, "no previous run")
         progress.on_start(_stage("validate"), "input still building in the background: aoti-fp16")
         progress.report("validate onnx-fp32 on onnxruntime-cpu at min")
-        deadline = time.monotonic() + 10
-        while "in the background 0:" not in out.getvalue() and time.monotonic() < deadline:
-            _busy(0.05)
+        _busy_until(out, "in the background 0:")
         progress.on_done(StageRecord("aoti_fp16", 1, "fp", "ran", duration_s=80.0, why="no previous run"))
         progress.on_done(StageRecord("validate", 1, "fp", "ran", duration_s=90.0, why="x"))
     lines = out.getvalue().splitlines()
