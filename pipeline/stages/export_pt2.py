@@ -28,6 +28,7 @@ from pipeline.models import positional
 from pipeline.onnx_tools import captured
 from pipeline.packages import package_version
 from pipeline.recipe import Recipe
+from pipeline.runners.loaders import no_cpu_isa_probe
 from pipeline.specs import DataSpec, ModelSpec
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.variants import Variant, parse
@@ -190,9 +191,10 @@ def compile_aoti(
         program = move_to_device_pass(program, torch.device(device, 0) if device == "cuda" else device)
     torch._dynamo.utils.compilation_time_metrics.clear()  # the log's phase times: this compile's, not the process's
     started = time.perf_counter()
-    path = torch._inductor.aoti_compile_and_package(
-        program, package_path=str(target), inductor_configs={"max_autotune": max_autotune}
-    )
+    with no_cpu_isa_probe(device):  # not within inductor_configs: the probe also runs outside that patch
+        path = torch._inductor.aoti_compile_and_package(
+            program, package_path=str(target), inductor_configs={"max_autotune": max_autotune}
+        )
     print(torch._dynamo.utils.compile_times(repr="str", aggregate=True))  # where the seconds went (the log)
     return str(path), time.perf_counter() - started, device_info(device)
 
@@ -278,7 +280,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
             out.append(
                 Stage(
                     name=f"aoti_{precision}",
-                    version=1,
+                    version=2,  # 2: a GPU package's wrapper is built without the CPU vector-ISA probe
                     config=AotiConfig.from_recipe(recipe, precision),
                     run=_aoti,
                     environment=_aoti_environment(recipe.export.pt2.device),

@@ -4,6 +4,8 @@ module), and their runners: eager, padding-aware and AOTInductor, checked agains
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -157,3 +159,29 @@ def test_a_compile_that_raises_fails_its_variant_with_the_compilers_message(tmp_
         _run(ctx, "aoti_fp32", {"exported-fp32": record})
     assert "native crash" not in str(caught.value)
     assert "Traceback" in (ctx.workdir / "logs/aoti_fp32.log").read_text()  # the whole story, in the log
+
+
+def test_a_gpu_package_skips_the_cpu_isa_probe() -> None:
+    """Compiling or loading a GPU package must not spend the 40-50 s torch 2.11 takes to probe the CPU's vector
+    ISA (a test build and a fresh Python per ISA); a CPU package keeps the probe. In a fresh Python, as the
+    compile child and a server loading the package are: Inductor caches its answer for the process."""
+    code = """
+import subprocess
+import torch._inductor.config as inductor_config
+from torch._inductor.codecache import get_device_information
+from torch._inductor.cpu_vec_isa import pick_vec_isa
+from pipeline.runners.loaders import no_cpu_isa_probe
+
+with no_cpu_isa_probe("cpu"):
+    assert inductor_config.cpp.vec_isa_ok is None  # the CPU keeps Inductor's own answer
+def no_subprocess(self, args, *rest, **kwargs):
+    raise AssertionError(f"a probe ran: {args}")
+subprocess.Popen.__init__ = no_subprocess
+with no_cpu_isa_probe("cuda"):
+    assert not pick_vec_isa()
+    assert get_device_information("cpu")["AOTI_CPU_ISA"] == "INVALID_VEC_ISA"  # what the compile records
+assert inductor_config.cpp.vec_isa_ok is None
+print("no probe")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "no probe", done.stderr[-2000:]
