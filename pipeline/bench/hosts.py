@@ -4,11 +4,12 @@ A GPU deploy should not spend minutes timing rows that cannot win. By default a 
 - the GPU runtimes with device I/O at every batch, and with host I/O (copies included) at the smallest batch
   and the selection objective's batch only: what serving from host memory adds, without a second row per
   runtime at every batch;
-- not a mode whose faster twin of the same artifact is timed (TWINS: the padding-aware AOTInductor runner
-  without CUDA graphs when the captured one is timed; the ExportedProgram run eagerly when a torch.compile mode
-  of it is timed): the same program with more launch overhead cannot win, and its windows would cost the
-  deploy seconds; speed.json names each such pair under conditions.runtimes_timed.not_timed (a runtime
-  listed under selection.runtimes is never left out);
+- not the device-I/O rows of a mode whose faster twin of the same artifact is timed (TWINS: the AOTInductor
+  package launched kernel by kernel, plain or padding-aware, when its CUDA-graph capture is timed; the
+  ExportedProgram run eagerly when a torch.compile mode of it is timed): the same kernels with more launch
+  overhead cannot win (measured slower at every batch on the H200), and their windows would cost the deploy
+  seconds; host-I/O rows stay (the twins have none); speed.json names each such pair under
+  conditions.runtimes_timed.not_timed (a runtime listed under selection.runtimes is never left out);
 - the CPU reference (torch-cpu of torch-fp32) at the smallest batch only, as a yardstick.
 A CPU host times the CPU runtimes. A recipe that lists `benchmark.runtimes` times exactly those, at every
 batch and in both I/O modes.
@@ -62,8 +63,9 @@ def has_cuda() -> bool:
         return False
 
 
-# mode -> the faster twins of the same artifact that, when timed, leave it untimed by default
+# mode -> the faster twins of the same artifact that, when timed, leave its device-I/O rows untimed by default
 TWINS: dict[str, tuple[str, ...]] = {
+    "torch-aoti-cuda": ("torch-aoti-cuda-graph",),
     "torch-aoti-cuda-bucketed": ("torch-aoti-cuda-graph-bucketed",),
 }
 COMPILED = "torch-compile-cuda"  # the runtimes torch.compile makes of an ExportedProgram on CUDA
@@ -99,28 +101,27 @@ def timed(
         return runtime in timing.runtimes
     smallest = batch == min(timing.batch_sizes)
     if is_gpu_runtime(runtime):
-        if not gpu_host or _left_for_twin(timing, artifact, runtime, siblings):
+        if not gpu_host:
             return False
-        return io != "host" or smallest or batch == timing.objective_batch
+        if io == "device":
+            return not _left_for_twin(timing, artifact, runtime, siblings)
+        return smallest or batch == timing.objective_batch
     if not gpu_host:
         return True
     return artifact == REFERENCE and runtime == "torch-cpu" and smallest
 
 
 def timed_anywhere(
-    timing: HostTiming, artifact: str, runtime: str, gpu_host: bool, siblings: Iterable[str] = ()
+    timing: HostTiming, artifact: str, runtime: str, gpu_host: bool, io: str, siblings: Iterable[str] = ()
 ) -> bool:
-    """Whether this (artifact, runtime) is timed at some batch in some I/O mode: validation covers exactly
-    these pairs."""
-    return any(
-        timed(timing, artifact, runtime, b, gpu_host, io, siblings)
-        for b in timing.batch_sizes
-        for io in ("device", "host")
-    )
+    """Whether this (artifact, runtime) is timed at some batch in this I/O mode: validation covers exactly
+    the pairs with a runner timed somewhere."""
+    return any(timed(timing, artifact, runtime, b, gpu_host, io, siblings) for b in timing.batch_sizes)
 
 
 def not_timed(timing: HostTiming, pairs: Iterable[tuple[str, str]], gpu_host: bool) -> list[dict[str, str]]:
-    """The (artifact, runtime) pairs this host leaves untimed because a faster twin is timed, with why."""
+    """The (artifact, runtime) pairs whose device-I/O rows this host leaves untimed because a faster twin is
+    timed, with why (their host-I/O rows, where the runtime has them, are timed as usual)."""
     pairs = list(pairs)
     if timing.runtimes is not None or not gpu_host:
         return []
@@ -133,6 +134,7 @@ def not_timed(timing: HostTiming, pairs: Iterable[tuple[str, str]], gpu_host: bo
                 {
                     "artifact": artifact,
                     "runtime": runtime,
+                    "io": "device",
                     "reason": f"its faster twin {twin} is timed; list it under benchmark.runtimes to time it",
                 }
             )
@@ -148,7 +150,7 @@ def policy(timing: HostTiming, gpu_host: bool) -> dict[str, Any]:
         host = sorted({smallest, timing.objective_batch} & set(timing.batch_sizes)) or [smallest]
         rule = (
             f"GPU runtimes at every batch with device I/O, with host I/O at batch {', '.join(map(str, host))} "
-            "only, except modes whose faster twin is timed (not_timed); the CPU reference "
+            "only, except the device-I/O rows of modes whose faster twin is timed (not_timed); the CPU reference "
             f"({REFERENCE} on torch-cpu) at batch {smallest} only"
         )
     else:

@@ -130,9 +130,9 @@ class BenchmarkConfig(Strict):
     runtimes: list[Runtime] | None = Field(
         None,
         description="which runtimes are timed, at every batch and in both I/O modes; null: on a GPU host the "
-        "GPU runtimes (host I/O at the smallest and the objective's batch only, no mode whose faster twin of "
-        "the same artifact is timed) plus the CPU reference at the smallest batch, on a CPU host the CPU "
-        "runtimes",
+        "GPU runtimes (host I/O at the smallest and the objective's batch only, no device-I/O rows of a mode "
+        "whose faster twin of the same artifact is timed) plus the CPU reference at the smallest batch, on a "
+        "CPU host the CPU runtimes",
     )
     throughput_s: PositiveFloat = Field(
         0.3, description="per GPU row: seconds of back-to-back requests for sequences/s"

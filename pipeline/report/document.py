@@ -366,15 +366,16 @@ def _not_timed(speed: Dict | None) -> Section:
     if not left:
         return Section("Not timed", [])
     rows: list[list[Text]] = [
-        [x.get("artifact", "?"), x.get("runtime", "?"), x.get("reason", "")] for x in left
+        [x.get("artifact", "?"), x.get("runtime", "?"), x.get("io", "any"), x.get("reason", "")] for x in left
     ]
     return Section(
         "Not timed",
         [
             Para(
-                f"Runnable here, but neither timed nor validated under this host's rule: {timing.get('rule', '?')}."
+                f"Runnable here, but not timed in this I/O mode (and not validated where no row of it is timed) "
+                f"under this host's rule: {timing.get('rule', '?')}."
             ),
-            Table(["artifact", "runtime", "reason"], rows),
+            Table(["artifact", "runtime", "I/O", "reason"], rows),
         ],
     )
 

@@ -87,10 +87,11 @@ class Candidate:
 def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     return Stage(
         name="benchmark",
-        version=5,  # 4: whole-window intervals, slow calls sized to stabilize, unstable winner re-measured,
+        version=6,  # 4: whole-window intervals, slow calls sized to stabilize, unstable winner re-measured,
         # runtimes chosen per host, GPU rows with peak memory and throughput; 5: GPU host rows without faster
         # twins and with host I/O at the smallest and objective batch, GPU and CPU candidates interleaved apart,
-        # torch.compile with dynamic shapes
+        # torch.compile with dynamic shapes; 6: the plain AOTInductor package's device-I/O rows left to its
+        # CUDA graph, a prepared graph call is the bare replay
         config=BenchmarkStageConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=run,
         environment=_environment,

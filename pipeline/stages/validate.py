@@ -197,7 +197,9 @@ def validate_artifact(
     gpu_host = hosts.has_cuda()
     siblings = {r.runtime for r in found}
     timed = [
-        r for r in found if hosts.timed_anywhere(config.timing, record.name, r.runtime, gpu_host, siblings)
+        r
+        for r in found
+        if hosts.timed_anywhere(config.timing, record.name, r.runtime, gpu_host, r.io, siblings)
     ]
     if not timed:
         return NotRunnable(

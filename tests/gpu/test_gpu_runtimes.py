@@ -147,11 +147,16 @@ def test_benchmark_rows_have_memory_and_throughput(ctx: StageEnv, aoti: Artifact
         "torch-aoti-cuda-graph",
         "torch-aoti-cuda-graph-bucketed",
     }
-    # the padding-aware mode without graphs is left out by default, and said so
+    # the modes without graphs are left out at device I/O by default, and said so
     left = speed["conditions"]["runtimes_timed"]["not_timed"]
-    assert [(x["artifact"], x["runtime"]) for x in left] == [("aoti-fp16", "torch-aoti-cuda-bucketed")]
+    assert [(x["artifact"], x["runtime"], x["io"]) for x in left] == [
+        ("aoti-fp16", "torch-aoti-cuda", "device"),
+        ("aoti-fp16", "torch-aoti-cuda-bucketed", "device"),
+    ]
     smallest = min(r["batch"] for r in rows)
     assert all(r["batch"] == smallest for r in rows if r["io"] == "host")  # host I/O at the smallest batch
+    plain = [r["io"] for r in rows if r["runtime"] == "torch-aoti-cuda"]
+    assert plain == ["host"]  # the plain package keeps its host-I/O row (the graph mode has none)
     cpu = [(r["runtime"], r["batch"]) for r in rows if "-cuda" not in r["runtime"]]
     assert cpu == [("torch-cpu", 1)]  # the CPU reference, at the smallest batch only
     for row in rows:

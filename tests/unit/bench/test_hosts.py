@@ -61,21 +61,32 @@ def test_gpu_host_times_host_io_at_the_smallest_batch_only() -> None:
 
 def test_a_mode_whose_faster_twin_is_timed_is_left_out_and_named() -> None:
     recipe = hosts.HostTiming.from_recipe(tiny_context(Path(".")).recipe)
-    aoti = ["torch-aoti-cuda", "torch-aoti-cuda-bucketed", "torch-aoti-cuda-graph-bucketed"]
+    aoti = [
+        "torch-aoti-cuda",
+        "torch-aoti-cuda-bucketed",
+        "torch-aoti-cuda-graph",
+        "torch-aoti-cuda-graph-bucketed",
+    ]
     exported = ["torch-cuda", "torch-compile-cuda-reduce-overhead"]
     assert not hosts.timed(recipe, "aoti-fp16", "torch-aoti-cuda-bucketed", 1, True, siblings=aoti)
     assert hosts.timed(recipe, "aoti-fp16", "torch-aoti-cuda-bucketed", 1, True, siblings=aoti[:2])  # no twin
     assert not hosts.timed(recipe, "exported-fp16", "torch-cuda", 1, True, siblings=exported)
     assert hosts.timed(recipe, "torch-fp32", "torch-cuda", 1, True, siblings=["torch-cuda", "torch-cpu"])
-    # validation covers what is timed: the left-out mode is not validated either
-    assert not hosts.timed_anywhere(recipe, "exported-fp16", "torch-cuda", True, exported)
+    # the plain package's device-I/O rows go for its captured graph; its host-I/O row (no twin there) stays
+    assert not hosts.timed(recipe, "aoti-fp16", "torch-aoti-cuda", 1, True, "device", aoti)
+    assert hosts.timed(recipe, "aoti-fp16", "torch-aoti-cuda", 1, True, "host", aoti)
+    assert hosts.timed_anywhere(recipe, "aoti-fp16", "torch-aoti-cuda", True, "host", aoti)  # so validated
+    # validation covers what is timed: a mode left out in every I/O mode it has is not validated either
+    assert not hosts.timed_anywhere(recipe, "exported-fp16", "torch-cuda", True, "device", exported)
     pairs = [("aoti-fp16", r) for r in aoti] + [("exported-fp16", r) for r in exported]
     left = hosts.not_timed(recipe, pairs, gpu_host=True)
-    assert [(x["artifact"], x["runtime"]) for x in left] == [
-        ("aoti-fp16", "torch-aoti-cuda-bucketed"),
-        ("exported-fp16", "torch-cuda"),
+    assert [(x["artifact"], x["runtime"], x["io"]) for x in left] == [
+        ("aoti-fp16", "torch-aoti-cuda", "device"),
+        ("aoti-fp16", "torch-aoti-cuda-bucketed", "device"),
+        ("exported-fp16", "torch-cuda", "device"),
     ]
-    assert "torch-aoti-cuda-graph-bucketed is timed" in left[0]["reason"]
+    assert "torch-aoti-cuda-graph is timed" in left[0]["reason"]
+    assert "torch-aoti-cuda-graph-bucketed is timed" in left[1]["reason"]
     assert hosts.not_timed(recipe, pairs, gpu_host=False) == []
 
 
