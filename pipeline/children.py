@@ -68,16 +68,26 @@ class JobOutcome:
         return f"the {what} process {how} without a result (native crash?); last output: {tail}"
 
 
+class Cancelled(BaseException):
+    """The run a job belongs to is stopping (`cancel` was set): its child was killed. Not an Exception, so that
+    no stage records it as a failure of its own (a resumed deploy then builds the variant again)."""
+
+
+POLL_S = 0.2  # how often a job with a `cancel` event looks at it
+
+
 def run_job(
     module: str,
     job: dict[str, Any],
     tmp: Path,
     timeout_s: float | None,
     report: Callable[[str], None] = print,
+    cancel: threading.Event | None = None,
 ) -> JobOutcome:
     """Run `python -m <module> JOB.json` (the job must name its `result` file), streaming output lines to
-    `report`; kill it on timeout, on an exception in the waiting thread (Ctrl-C in the main thread), and when
-    this process dies (from a worker thread, that is how a Ctrl-C reaches it)."""
+    `report`; kill it on timeout, on an exception in the waiting thread (Ctrl-C in the main thread), when
+    `cancel` is set (the run stops while a background stage waits here: raises Cancelled once the child is
+    gone), and when this process dies."""
     job_path = tmp / "job.json"
     job_path.write_text(json.dumps(job))
     root = str(Path(pipeline.__file__).resolve().parent.parent)
@@ -89,19 +99,33 @@ def run_job(
     pump = threading.Thread(target=_pump, args=(proc, lines, report), daemon=True)
     pump.start()
     try:
-        returncode: int | None = proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        returncode = None
-    except BaseException:  # Ctrl-C or an error here: the child must not go on without us
+        returncode = _wait(proc, timeout_s, cancel)
+    except BaseException:  # Ctrl-C, an error here, or the run stopping: the child must not go on without us
         proc.kill()
         proc.wait()
         raise
+    if returncode is None:  # past its timeout
+        proc.kill()
+        proc.wait()
     pump.join(timeout=10)
     result_path = Path(job["result"])
     result = json.loads(result_path.read_text()) if returncode is not None and result_path.is_file() else None
     return JobOutcome(result, returncode, lines, round(time.perf_counter() - start, 3), command[1:])
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float | None, cancel: threading.Event | None) -> int | None:
+    """The child's exit code, or None once it has run for timeout_s; raises Cancelled when `cancel` is set."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        step = left if cancel is None else min(POLL_S, POLL_S if left is None else left)
+        try:
+            return proc.wait(timeout=step)
+        except subprocess.TimeoutExpired:
+            if cancel is not None and cancel.is_set():
+                raise Cancelled(f"{' '.join(proc.args[1:3])}: the run is stopping") from None
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
 
 
 def _pump(proc: subprocess.Popen, lines: list[str], report: Callable[[str], None]) -> None:

@@ -21,6 +21,8 @@ from pipeline.run_record import RUN_RECORD, StageRecord
 from pipeline.stages.base import RUN_STAGES, Late, Output, RunContext, Stage
 from pipeline.store import Store, kill_point, sha256_file, storage_failure, write_json_atomic
 
+STOP_WAIT_S = 30.0  # how long a stopping run waits for a background stage to kill its child and end
+
 
 def fingerprint(stage: Stage, inputs: dict[str, str], environment: dict[str, Any]) -> str:
     """sha256 of canonical JSON of the stage name and version, its config (what its run reads), its inputs'
@@ -156,6 +158,15 @@ class Executor:
         on_done: Callable[[StageRecord], None],
     ) -> list[StageRecord]:
         run = _Run(ctx, on_done)
+        try:
+            self._run(run, rebench, on_start)
+        except BaseException:  # nothing goes on working in the folder the caller removes or leaves next
+            self._stop_background(run)
+            raise
+        return run.records
+
+    def _run(self, run: _Run, rebench: bool, on_start: Callable[[Stage, str], None]) -> None:
+        ctx = run.ctx
         for stage in self.stages:
             for job in self._blocking(stage, run):
                 self._join(job, run)
@@ -203,7 +214,13 @@ class Executor:
             self._finish(stage, record, run)
         for job in run.jobs:
             self._join(job, run)
-        return run.records
+
+    @staticmethod
+    def _stop_background(run: _Run) -> None:
+        """The run is stopping: background stages kill their children (RunContext.cancel) and are waited for."""
+        run.ctx.cancel.set()
+        for job in run.jobs:
+            job.stopped(STOP_WAIT_S)
 
     def _blocking(self, stage: Stage, run: _Run) -> list[_Background]:
         """The background jobs this stage must wait for: those making what it consumes (unless it takes them
@@ -401,6 +418,11 @@ class _Background:
                 self._record = work()
         except BaseException as exc:  # a critical failure or a full disk: raised where the job is joined
             self._error = exc
+
+    def stopped(self, timeout_s: float) -> bool:
+        """Wait (bounded) for the thread to end, as it does soon after the run's cancel is set."""
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
 
     def result(self) -> StageRecord:
         self._thread.join()

@@ -8,6 +8,7 @@ holds no recipe either: the model and the data are loaded from the slices a conf
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +76,9 @@ class RunContext:
     cache_dir: Path | None = None  # the store's cache (e.g. TensorRT timing caches), never a version folder
     release: Release | None = None
     _loaded: dict[str, Any] = field(default_factory=dict)
+    # set when the run stops early (a user error, a critical failure, Ctrl-C): a background stage's child
+    # process is killed then, before the deploy removes or leaves its work folder (pipeline.children.run_job)
+    cancel: threading.Event = field(default_factory=threading.Event)
 
     def model(self, spec: ModelSpec) -> LoadedModel:
         key = "model:" + spec.model_dump_json()

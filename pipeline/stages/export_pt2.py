@@ -223,7 +223,12 @@ def _aoti(ctx: RunContext, config: AotiConfig, inputs: dict[str, ArtifactRecord]
             "result": str(Path(tmp) / "result.json"),
         }
         outcome = run_job(
-            "pipeline.aoti_build", job, Path(tmp), config.compile_timeout_s, _own_lines(ctx.report)
+            "pipeline.aoti_build",
+            job,
+            Path(tmp),
+            config.compile_timeout_s,
+            _own_lines(ctx.report),
+            cancel=ctx.cancel,
         )
     ctx.path(log).write_text("\n".join(outcome.lines) + "\n")
     if outcome.result is None:
