@@ -43,7 +43,7 @@ class StageProgress:
         self.total = total
         self.heartbeat_s = heartbeat_s
         self.started = time.monotonic()
-        self.done = 0
+        self._numbers: dict[str, int] = {}  # stage -> its step, given when it starts (or ends unstarted)
         self.live = console.is_terminal
         self._current: tuple[str, float] | None = None  # running stage, its start
         self._background: dict[str, float] = {}  # background stages still running, their start
@@ -83,7 +83,7 @@ class StageProgress:
     def on_start(self, stage: Stage, why: str) -> None:
         if stage.background:
             self._background[stage.name] = time.monotonic()
-            text = f"{stage.name}: started in the background ({why})"
+            text = f"{self._step(stage.name)} {stage.name}: started in the background ({why})"
             if self.live:
                 self._tasks[stage.name] = self._progress.add_task(escape(text), total=None)
             else:
@@ -92,10 +92,10 @@ class StageProgress:
         self._current = (stage.name, time.monotonic())
         self._last_message = None
         if self.live:
-            description = escape(f"{self._step()} {stage.name}: starting ({why})")
+            description = escape(f"{self._step(stage.name)} {stage.name}: starting ({why})")
             self._task = self._progress.add_task(description, total=None)
         else:
-            self._line(f"{self._step()} {stage.name}: started ({why})")
+            self._line(f"{self._step(stage.name)} {stage.name}: started ({why})")
 
     def report(self, message: str) -> None:
         """A stage's own progress text: the live line shows it at once; plain output shows the latest one
@@ -104,11 +104,11 @@ class StageProgress:
             return
         self._last_message = message
         if self.live and self._task is not None:
-            self._progress.update(self._task, description=escape(f"{self._step()} {message}"))
+            step = self._step(self._current[0])
+            self._progress.update(self._task, description=escape(f"{step} {message}"))
 
     def on_done(self, record: StageRecord) -> None:
-        step = self._step()
-        self.done += 1
+        step = self._step(record.name)
         if record.name in self._background:
             del self._background[record.name]
             if record.name in self._tasks:
@@ -134,8 +134,11 @@ class StageProgress:
 
     # ------------------------------------------------------------ internals
 
-    def _step(self) -> str:
-        return f"[{min(self.done + 1, self.total)}/{self.total}]"
+    def _step(self, name: str) -> str:
+        """A stage's step number, given once: a front stage keeps its number while a background stage ends
+        beside it."""
+        number = self._numbers.setdefault(name, len(self._numbers) + 1)
+        return f"[{min(number, self.total)}/{self.total}]"
 
     def _line(self, text: str, markup: bool = False) -> None:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
@@ -152,7 +155,7 @@ class StageProgress:
                 name, since = current
                 doing = f": {message}" if message else ""
                 self._line(
-                    f"{self._step()} {name} running {clock(now - since)} (total {clock(now - self.started)}){doing}{behind}"
+                    f"{self._step(name)} {name} running {clock(now - since)} (total {clock(now - self.started)}){doing}{behind}"
                 )
             elif behind:
                 self._line(f"waiting (total {clock(now - self.started)}){behind}")
