@@ -2,7 +2,7 @@
 
 Run as `python -m pipeline.aoti_build JOB.json` (pipeline.children.run_job). The job names the ExportedProgram,
 the package to write, the target device, whether to autotune, and the JSON result file. The compile runs here,
-not in the deploy, because it takes a minute or more on a GPU host and holds process-wide state (Inductor's
+not in the deploy, because it takes half a minute or more on a GPU host and holds process-wide state (Inductor's
 config and compile-time counters, torch's loggers, stdout): in a child it can run while the deploy validates
 other artifacts, and whatever it prints lands in the stage log without touching the live display."""
 

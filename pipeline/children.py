@@ -118,7 +118,7 @@ def _wait(proc: subprocess.Popen, timeout_s: float | None, cancel: threading.Eve
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
         left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
-        step = left if cancel is None else min(POLL_S, POLL_S if left is None else left)
+        step = left if cancel is None or (left is not None and left < POLL_S) else POLL_S
         try:
             return proc.wait(timeout=step)
         except subprocess.TimeoutExpired:

@@ -419,10 +419,9 @@ class _Background:
         except BaseException as exc:  # a critical failure or a full disk: raised where the job is joined
             self._error = exc
 
-    def stopped(self, timeout_s: float) -> bool:
+    def stopped(self, timeout_s: float) -> None:
         """Wait (bounded) for the thread to end, as it does soon after the run's cancel is set."""
         self._thread.join(timeout_s)
-        return not self._thread.is_alive()
 
     def result(self) -> StageRecord:
         self._thread.join()

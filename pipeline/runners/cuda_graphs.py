@@ -19,6 +19,11 @@ from typing import Any
 Signature = tuple[tuple[tuple[int, ...], Any], ...]
 
 
+def signature(tensors: Sequence[Any]) -> Signature:
+    """What a captured graph is keyed by: the inputs' shapes and dtypes."""
+    return tuple((tuple(t.shape), t.dtype) for t in tensors)
+
+
 @dataclass
 class Captured:
     graph: Any  # torch.cuda.CUDAGraph
@@ -35,7 +40,7 @@ class GraphCache:
         self.captures = 0
 
     def __call__(self, tensors: Sequence[Any]) -> list[Any]:
-        key = tuple((tuple(t.shape), t.dtype) for t in tensors)
+        key = signature(tensors)
         entry = self.graphs.get(key)
         if entry is None:
             entry = self._capture(list(tensors))
@@ -53,14 +58,14 @@ class GraphCache:
     def inputs_of(self, tensors: Sequence[Any]) -> list[Any] | None:
         """The captured input buffers for this signature: a caller that keeps its inputs there replays with
         no copies."""
-        entry = self.graphs.get(tuple((tuple(t.shape), t.dtype) for t in tensors))
+        entry = self.graphs.get(signature(tensors))
         return entry.inputs if entry is not None else None
 
     def replay_of(self, tensors: Sequence[Any]) -> Callable[[], None] | None:
         """The bare replay of the graph whose input buffers these very tensors are (see `inputs_of`), else
         None. At batch 1 the host time between the caller's start and the graph launch is part of the
         latency: a caller that keeps its inputs in the buffers needs no key, no lookup, no copy checks."""
-        entry = self.graphs.get(tuple((tuple(t.shape), t.dtype) for t in tensors))
+        entry = self.graphs.get(signature(tensors))
         if entry is None or any(a is not b for a, b in zip(entry.inputs, tensors, strict=True)):
             return None
         return entry.graph.replay

@@ -291,7 +291,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
                     environment=_aoti_environment(recipe.export.pt2.device),
                     consumes=(f"exported-{precision}",),
                     produces=(f"aoti-{precision}",),
-                    background=True,  # a minute or more of compiling in a child: validate goes on meanwhile
+                    background=True,  # half a minute or more of compiling in a child: validate goes on meanwhile
                 )
             )
     return out

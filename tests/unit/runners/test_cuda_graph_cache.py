@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from pipeline.runners.cuda_graphs import Captured, GraphCache
+from pipeline.runners.cuda_graphs import Captured, GraphCache, signature
 
 
 class _Graph:
@@ -20,7 +20,7 @@ class _Graph:
 def _cache_with_one_graph() -> tuple[GraphCache, _Graph, list[torch.Tensor]]:
     cache = GraphCache(lambda *t: t)
     graph, buffers = _Graph(), [torch.zeros(1, 8, dtype=torch.long), torch.ones(1, 8, dtype=torch.long)]
-    cache.graphs[tuple((tuple(t.shape), t.dtype) for t in buffers)] = Captured(graph, buffers, [])
+    cache.graphs[signature(buffers)] = Captured(graph, buffers, [])
     return cache, graph, buffers
 
 
