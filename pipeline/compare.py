@@ -23,7 +23,7 @@ from rich.table import Table
 from pipeline.accuracy import tolerance_share
 from pipeline.errors import PipelineError
 from pipeline.recipe import RegressionBudget
-from pipeline.speed import Interval, interval, is_winner_row
+from pipeline.speed import Interval, interval, is_winner_row, maximized, unit_of, value
 from pipeline.tracking import flatten
 
 IGNORED_RECIPE_KEYS = ("output.root",)
@@ -81,15 +81,24 @@ def _version(folder: Path) -> dict[str, Any]:
 # ---------------------------------------------------------------- speed
 
 
-def speed_verdict(a_ci: Interval | None, b_ci: Interval | None) -> str:
-    """faster / slower (B against A) when the intervals are disjoint, within noise when they overlap."""
+def speed_verdict(a_ci: Interval | None, b_ci: Interval | None, metric: str = "p50_ms") -> str:
+    """faster / slower (B against A) when the intervals are disjoint, within noise when they overlap. Faster is
+    a lower latency, or a higher throughput."""
     if a_ci is None or b_ci is None:
         return "no interval"
+    lower, higher = ("slower", "faster") if maximized(metric) else ("faster", "slower")
     if b_ci[1] < a_ci[0]:
-        return "faster"
+        return lower
     if b_ci[0] > a_ci[1]:
-        return "slower"
+        return higher
     return "within noise"
+
+
+def slowdown(a: float | None, b: float | None, metric: str) -> float | None:
+    """How much slower B is than A, relative to A: a longer latency, or a lower throughput (negative: faster)."""
+    if a is None or b is None or not a:
+        return None
+    return (a - b) / a if maximized(metric) else (b - a) / a
 
 
 def _row_key(row: dict[str, Any]) -> tuple[Any, ...]:
@@ -102,9 +111,10 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any], metric: str) -> list[dict
     out = []
     for row_b in b.get("results", []):
         row_a = rows_a.get(_row_key(row_b))
-        if row_a is None or metric not in row_a or metric not in row_b:
+        if row_a is None or value(row_a, metric) is None or value(row_b, metric) is None:
             continue
         a_ci, b_ci = interval(row_a, metric), interval(row_b, metric)
+        value_a, value_b = value(row_a, metric), value(row_b, metric)
         out.append(
             {
                 **{
@@ -112,12 +122,12 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any], metric: str) -> list[dict
                     for k in ("artifact", "runtime", "io", "batch", "sequence_length", "shapes")
                 },
                 "metric": metric,
-                "a": row_a[metric],
-                "b": row_b[metric],
+                "a": value_a,
+                "b": value_b,
                 "a_ci95": a_ci,
                 "b_ci95": b_ci,
-                "change": (row_b[metric] - row_a[metric]) / row_a[metric] if row_a[metric] else None,
-                "verdict": speed_verdict(a_ci, b_ci),
+                "change": (value_b - value_a) / value_a if value_a else None,
+                "verdict": speed_verdict(a_ci, b_ci, metric),
                 "stable": bool(row_a.get("stable", True) and row_b.get("stable", True)),
             }
         )
@@ -200,17 +210,19 @@ def shipped(a: dict[str, Any], b: dict[str, Any], metric: str) -> dict[str, Any]
     row_a, row_b = _winner_row(a), _winner_row(b)
     if row_a is None or row_b is None:
         return None
-    value_a = row_a.get(metric, a["winner"]["value"])
-    value_b = row_b.get(metric, b["winner"]["value"])
+    value_a = value(row_a, metric) if value(row_a, metric) is not None else a["winner"]["value"]
+    value_b = value(row_b, metric) if value(row_b, metric) is not None else b["winner"]["value"]
     a_ci, b_ci = interval(row_a, metric), interval(row_b, metric)
     return {
         "a": {"artifact": a["winner"]["artifact"], "runtime": a["winner"]["runtime"], "value": value_a},
         "b": {"artifact": b["winner"]["artifact"], "runtime": b["winner"]["runtime"], "value": value_b},
         "metric": metric,
+        "unit": unit_of(metric),
         "a_ci95": a_ci,
         "b_ci95": b_ci,
         "change": (value_b - value_a) / value_a if value_a else None,
-        "verdict": speed_verdict(a_ci, b_ci),
+        "slowdown": slowdown(value_a, value_b, metric),
+        "verdict": speed_verdict(a_ci, b_ci, metric),
     }
 
 
@@ -228,11 +240,12 @@ def regressions(a: dict[str, Any], b: dict[str, Any], ship: dict[str, Any] | Non
     budget, found = budget_of(b), []
     if a["winner"] and not b["winner"]:
         return [f"B ({b['folder'].name}) did not sign off; A ({a['folder'].name}) did"]
-    slower = ship is not None and ship["change"] is not None and ship["change"] > budget.max_slowdown
+    slower = ship is not None and ship["slowdown"] is not None and ship["slowdown"] > budget.max_slowdown
     if slower and ship["verdict"] in ("slower", "no interval"):
         found.append(
-            f"shipped {ship['metric']} {ship['a']['value']:.4g} -> {ship['b']['value']:.4g} ms "
-            f"({ship['change']:+.1%}, budget +{budget.max_slowdown:.0%}, {ship['verdict']})"
+            f"shipped {ship['metric']} {ship['a']['value']:.4g} -> {ship['b']['value']:.4g} {ship['unit']} "
+            f"({ship['change']:+.1%}: {ship['slowdown']:.1%} slower, budget {budget.max_slowdown:.0%}, "
+            f"{ship['verdict']})"
         )
     if b["winner"]:
         name = b["winner"]["artifact"]
@@ -295,8 +308,8 @@ def compare_command(a: str, b: str, recipe: str | None, console: Console) -> tup
     return report["exit_code"], report
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
 
 
 def _pct(value: float | None) -> str:
@@ -317,12 +330,16 @@ def show(report: dict[str, Any], console: Console) -> None:
         )
     ship = report["shipped"]
     if ship:
+        unit = unit_of(report["metric"])
         console.print(
-            f"shipped: {ship['a']['artifact']} {ship['a']['value']:.4g} ms -> {ship['b']['artifact']} "
-            f"{ship['b']['value']:.4g} ms ({_pct(ship['change'])}, {ship['verdict']})",
+            f"shipped: {ship['a']['artifact']} {ship['a']['value']:.4g} {unit} -> {ship['b']['artifact']} "
+            f"{ship['b']['value']:.4g} {unit} ({_pct(ship['change'])}, {ship['verdict']})",
             highlight=False,
         )
-    table = Table(title=f"Speed ({report['metric']}, ms; verdicts from the 95 % intervals, listed by --json)")
+    table = Table(
+        title=f"Speed ({report['metric']}, {unit_of(report['metric'])}; verdicts from the 95 % intervals, listed "
+        "by --json)"
+    )
     for column in ("artifact", "runtime", "io", "shape", "A", "B", "change", "verdict"):
         table.add_column(column, justify="right" if column in ("A", "B", "change") else "left")
     for row in report["speed"]:
@@ -332,7 +349,7 @@ def show(report: dict[str, Any], console: Console) -> None:
         verdict = row["verdict"] + ("" if row["stable"] else " (unstable)")
         table.add_row(
             row["artifact"], row["runtime"], row["io"], shape,
-            _ms(row["a"]), _ms(row["b"]), _pct(row["change"]), verdict,
+            _figure(row["a"]), _figure(row["b"]), _pct(row["change"]), verdict,
         )  # fmt: skip
     console.print(table)
     table = Table(title="Accuracy (share of tolerance used by the worst required check)")

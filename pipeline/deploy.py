@@ -21,6 +21,7 @@ from pipeline.plan import plan_stages
 from pipeline.progress import StageProgress
 from pipeline.recipe_loader import LoadedRecipe
 from pipeline.run_record import StageRecord, read_records
+from pipeline.speed import figure_text
 from pipeline.stages.base import Release, RunContext, Stage
 from pipeline.stages.signoff import VERDICT, SignOff
 from pipeline.store import Store, storage_failure
@@ -267,7 +268,7 @@ def _print_summary(
         console.print(
             escape(
                 f"winner: {winner['artifact']} ({winner['runtime']}, {winner['io']} I/O, "
-                f"{winner['value']:.3g} {winner['unit']}): {winner['reason']}"
+                f"{figure_text(winner['value'], winner['unit'])}): {winner['reason']}"
             ),
             highlight=False,
         )

@@ -1,12 +1,14 @@
-"""Selection: the fastest candidate (artifact on a runtime) that passed validation on that very runtime, by the
+"""Selection: the best candidate (artifact on a runtime) that passed validation on that very runtime, by the
 recipe's objective, and only when it beats the others by more than the noise (docs/benchmarking.md rule 9).
 
-The noise is the 95% interval of the objective's own metric (p50, p90, p99 or mean), which the benchmark
-computes from whole windows, so it reflects window-to-window drift. Among the candidates whose interval overlaps
-the fastest's, the simplest wins (`simplicity`: fewer transformations of the artifact, then simpler runtimes),
-and the reason names every candidate it is tied with. A winner whose measurement never stabilized is chosen
-provisionally and says so. Read by the select stage and by the benchmark (which measures an unstable would-be
-winner again before selection sees it)."""
+The objective is a latency statistic (p50, p90, p99 or mean: the lowest wins) or throughput (sequences/s from
+the benchmark's throughput run: the highest wins). The noise is the 95% interval of that metric: for latency
+the benchmark computes it from whole windows, so it reflects window-to-window drift; for throughput from the
+throughput run's segments. Among the candidates whose interval overlaps the best's, the simplest wins
+(`simplicity`: fewer transformations of the artifact, then simpler runtimes), and the reason names every
+candidate it is tied with. A winner whose measurement never stabilized is chosen provisionally and says so.
+Read by the select stage and by the benchmark (which measures an unstable would-be latency winner again
+before selection sees it)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,16 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.recipe import Objective, Recipe
 from pipeline.results import Winner, runtime_passed
-from pipeline.speed import METRIC_INTERVAL, interval_or_point, overlap, sequence_of
+from pipeline.speed import (
+    interval_or_point,
+    maximized,
+    metric_name,
+    overlap,
+    rank_key,
+    sequence_of,
+    unit_of,
+    value,
+)
 from pipeline.variants import parse
 
 
@@ -81,7 +92,8 @@ def objective_rows(
     policy: SelectionPolicy, speed: dict[str, Any], accuracy: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """Benchmark rows at the objective's shape whose artifact passed validation on that row's runtime, within
-    the recipe's constraints. A row without its own accuracy record is never a candidate."""
+    the recipe's constraints, with a figure for the objective's metric. A row without its own accuracy record is
+    never a candidate; nor, under a throughput objective, is a row without a throughput run."""
     obj, sel = policy.objective, policy
     entries = accuracy.get("artifacts", {})
     seq_dim = policy.sequence_dim
@@ -96,6 +108,8 @@ def objective_rows(
         if sel.runtimes and row["runtime"] not in sel.runtimes:
             continue
         if sel.max_p99_ms is not None and row["p99_ms"] > sel.max_p99_ms:
+            continue
+        if value(row, obj.metric) is None:
             continue
         rows.append(row)
     if obj.sequence_length is None and seq_dim:
@@ -113,19 +127,35 @@ def _label(row: dict[str, Any]) -> str:
 
 def _figure(row: dict[str, Any], metric: str) -> str:
     low, high = interval_or_point(row, metric)
-    return f"{row[metric]:.3g} ms [{low:.3g}–{high:.3g}]"
+    if maximized(metric):
+        return f"{value(row, metric):.0f} seq/s [{low:.0f}–{high:.0f}]"
+    return f"{value(row, metric):.3g} ms [{low:.3g}–{high:.3g}]"
+
+
+def stable(row: dict[str, Any], metric: str) -> bool:
+    """Whether the row's measurement of the metric settled: the latency windows, or the throughput segments."""
+    if maximized(metric):
+        return bool((row.get("throughput") or {}).get("stable", True))
+    return bool(row.get("stable", True))
+
+
+def _unsettled(row: dict[str, Any], metric: str) -> str:
+    if maximized(metric):
+        return (row.get("throughput") or {}).get("unstable_reason") or "throughput segments disagree"
+    return row.get("unstable_reason") or row.get("stop_reason") or "no stable windows"
 
 
 def candidates(
     policy: SelectionPolicy, speed: dict[str, Any], accuracy: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """One row per artifact (its fastest passing runtime and I/O mode), fastest first."""
+    """One row per artifact (its best passing runtime and I/O mode by the objective's metric), best first."""
     metric = policy.objective.metric
     best: dict[str, dict[str, Any]] = {}
     for row in objective_rows(policy, speed, accuracy):
-        if row["artifact"] not in best or row[metric] < best[row["artifact"]][metric]:
+        held = best.get(row["artifact"])
+        if held is None or rank_key(row, metric) < rank_key(held, metric):
             best[row["artifact"]] = row
-    return sorted(best.values(), key=lambda r: (r[metric], simplicity(r)))
+    return sorted(best.values(), key=lambda r: (rank_key(r, metric), simplicity(r)))
 
 
 def choose(
@@ -141,15 +171,14 @@ def choose(
         return None
     fastest = ranked[0]
     noise = [r for r in ranked if tied(r, fastest, metric)]
-    winner = min(noise, key=lambda r: (simplicity(r), r[metric]))
+    winner = min(noise, key=lambda r: (simplicity(r), rank_key(r, metric)))
     within = [r for r in ranked if r is not winner and tied(r, winner, metric)]
     others = [r for r in ranked if r is not winner]
     runner_up = others[0] if others else None
     reason = _reason(winner, fastest, within, runner_up, metric)
-    provisional = not winner.get("stable", True)
+    provisional = not stable(winner, metric)
     if provisional:
-        why = winner.get("unstable_reason") or winner.get("stop_reason") or "no stable windows"
-        reason += f"; provisional: winner did not stabilize ({why})"
+        reason += f"; provisional: winner did not stabilize ({_unsettled(winner, metric)})"
     entries = accuracy.get("artifacts", {})
     baseline = next((r for r in ranked if r["artifact"] in BASELINES and r is not winner), None)
     return {
@@ -159,12 +188,12 @@ def choose(
         "io": winner["io"],
         "cuda_graph": bool(winner.get("cuda_graph")),
         "objective": policy.objective.model_dump(),
-        "value": winner[metric],
-        "unit": "ms",
+        "value": value(winner, metric),
+        "unit": unit_of(metric),
         "interval": list(interval_or_point(winner, metric)),
         "p50_ci95_ms": winner.get("p50_ci95_ms"),
         "shapes": winner.get("shapes"),
-        "stable": bool(winner.get("stable", True)),
+        "stable": stable(winner, metric),
         "provisional": provisional,
         "accuracy": accuracy_record(entries.get(winner["artifact"]), winner),
         "runner_up": _peer(runner_up, metric, entries),
@@ -181,7 +210,7 @@ def _peer(row: dict[str, Any] | None, metric: str, entries: dict[str, Any]) -> d
         "artifact": row["artifact"],
         "runtime": row["runtime"],
         "io": row["io"],
-        "value": row[metric],
+        "value": value(row, metric),
         "interval": list(interval_or_point(row, metric)),
         "accuracy": accuracy_record(entries.get(row["artifact"]), row)["figures"],
     }
@@ -221,18 +250,18 @@ def _reason(
     runner_up: dict[str, Any] | None,
     metric: str,
 ) -> str:
-    name = METRIC_INTERVAL[metric]
+    lead = f"highest {metric_name(metric)}" if maximized(metric) else f"fastest by {metric_name(metric)}"
     if runner_up is None:
         return "the only candidate that passed validation on its runtime with a measurement at the objective's shape"
     if not within:
         return (
-            f"fastest by {name}: {_figure(winner, metric)} vs {_figure(runner_up, metric)} for "
+            f"{lead}: {_figure(winner, metric)} vs {_figure(runner_up, metric)} for "
             f"{_label(runner_up)}; the 95% intervals do not overlap"
         )
     tied = ", ".join(f"{_label(r)} {_figure(r, metric)}" for r in within)
     if winner is fastest:
         return (
-            f"fastest by {name} at {_figure(winner, metric)}, but within noise of {tied} (95% intervals "
+            f"{lead} at {_figure(winner, metric)}, but within noise of {tied} (95% intervals "
             "overlap); it is also the simplest of these, so it is chosen"
         )
     return (

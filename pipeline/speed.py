@@ -1,20 +1,73 @@
-"""How a speed row is read, in one place: the interval of a latency statistic, whether two intervals overlap
-(within noise), the row's sequence length, and whether it is the row the winner was chosen on. Selection,
-compare and the reports all read rows this way."""
+"""How a speed row is read, in one place: the value and 95 % interval of an objective metric (a latency
+statistic, lower is better, or throughput, higher is better), whether two intervals overlap (within noise), the
+row's sequence length, and whether it is the row the winner was chosen on. Selection, compare and the reports
+all read rows this way."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 Row = Mapping[str, Any]
 Interval = tuple[float, float]
 METRIC_INTERVAL = {"p50_ms": "p50", "p90_ms": "p90", "p99_ms": "p99", "mean_ms": "mean"}
+THROUGHPUT = "sequences_per_s"  # the throughput run's figure (row["throughput"]), the one metric maximized
+
+
+def maximized(metric: str) -> bool:
+    """Whether more is better for this metric (throughput) rather than less (latency)."""
+    return metric == THROUGHPUT
+
+
+def unit_of(metric: str) -> str:
+    return "seq/s" if maximized(metric) else "ms"
+
+
+def fmt_ms(found: float | None) -> str:
+    """Latency with about three significant figures: 0.412, 3.07, 34.7, 195."""
+    if found is None or not isinstance(found, int | float) or math.isnan(found):
+        return "—"
+    if abs(found) >= 100:
+        return f"{found:.0f}"
+    if abs(found) >= 10:
+        return f"{found:.1f}"
+    if abs(found) >= 1:
+        return f"{found:.2f}"
+    return f"{found:.3f}"
+
+
+def figure_text(found: float | None, unit: str | None) -> str:
+    """A winner's figure with its unit: '0.191 ms', '12.0 ms', '107965 seq/s'."""
+    if (unit or "ms") == "ms":
+        return f"{fmt_ms(found)} ms"
+    return f"{found:.0f} {unit}" if isinstance(found, int | float) else f"— {unit}"
+
+
+def metric_name(metric: str) -> str:
+    """How a reason or report names the metric: 'p50', 'mean', 'sequences/s'."""
+    return "sequences/s" if maximized(metric) else METRIC_INTERVAL.get(metric, metric)
+
+
+def value(row: Row, metric: str) -> float | None:
+    """The row's figure for an objective metric; None when it has none (a row without a throughput run)."""
+    found = (row.get("throughput") or {}).get(THROUGHPUT) if maximized(metric) else row.get(metric)
+    return float(found) if isinstance(found, int | float) else None
+
+
+def rank_key(row: Row, metric: str) -> float:
+    """Sort key, best first, for rows that have the metric."""
+    found = value(row, metric)
+    assert found is not None, f"row without {metric}"
+    return -found if maximized(metric) else found
 
 
 def interval(row: Row, metric: str) -> Interval | None:
-    """The row's 95 % interval of a latency statistic: `ci95_ms[p50|p90|p99|mean]` when the row has it, else
-    `p50_ci95_ms` for the median; None when the row gives none."""
+    """The row's 95 % interval of an objective metric: for a latency statistic `ci95_ms[p50|p90|p99|mean]` when
+    the row has it, else `p50_ci95_ms` for the median; for throughput the throughput run's `ci95`; None when
+    the row gives none."""
+    if maximized(metric):
+        return as_interval((row.get("throughput") or {}).get("ci95"))
     key = METRIC_INTERVAL.get(metric, metric.removesuffix("_ms"))
     found = (row.get("ci95_ms") or {}).get(key)
     if found is None and key == "p50":
@@ -31,7 +84,12 @@ def as_interval(value: Any) -> Interval | None:
 
 def interval_or_point(row: Row, metric: str) -> Interval:
     """The row's interval, or its value as a point when the benchmark gave none."""
-    return interval(row, metric) or (float(row[metric]), float(row[metric]))
+    found = interval(row, metric)
+    if found is not None:
+        return found
+    point = value(row, metric)
+    assert point is not None, f"row without {metric}"
+    return (point, point)
 
 
 def overlap(a: Interval | None, b: Interval | None) -> bool:

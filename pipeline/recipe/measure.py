@@ -135,13 +135,17 @@ class BenchmarkConfig(Strict):
         "CPU host the CPU runtimes",
     )
     throughput_s: PositiveFloat = Field(
-        0.3, description="per GPU row: seconds of back-to-back requests for sequences/s"
+        0.3,
+        description="per GPU row (every row under a sequences_per_s objective): seconds of back-to-back "
+        "requests for sequences/s, in 5 synchronized segments whose rates give its 95% interval",
     )
 
 
 class Objective(Strict):
-    metric: Literal["p50_ms", "p90_ms", "p99_ms", "mean_ms"] = Field(
-        "p50_ms", description="latency statistic to minimize"
+    metric: Literal["p50_ms", "p90_ms", "p99_ms", "mean_ms", "sequences_per_s"] = Field(
+        "p50_ms",
+        description="latency statistic to minimize, or sequences_per_s: throughput (from the benchmark's "
+        "throughput run of each row, back-to-back requests) to maximize; pair it with a large batch",
     )
     batch: PositiveInt = Field(1, description="batch size the winner is chosen at")
     sequence_length: PositiveInt | None = Field(
@@ -158,7 +162,8 @@ class RegressionBudget(Strict):
     max_slowdown: Annotated[float, Field(ge=0)] = Field(
         0.1,
         description="largest relative slowdown of the shipped objective value (B's winner against A's "
-        "winner) tolerated when their confidence intervals do not overlap; 0.1 = 10 %",
+        "winner: a longer latency, or for sequences_per_s a lower throughput, relative to A's) tolerated when "
+        "their confidence intervals do not overlap; 0.1 = 10 %",
     )
     max_accuracy_loss: Annotated[float, Field(ge=0)] = Field(
         0.25,
@@ -169,7 +174,7 @@ class RegressionBudget(Strict):
 
 
 class SelectionConfig(Strict):
-    objective: Objective = Field(Objective(), description="what the winner is fastest at")
+    objective: Objective = Field(Objective(), description="what the winner is best at")
     max_p99_ms: PositiveFloat | None = Field(None, description="rows with a higher p99 cannot win")
     runtimes: list[Runtime] = Field([], description="runtimes allowed to win (default: all)")
     regression: RegressionBudget = Field(

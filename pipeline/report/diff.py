@@ -22,6 +22,7 @@ from pipeline.report.facts import (
     row_key,
     shape_text,
 )
+from pipeline.speed import figure_text
 
 Version = Mapping[str, Any]
 
@@ -50,8 +51,7 @@ def _winner_text(winner: Mapping[str, Any]) -> str:
 
 
 def _value_text(winner: Mapping[str, Any]) -> str:
-    value, unit = winner.get("value"), winner.get("unit") or "ms"
-    return f"{fmt_ms(value) if unit == 'ms' else value} {unit}"
+    return figure_text(winner.get("value"), winner.get("unit"))
 
 
 def _winner_lines(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> list[str]:
@@ -64,7 +64,8 @@ def _winner_lines(before: Mapping[str, Any] | None, after: Mapping[str, Any] | N
     same = _winner_text(before) == _winner_text(after)
     values = f"{_value_text(before)} -> {_value_text(after)}"
     old, new = before.get("value"), after.get("value")
-    if isinstance(old, int | float) and isinstance(new, int | float):
+    same_unit = (before.get("unit") or "ms") == (after.get("unit") or "ms")  # not when the objective changed
+    if same_unit and isinstance(old, int | float) and isinstance(new, int | float):
         noise = ", within noise" if intervals_overlap(before.get("interval"), after.get("interval")) else ""
         values += f" ({fmt_change(old, new)}{noise})"
     if same:

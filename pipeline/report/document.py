@@ -34,7 +34,7 @@ from pipeline.report.facts import (
     where,
 )
 from pipeline.report.record import artifacts_section, conditions_section, stages_section
-from pipeline.speed import is_winner_row
+from pipeline.speed import figure_text, is_winner_row
 
 Dict = Mapping[str, Any]
 
@@ -121,9 +121,9 @@ def _winner(winner: Dict | None) -> Section:
     objective = winner.get("objective") or {}
     goal = ", ".join(f"{k} {scalar_text(v)}" for k, v in objective.items() if v is not None)
     graph = ", CUDA graph" if winner.get("cuda_graph") else ""
-    value = _value(winner.get("value"), winner.get("unit"))
+    value = figure_text(winner.get("value"), winner.get("unit"))
     span = winner.get("interval")
-    within = f" (95% interval {fmt_ci(span)})" if span else ""
+    within = f" (95% interval {_span(span, winner.get('unit'))})" if span else ""
     blocks: list[Block] = [
         Para(
             f"{winner.get('artifact')} on {winner.get('runtime')} ({winner.get('io')} I/O{graph}): {value}{within}",
@@ -139,7 +139,7 @@ def _winner(winner: Dict | None) -> Section:
         blocks.append(
             Para(
                 f"Runner-up: {runner_up.get('artifact')} on {runner_up.get('runtime')} at "
-                f"{_value(runner_up.get('value'), winner.get('unit'))}{_ratio(winner, runner_up)}."
+                f"{figure_text(runner_up.get('value'), winner.get('unit'))}{_ratio(winner, runner_up)}."
             )
         )
     else:
@@ -163,7 +163,7 @@ def _cost_line(winner: Dict, baseline: Dict | None) -> str | None:
     mine = (winner.get("accuracy") or {}).get("figures") or {}
     theirs = baseline.get("accuracy") or {}
     metric = next((m for m in ("cosine", "max_abs") if m in mine and m in theirs), None)
-    speed = f"{ratio:.2f}× faster than" if ratio >= 1 else f"{1 / ratio:.2f}× slower than"
+    speed = _relative(ratio, winner.get("unit"))
     text = f"{speed} {baseline.get('artifact')} ({baseline.get('runtime')})"
     if metric:
         text += f" at {metric} {fmt_metric(metric, mine[metric])} vs {fmt_metric(metric, theirs[metric])}"
@@ -176,14 +176,20 @@ def _speedup(value: Any, other: Any, unit: Any) -> float | None:
     return other / value if (unit or "ms") == "ms" else value / other
 
 
+def _relative(ratio: float, unit: Any) -> str:
+    """'1.27× faster than' for a latency; '1.27× the throughput of' for sequences/s."""
+    if (unit or "ms") != "ms":
+        return f"{ratio:.2f}× the throughput of"
+    return f"{ratio:.2f}× faster than" if ratio >= 1 else f"{1 / ratio:.2f}× slower than"
+
+
 def _ratio(winner: Dict, runner_up: Dict) -> str:
     ratio = _speedup(winner.get("value"), runner_up.get("value"), winner.get("unit"))
-    return f" (the winner is {ratio:.2f}× faster)" if ratio else ""
-
-
-def _value(value: Any, unit: Any) -> str:
-    unit = unit or "ms"
-    return f"{fmt_ms(value) if unit == 'ms' else scalar_text(value)} {unit}"
+    if not ratio:
+        return ""
+    if (winner.get("unit") or "ms") != "ms":
+        return f" (the winner has {ratio:.2f}× its throughput)"
+    return f" (the winner is {ratio:.2f}× faster)"
 
 
 # ------------------------------------------------------------------ accuracy
@@ -286,6 +292,10 @@ def _speed(header: Dict, speed: Dict | None, winner: Dict | None, image: str | N
         "n",
         "stable",
     ]
+    with_throughput = any(r.get("throughput") for r in rows_in)
+    with_memory = any(r.get("peak_memory") for r in rows_in)
+    headers += ["seq/s", "seq/s 95% CI"] if with_throughput else []
+    headers += ["peak MiB"] if with_memory else []
     rows: list[list[Text]] = []
     tones = []
     for r in rows_in:
@@ -306,6 +316,8 @@ def _speed(header: Dict, speed: Dict | None, winner: Dict | None, image: str | N
                 "yes"
                 if r.get("stable")
                 else Cell(f"NO: {r.get('unstable_reason') or r.get('stop_reason') or '?'}", "bad"),
+                *(_throughput_cells(r.get("throughput")) if with_throughput else []),
+                *([_memory_cell(r.get("peak_memory"))] if with_memory else []),
             ]
         )
         tones.append("winner" if won else ("warn" if not r.get("stable") else ""))
@@ -316,6 +328,16 @@ def _speed(header: Dict, speed: Dict | None, winner: Dict | None, image: str | N
     notes = "Same inputs, timer, warm-up and window policy for every row; confidence intervals resample whole windows."
     if any(tone == "winner" for tone in tones):
         notes += " ★ marks the winner at the objective's shape."
+    if with_throughput:
+        notes += (
+            " seq/s: sequences per second from a separate run of back-to-back requests (not derived from the "
+            "latencies), its interval from the run's synchronized segments."
+        )
+    if with_memory:
+        notes += (
+            " peak MiB: the candidate's own peak device memory over loading, staging and its first call "
+            "(the larger of the torch allocator's peak and the device's used-memory growth)."
+        )
     if any(not r.get("stable") for r in rows_in):
         notes += (
             " Rows with stable NO never had their window medians agree within the policy: read their spread "
@@ -327,6 +349,27 @@ def _speed(header: Dict, speed: Dict | None, winner: Dict | None, image: str | N
             Image(image, "Latency: p50 per artifact with p50..p99 range and the p50 confidence interval")
         )
     return Section("Speed", blocks)
+
+
+def _span(span: Any, unit: Any) -> str:
+    if (unit or "ms") == "ms":
+        return fmt_ci(span)
+    return f"{span[0]:.0f}–{span[1]:.0f}" if isinstance(span, list) and len(span) == 2 else "—"
+
+
+def _throughput_cells(run: Dict | None) -> list[Text]:
+    if not run:
+        return ["—", "—"]
+    if run.get("error"):
+        return [Cell(f"error: {first_line(run['error'], 120)}", "bad"), "—"]
+    figure = f"{run['sequences_per_s']:.0f}"
+    span = _span(run.get("ci95"), "seq/s")
+    return [figure if run.get("stable", True) else Cell(f"{figure} (unstable)", "warn"), span]
+
+
+def _memory_cell(memory: Dict | None) -> Text:
+    found = (memory or {}).get("bytes")
+    return f"{found / 2**20:.0f}" if isinstance(found, int | float) else "—"
 
 
 def _measured(header: Dict, speed: Dict | None) -> str:

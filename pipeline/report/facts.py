@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pipeline.accuracy import LOWER_BOUNDS, tolerance_share
-from pipeline.speed import as_interval, interval, overlap
+from pipeline.speed import as_interval, fmt_ms, interval, overlap
 from pipeline.variants import precision_of as _named_precision
 
 METRIC_ORDER = ("cosine", "neighbours", "max_abs", "mean_abs", "max_rel")
@@ -18,19 +18,6 @@ Row = Mapping[str, Any]
 
 
 # ------------------------------------------------------------------ numbers
-
-
-def fmt_ms(value: float | None) -> str:
-    """Latency with about three significant figures: 0.412, 3.07, 34.7, 195."""
-    if value is None or not isinstance(value, int | float) or math.isnan(value):
-        return "—"
-    if abs(value) >= 100:
-        return f"{value:.0f}"
-    if abs(value) >= 10:
-        return f"{value:.1f}"
-    if abs(value) >= 1:
-        return f"{value:.2f}"
-    return f"{value:.3f}"
 
 
 def fmt_metric(metric: str, value: float | None) -> str:

@@ -35,6 +35,7 @@ from pipeline.runners.registry import reference_runners, runners_for, runtime_en
 from pipeline.selection import SelectionPolicy, choose, tied
 from pipeline.selection import candidates as ranked
 from pipeline.specs import DataSpec, ModelSpec, RunnerSettings
+from pipeline.speed import maximized
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.variants import REFERENCE
 
@@ -87,11 +88,12 @@ class Candidate:
 def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     return Stage(
         name="benchmark",
-        version=6,  # 4: whole-window intervals, slow calls sized to stabilize, unstable winner re-measured,
+        version=7,  # 4: whole-window intervals, slow calls sized to stabilize, unstable winner re-measured,
         # runtimes chosen per host, GPU rows with peak memory and throughput; 5: GPU host rows without faster
         # twins and with host I/O at the smallest and objective batch, GPU and CPU candidates interleaved apart,
         # torch.compile with dynamic shapes; 6: the plain AOTInductor package's device-I/O rows left to its
-        # CUDA graph, a prepared graph call is the bare replay
+        # CUDA graph, a prepared graph call is the bare replay; 7: throughput in segments with an interval,
+        # for every row under a throughput objective
         config=BenchmarkStageConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=run,
         environment=_environment,
@@ -184,10 +186,12 @@ def confirm_winner(
     fastest is tied with get more windows (interleaved, earlier windows kept, a second full budget), and
     their rows are rebuilt. Selection then decides on the new rows (provisionally, if still unstable)."""
     selection = config.selection
+    metric = selection.objective.metric
+    if maximized(metric):  # more latency windows do not settle a throughput run
+        return results
     winner = choose(selection, {"results": results}, accuracy)
     if winner is None or winner["stable"]:
         return results
-    metric = selection.objective.metric
     rows = ranked(selection, {"results": results}, accuracy)
     chosen = next(r for r in rows if r["artifact"] == winner["artifact"])
     contenders = [r for r in rows if r is chosen or tied(r, chosen, metric) or tied(r, rows[0], metric)]
@@ -286,10 +290,13 @@ def _measure_shape(
             measured |= measure_interleaved(workloads, policy, on_window=progress)
         else:
             measured |= measure_more(workloads, earlier, policy, on_window=progress)
+    every_row = maximized(config.selection.objective.metric)  # the objective needs a figure from every row
     for c in active:
-        if c.memory is not None and measured[c.key].error is None:
+        if (c.memory is not None or every_row) and measured[c.key].error is None:
             try:
-                c.throughput = throughput(c.runner, shape.batch, config.benchmark.throughput_s)
+                c.throughput = throughput(
+                    c.runner, shape.batch, config.benchmark.throughput_s, config.benchmark.stable_within
+                )
             except Exception as exc:  # the latency row stands; the throughput run says why it has none
                 c.throughput = {"error": one_line(f"{type(exc).__name__}: {exc}")}
     rows = []

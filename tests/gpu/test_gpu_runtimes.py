@@ -162,4 +162,6 @@ def test_benchmark_rows_have_memory_and_throughput(ctx: StageEnv, aoti: Artifact
     for row in rows:
         if "-cuda" in row["runtime"]:
             assert row["peak_memory"]["bytes"] > 0 and row["throughput"]["sequences_per_s"] > 0, row
+            low, high = row["throughput"]["ci95"]
+            assert low <= row["throughput"]["sequences_per_s"] <= high, row
             assert row["cuda_graph"] == ("graph" in row["runtime"])

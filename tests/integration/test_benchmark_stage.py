@@ -195,3 +195,47 @@ def test_an_unstable_would_be_winner_is_measured_again(tmp_path: Path) -> None:
             assert row["windows_remeasured"] >= 1 and not row["stable"]
             assert sum(row["window_sizes"]) == row["n"]
     assert any("is unstable; measuring" in m for m in messages)
+
+
+def test_a_throughput_objective_measures_every_row_and_selects_on_it(tmp_path: Path) -> None:
+    """Under selection.objective.metric = sequences_per_s the CPU rows get a throughput run too (on a CPU host
+    they are the only rows): sequences/s with an interval from its segments, and selection reads it."""
+    from pipeline.bench.device import SEGMENTS
+    from pipeline.recipe import Objective
+    from pipeline.selection import SelectionPolicy, choose
+
+    ctx = tiny_context(tmp_path, **(TINY_WINDOWS | {"throughput_s": 0.05}))
+    selection = ctx.recipe.selection.model_copy(
+        update={"objective": Objective(metric="sequences_per_s", batch=2)}
+    )
+    ctx.recipe = ctx.recipe.model_copy(update={"selection": selection})
+    inputs = {
+        "onnx-fp32": export_onnx(ctx, tmp_path / "model.onnx"),
+        "torchscript-fp32": export_torchscript(ctx, tmp_path / "model.ts"),
+    }
+    ctx.run(stage(ctx.recipe, ctx.recipe_dir, list(inputs)), inputs)
+    speed = json.loads((tmp_path / "reports" / "speed.json").read_text())
+    assert speed["results"]
+    for row in speed["results"]:
+        run = row["throughput"]
+        assert run["requests"] >= SEGMENTS and len(run["segment_rates"]) == SEGMENTS
+        low, high = run["ci95"]
+        assert low <= run["sequences_per_s"] <= high and low > 0
+        assert run["sequences_per_s"] == pytest.approx(
+            row["batch"] * run["requests"] / run["seconds"], rel=1e-3
+        )
+        assert isinstance(run["stable"], bool)
+    accuracy = {
+        "artifacts": {
+            name: {"passed": True, "runtimes": {runtime: {"passed": True}}}
+            for name, runtime in (("onnx-fp32", "onnxruntime-cpu"), ("torchscript-fp32", "torchscript-cpu"))
+        }
+    }
+    winner = choose(SelectionPolicy.from_recipe(ctx.recipe), speed, accuracy)
+    best = max(
+        (r for r in speed["results"] if r["batch"] == 2 and r["artifact"] != "torch-fp32"),
+        key=lambda r: r["throughput"]["sequences_per_s"],
+    )
+    assert winner["unit"] == "seq/s"
+    tied = " ".join(winner["within_noise_of"])  # the best, or the simpler of those tied with it
+    assert winner["artifact"] == best["artifact"] or f"{best['artifact']} ({best['runtime']}" in tied

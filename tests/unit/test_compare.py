@@ -24,12 +24,16 @@ from pipeline.speed import interval
 )
 def test_speed_verdicts_need_disjoint_intervals(a, b, verdict) -> None:
     assert speed_verdict(a, b) == verdict
+    flipped = {"faster": "slower", "slower": "faster"}.get(verdict, verdict)
+    assert speed_verdict(a, b, "sequences_per_s") == flipped  # more sequences/s is faster
 
 
 def test_interval_of_the_objective_metric() -> None:
     row = {"p50_ci95_ms": [1.0, 2.0], "ci95_ms": {"p99": [5.0, 7.0]}}
     assert interval(row, "p50_ms") == (1.0, 2.0) and interval(row, "p99_ms") == (5.0, 7.0)
     assert interval({"p50_ci95_ms": [1.0, 2.0]}, "p90_ms") is None
+    assert interval({"throughput": {"sequences_per_s": 5.0, "ci95": [4, 6]}}, "sequences_per_s") == (4.0, 6.0)
+    assert interval(row, "sequences_per_s") is None
 
 
 def test_tolerance_share_reads_the_same_for_every_metric() -> None:
@@ -68,3 +72,24 @@ def test_speed_gate_on_the_shipped_value(b_p50, b_ci, max_slowdown, gated) -> No
     assert bool(found) == gated
     if gated:
         assert found[0].startswith("shipped p50_ms 10 -> 12 ms (+20.0%")
+
+
+def test_throughput_gate_counts_a_lower_rate_as_the_slowdown() -> None:
+    """Under a sequences_per_s objective B is slower when it serves fewer sequences/s."""
+    budget = {"max_slowdown": 0.1, "max_accuracy_loss": 0.25}
+
+    def version(name: str, rate: float, ci: list[float]) -> dict[str, Any]:
+        v = _version(name, 1.0, [0.9, 1.1], budget)
+        v["speed"]["results"][0]["throughput"] = {"sequences_per_s": rate, "ci95": ci}
+        v["winner"] |= {"objective": {"metric": "sequences_per_s", "batch": 1}, "value": rate}
+        return v
+
+    a = version("v0001", 1000.0, [980.0, 1020.0])
+    slower = version("v0002", 800.0, [790.0, 810.0])
+    ship = shipped(a, slower, "sequences_per_s")
+    assert ship["verdict"] == "slower" and ship["slowdown"] == pytest.approx(0.2)
+    found = regressions(a, slower, ship)
+    assert found and found[0].startswith("shipped sequences_per_s 1000 -> 800 seq/s (-20.0%: 20.0% slower")
+    faster = version("v0003", 1300.0, [1290.0, 1310.0])
+    ship = shipped(a, faster, "sequences_per_s")
+    assert ship["verdict"] == "faster" and regressions(a, faster, ship) == []

@@ -199,3 +199,40 @@ def test_accuracy_figures_are_the_gating_ones_as_in_the_table() -> None:
     ]
     figures = accuracy_record(entry, {"artifact": "a", "runtime": "onnxruntime-cpu"})["figures"]
     assert figures == {"cosine": 0.989, "max_abs": 0.9}
+
+
+def _throughput(row: dict, rate: float, ci: tuple[float, float], stable: bool = True) -> dict:
+    return row | {"throughput": {"sequences_per_s": rate, "ci95": list(ci), "stable": stable}}
+
+
+def test_throughput_objective_picks_the_highest_rate_beyond_noise() -> None:
+    """sequences_per_s is maximized: the row with the most sequences/s wins, though another has the lower
+    latency; a row without a throughput run is no candidate; the reason and unit say throughput."""
+    recipe = _recipe("selection.objective.metric=sequences_per_s", "selection.objective.batch=2")
+    speed = {
+        "results": [
+            _throughput(_row("onnx-fp32", 10, (9.5, 10.5), batch=2), 900.0, (880.0, 920.0)),
+            _throughput(_row("onnx-int8", 8, (7.8, 8.2), batch=2), 700.0, (690.0, 710.0)),
+            _row("onnx-optimized-fp32", 1, (0.9, 1.1), batch=2),  # no throughput run: not a candidate
+        ]
+    }
+    winner = choose(recipe, speed, ACCURACY)
+    assert winner["artifact"] == "onnx-fp32" and winner["unit"] == "seq/s" and winner["value"] == 900.0
+    assert winner["interval"] == [880.0, 920.0] and winner["runner_up"]["artifact"] == "onnx-int8"
+    assert winner["runner_up"]["value"] == 700.0
+    assert winner["reason"].startswith("highest sequences/s: 900 seq/s [880–920] vs 700 seq/s [690–710]")
+    assert "do not overlap" in winner["reason"] and not winner["provisional"]
+
+
+def test_throughput_objective_ties_go_to_the_simpler_and_unstable_runs_are_provisional() -> None:
+    recipe = _recipe("selection.objective.metric=sequences_per_s")
+    speed = {
+        "results": [
+            _throughput(_row("onnx-fp32", 10, (9.5, 10.5)), 100.0, (95.0, 105.0), stable=False),
+            _throughput(_row("onnx-int8", 5, (4.8, 5.2)), 103.0, (99.0, 107.0)),
+        ]
+    }
+    winner = choose(recipe, speed, ACCURACY)
+    assert winner["artifact"] == "onnx-fp32" and winner["within_noise_of"] == ["onnx-int8 (onnxruntime-cpu)"]
+    assert "within noise" in winner["reason"] and winner["provisional"] and not winner["stable"]
+    assert "throughput segments disagree" in winner["reason"]

@@ -65,6 +65,37 @@ def test_speed_table_marks_winner_and_unstable_row(inputs):
     assert "never had their window medians agree" in speed
 
 
+def test_throughput_winner_and_the_columns_of_throughput_and_memory(inputs):
+    """A throughput objective: the winner's figure, runner-up and baseline read in sequences/s and as shares of
+    throughput; the speed table gains seq/s (with its interval) and peak MiB where rows measured them."""
+    rows = inputs["speed"]["results"]
+    for row in rows:
+        if row["batch"] == 8 and row["artifact"] != "torch-fp32":
+            rate = 8000 / row["p50_ms"]
+            row["throughput"] = {"sequences_per_s": rate, "ci95": [rate * 0.98, rate * 1.02], "stable": True}
+            row["peak_memory"] = {"bytes": 96 * 2**20}
+    winner = inputs["winner"]
+    winner |= {"objective": {"metric": "sequences_per_s", "batch": 8}, "unit": "seq/s", "value": 121.4}
+    winner |= {"interval": [119.0, 123.8]}
+    winner["runner_up"] |= {"value": 43.4}
+    winner["baseline"] |= {"value": 41.5}
+    text = render_markdown(**inputs)
+    won = _section(text, "Winner")
+    assert "onnx-int8-dynamic on onnxruntime-cpu (host I/O): 121 seq/s (95% interval 119–124)" in won, won
+    assert "Runner-up: onnx-fp16 on onnxruntime-cpu at 43 seq/s (the winner has 2.80× its throughput)" in won
+    assert "2.93× the throughput of onnx-fp32 (onnxruntime-cpu)" in won
+    speed = _section(text, "Speed")
+    assert "| seq/s | seq/s 95% CI | peak MiB |" in speed
+    marked = next(line for line in speed.splitlines() if "★" in line)
+    assert "| onnx-int8-dynamic ★ | onnxruntime-cpu | host | 8 |" in marked
+    assert marked.endswith("| 121 | 119–124 | 96 |")
+    reference = next(
+        line for line in speed.splitlines() if line.startswith("| torch-fp32 |") and "| 8 |" in line
+    )
+    assert reference.endswith("| — | — | — |")
+    assert "not derived from the latencies" in speed
+
+
 def test_not_run_flags_stages_and_environment(inputs):
     text = render_markdown(**inputs)
     not_run = _section(text, "Not run")
