@@ -6,6 +6,10 @@
 # ROOT is the output root (the reports are read from there: not --set output.root).
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD
+# The GPU host sets PYTHONDONTWRITEBYTECODE=1 and its staged packages are installed without byte code, so every
+# Python process compiled again the sources it imports that had none (the imports took 15.1 s, 12.1 s with byte
+# code): let Python keep the byte code, as an installed environment has it.
+unset PYTHONDONTWRITEBYTECODE
 out=${OUT:-/tmp/out}
 root=${ROOT:-/tmp/gpu-artifacts}
 mkdir -p "$out"
