@@ -17,6 +17,7 @@ from typing import Any
 import onnx
 from pydantic import BaseModel, ConfigDict
 
+from pipeline import speed as speed_rows
 from pipeline.recipe import DimRange, InputSpec, Recipe
 from pipeline.runtimes import is_gpu_runtime
 from pipeline.store import write_text_atomic
@@ -148,13 +149,18 @@ def graph_dims(value: onnx.ValueInfoProto) -> list[int | str]:
 
 
 def preferred_batch_sizes(winner: dict[str, Any], speed: dict[str, Any], max_batch: int) -> list[int]:
-    """Batch sizes above 1 at which the winner's measured throughput (batch / p50) beats every smaller
-    measured batch size: worth waiting for."""
+    """Batch sizes above 1 at which the winner's throughput beats every smaller measured batch size: worth
+    waiting for. The throughput run's sequences/s where the rows have one (GPU rows, or every row under a
+    throughput objective), else batch / p50 of calls made one at a time (a CPU runtime serves that way)."""
     key = (winner["artifact"], winner["runtime"], winner.get("io", "host"))
     best: dict[int, float] = {}
     for row in speed.get("results", []):
-        if (row["artifact"], row["runtime"], row.get("io", "host")) == key and row.get("p50_ms"):
-            rate = row["batch"] / row["p50_ms"]
+        if (row["artifact"], row["runtime"], row.get("io", "host")) != key:
+            continue
+        rate = speed_rows.value(row, speed_rows.THROUGHPUT)
+        if rate is None and row.get("p50_ms"):
+            rate = 1000.0 * row["batch"] / row["p50_ms"]
+        if rate is not None:
             best[row["batch"]] = max(best.get(row["batch"], 0.0), rate)
     chosen, top = [], 0.0
     for batch in sorted(best):

@@ -1,0 +1,27 @@
+"""Triton's preferred batch sizes come from measured throughput where the benchmark ran it (rule 6: never
+derived from latency when a throughput run exists), else from calls made one at a time."""
+
+from __future__ import annotations
+
+from pipeline.triton import preferred_batch_sizes
+
+WINNER = {"artifact": "aoti-fp16", "runtime": "torch-aoti-cuda-graph", "io": "device"}
+
+
+def _row(batch: int, p50: float, rate: float | None = None) -> dict:
+    row = {**WINNER, "batch": batch, "p50_ms": p50}
+    if rate is not None:
+        row["throughput"] = {"sequences_per_s": rate, "ci95": [rate * 0.99, rate * 1.01]}
+    return row
+
+
+def test_the_throughput_run_decides_where_it_exists() -> None:
+    # by batch / p50 batch 32 would beat batch 8 (32/4 > 8/2); the throughput runs say it does not
+    speed = {"results": [_row(1, 1.0, 900.0), _row(8, 2.0, 5000.0), _row(32, 4.0, 4800.0)]}
+    assert preferred_batch_sizes(WINNER, speed, 64) == [8]
+
+
+def test_without_throughput_runs_calls_one_at_a_time_decide() -> None:
+    speed = {"results": [_row(1, 1.0), _row(8, 2.0), _row(32, 4.0), _row(64, 20.0)]}
+    assert preferred_batch_sizes(WINNER, speed, 64) == [8, 32]
+    assert preferred_batch_sizes(WINNER, speed, 16) == [8]  # never above the served maximum
