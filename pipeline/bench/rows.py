@@ -12,6 +12,7 @@ from pipeline.bench.stats import latency_stats
 from pipeline.bench.timer import CudaEventTimer, Timer, on_gpu
 from pipeline.bench.windows import Measurement, WindowPolicy
 from pipeline.runners.base import Runner
+from pipeline.speed import interval_or_point, overlap
 
 HOST_BOUND_RATIO = 0.5  # GPU time below half the wall time: the host, not the GPU, sets the pace
 
@@ -122,9 +123,10 @@ def _int8_flag(int8: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, An
     else:
         return None
     best = min(peers, key=lambda r: r["p50_ms"])
+    apart = not overlap(interval_or_point(int8, "p50_ms"), interval_or_point(best, "p50_ms"))
     if int8["p50_ms"] >= best["p50_ms"]:
-        verdict = "slower"
-    elif int8["p50_ci95_ms"][1] >= best["p50_ci95_ms"][0]:
+        verdict = "slower" if apart else "slower by p50, within the noise (confidence intervals overlap)"
+    elif not apart:
         verdict = "not faster beyond the noise (confidence intervals overlap)"
     else:
         return None

@@ -139,8 +139,15 @@ def test_int8_not_faster_than_fp16_is_flagged() -> None:
     assert [(f["kind"], f["artifact"], f["than"]) for f in slower] == [
         ("int8_not_faster", "onnx-int8", "onnx-fp16")
     ]
+    assert slower[0]["message"].endswith(": slower")  # beyond the noise
     noise = flags([_row("onnx-fp16", "fp16", 10.0, (9.5, 10.5)), _row("onnx-int8", "int8", 9.9, (9.4, 10.4))])
     assert [f["kind"] for f in noise] == ["int8_not_faster"]
+    assert noise[0]["message"].endswith("not faster beyond the noise (confidence intervals overlap)")
+    # a higher p50 within the noise is not called plainly slower
+    close = flags(
+        [_row("onnx-fp16", "fp16", 10.0, (9.5, 10.5)), _row("onnx-int8", "int8", 10.1, (9.6, 10.6))]
+    )
+    assert close[0]["message"].endswith(": slower by p50, within the noise (confidence intervals overlap)")
     faster = flags([_row("onnx-fp16", "fp16", 10.0, (9.8, 10.2)), _row("onnx-int8", "int8", 5.0, (4.9, 5.1))])
     assert faster == []
 
