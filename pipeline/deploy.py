@@ -252,8 +252,9 @@ def _print_summary(
     verdict, winner = signoff.verdict, signoff.winner
     accuracy, speed = values.get("report:accuracy"), values.get("report:speed")
     failed = [f.to_json() for f in verdict.failures]
+    objective = loaded.recipe.selection.objective
     console.print(
-        summary_table(accuracy, speed, winner, loaded.recipe.selection.objective.batch, failed),
+        summary_table(accuracy, speed, winner, objective.batch, failed, objective_metric=objective.metric),
         highlight=False,
     )
     tone = "green" if verdict.signed_off else "red"

@@ -20,7 +20,7 @@ from pipeline.report.facts import (
     runtime_entry,
     unique,
 )
-from pipeline.speed import is_winner_row
+from pipeline.speed import THROUGHPUT, is_winner_row, maximized, value
 from pipeline.variants import REFERENCE
 
 if TYPE_CHECKING:
@@ -35,10 +35,12 @@ def summary_table(
     winner: Dict | None,
     objective_batch: int | None,
     failed: list[Dict] | None = None,
+    objective_metric: str = "p50_ms",
 ) -> Table:
-    """Artifact, precision, accuracy verdict with its deciding figure, p50 / p99 per benchmarked shape.
+    """Artifact, precision, accuracy verdict with its deciding figure, p50 / p99 per benchmarked shape (under a
+    throughput objective: sequences/s, what selection ranked by).
 
-    Lines are ordered by p50 in the first latency column (fastest first), unmeasured ones last.
+    Lines are ordered by the first column's figure (best first), unmeasured ones last.
     With objective_batch, only that batch's shapes get columns (the ones selection judged); the winner's
     line is starred, and artifacts this host cannot run say so with the reason. Requested variants that failed
     to build (`failed`: manifest.json's list) get a line of their own, last, with the stage and the error.
@@ -49,14 +51,19 @@ def summary_table(
     columns = unique(f"{b}|{s}" for b, s in sorted({group_key(r) for r in rows}))
     if objective_batch is not None:
         columns = [c for c in columns if c.split("|", 1)[0] == str(objective_batch)]
-    table = Table(title="Deploy summary", caption=_caption(winner, rows), caption_justify="left")
+    by_rate = maximized(objective_metric)
+    displayed = [r for r in rows if "|".join(map(str, group_key(r))) in columns]
+    table = Table(
+        title="Deploy summary", caption=_caption(winner, displayed, by_rate), caption_justify="left"
+    )
     for name in ("artifact", "runtime", "precision", "accuracy"):
         table.add_column(name, no_wrap=name == "artifact", overflow="fold")  # fold: never drop digits
     for column in columns:
         batch, shape = column.split("|", 1)
-        table.add_column(f"p50 / p99 ms\nbatch {batch}, {shape}", justify="right", no_wrap=True)
+        label = "seq/s" if by_rate else "p50 / p99 ms"
+        table.add_column(f"{label}\nbatch {batch}, {shape}", justify="right", no_wrap=True)
     table.add_column("note", ratio=1, overflow="fold")
-    lines = _lines(accuracy, speed, winner, columns)
+    lines = _lines(accuracy, speed, winner, columns, by_rate)
     shown = {line["name"] for line in lines}
     for failure in failed or []:
         if failure["artifact"] in shown:
@@ -72,13 +79,15 @@ def summary_table(
     return table
 
 
-def _caption(winner: Dict | None, rows: list[Dict]) -> str:
+def _caption(winner: Dict | None, rows: list[Dict], by_rate: bool) -> str:
     parts = []
     if winner:
         parts.append(f"★ winner: {winner.get('artifact')} ({winner.get('runtime')}, {winner.get('io')} I/O)")
     else:
         parts.append("no winner: nothing passed sign-off")
-    if any(r.get("stable") is False for r in rows):
+    if by_rate and any((r.get("throughput") or {}).get("stable") is False for r in rows):
+        parts.append("~ throughput run did not settle: read its interval in the sign-off")
+    elif not by_rate and any(r.get("stable") is False for r in rows):
         parts.append("~ unstable row: read its spread, not a clean number")
     return "; ".join(parts)
 
@@ -105,7 +114,9 @@ def _runners(accuracy: Dict | None, speed: Dict | None) -> list[tuple[str, str |
     return lines
 
 
-def _lines(accuracy: Dict | None, speed: Dict | None, winner: Dict | None, columns: list[str]) -> list[dict]:
+def _lines(
+    accuracy: Dict | None, speed: Dict | None, winner: Dict | None, columns: list[str], by_rate: bool
+) -> list[dict]:
     entries = artifacts_of(accuracy)
     reasons = {a: r for a, r, _ in reversed(not_run(accuracy, speed))}
     lines = []
@@ -116,16 +127,14 @@ def _lines(accuracy: Dict | None, speed: Dict | None, winner: Dict | None, colum
             if (r.get("artifact"), r.get("runtime"), r.get("io")) == (name, runtime, io)
         ]
         won = any(is_winner_row(r, winner) for r in mine)
-        cells_by_column = {"|".join(map(str, group_key(r))): _latency(r) for r in mine}
+        cell = _rate if by_rate else _latency
+        cells_by_column = {"|".join(map(str, group_key(r))): cell(r) for r in mine}
         runtime_text = runtime if io in (None, "host") else f"{runtime} ({io} I/O)"
         entry = runtime_entry(entries.get(name), runtime)
         note = _note(entry, reasons.get(name), bool(mine))
         first = [r for r in mine if columns and "|".join(map(str, group_key(r))) == columns[0]]
-        order = (
-            float(first[0]["p50_ms"])
-            if first and isinstance(first[0].get("p50_ms"), int | float)
-            else math.inf
-        )
+        figure = value(first[0], THROUGHPUT if by_rate else "p50_ms") if first else None
+        order = math.inf if figure is None else (-figure if by_rate else figure)
         lines.append(
             {
                 "name": name,
@@ -149,6 +158,14 @@ def _lines(accuracy: Dict | None, speed: Dict | None, winner: Dict | None, colum
 def _latency(row: Dict) -> str:
     text = f"{fmt_ms(row.get('p50_ms'))} / {fmt_ms(row.get('p99_ms'))}"
     return text + " ~" if row.get("stable") is False else text
+
+
+def _rate(row: Dict) -> str:
+    run = row.get("throughput") or {}
+    if not isinstance(run.get(THROUGHPUT), int | float):
+        return "—"
+    text = f"{run[THROUGHPUT]:.0f}"
+    return text + " ~" if run.get("stable") is False else text
 
 
 def _accuracy_cell(name: str, entry: Dict | None) -> str:

@@ -34,6 +34,7 @@ def test_objective_batch_keeps_only_its_columns(inputs):
     text = _text(summary_table(inputs["accuracy"], inputs["speed"], inputs["winner"], 1))
     assert "batch 1, 1×128" in text and "batch 8" not in text
     assert "65.9" not in text
+    assert "unstable row" not in text  # the one unstable row is at batch 8, not shown
 
 
 def test_no_winner_and_no_speed(inputs):
@@ -45,3 +46,23 @@ def test_no_winner_and_no_speed(inputs):
 def test_narrow_console_keeps_digits(inputs):
     text = _text(summary_table(inputs["accuracy"], inputs["speed"], inputs["winner"], None), width=100)
     assert "…" not in text
+
+
+def test_a_throughput_objective_shows_and_orders_by_sequences_per_s(inputs):
+    """Under sequences_per_s the columns are what selection ranked by, best first; rows without a run say —."""
+    rates = {"onnx-fp32": 400.0, "onnx-int8-dynamic": 700.0, "onnx-fp16": 250.0}
+    for row in inputs["speed"]["results"]:
+        if row["batch"] == 8 and row["artifact"] in rates:
+            stable = row["artifact"] != "onnx-fp16"
+            row["throughput"] = {"sequences_per_s": rates[row["artifact"]], "stable": stable}
+    table = summary_table(
+        inputs["accuracy"], inputs["speed"], inputs["winner"], 8, objective_metric="sequences_per_s"
+    )
+    text = _text(table)
+    assert "seq/s" in text and "p50 / p99" not in text and "batch 8, 8×128" in text
+    rows = [line for line in text.splitlines() if "onnxruntime-cpu" in line and "│" in line]
+    assert "onnx-int8-dynamic" in rows[0] and " 700 " in rows[0]
+    assert "onnx-fp32" in rows[1] and " 400 " in rows[1]
+    assert "250 ~" in _line(text, "onnx-fp16")  # its throughput run did not settle
+    assert "—" in _line(text, "onnx-int8")  # no throughput run: no figure
+    assert "~ throughput run did not settle" in text and "unstable row" not in text
