@@ -69,7 +69,7 @@ def throughput(runner: Runner, batch: int, seconds: float, stable_within: float)
     figure = batch * requests / elapsed
     mean = statistics.fmean(rates)
     half = t_two_sided(0.95, SEGMENTS - 1) * statistics.stdev(rates) / math.sqrt(SEGMENTS)
-    low, high = min(figure, mean - half), max(figure, mean + half)
+    low, high = max(0.0, min(figure, mean - half)), max(figure, mean + half)
     stable = half <= stable_within * figure
     out: dict[str, Any] = {
         "sequences_per_s": figure,
