@@ -206,12 +206,17 @@ def objective_metric(version: dict[str, Any]) -> str:
     return (selection.get("objective") or {}).get("metric", "p50_ms")
 
 
+def _shipped_value(version: dict[str, Any], row: dict[str, Any], metric: str) -> float:
+    """The winner's figure from its speed row, else winner.json's own value (no row found)."""
+    found = value(row, metric)
+    return found if found is not None else version["winner"]["value"]
+
+
 def shipped(a: dict[str, Any], b: dict[str, Any], metric: str) -> dict[str, Any] | None:
     row_a, row_b = _winner_row(a), _winner_row(b)
     if row_a is None or row_b is None:
         return None
-    value_a = value(row_a, metric) if value(row_a, metric) is not None else a["winner"]["value"]
-    value_b = value(row_b, metric) if value(row_b, metric) is not None else b["winner"]["value"]
+    value_a, value_b = _shipped_value(a, row_a, metric), _shipped_value(b, row_b, metric)
     a_ci, b_ci = interval(row_a, metric), interval(row_b, metric)
     return {
         "a": {"artifact": a["winner"]["artifact"], "runtime": a["winner"]["runtime"], "value": value_a},
