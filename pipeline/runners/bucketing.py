@@ -88,12 +88,13 @@ class Bucketing:
         call: Callable[[list[torch.Tensor]], Sequence[torch.Tensor]],
         contiguous: bool = True,
     ) -> list[torch.Tensor]:
-        """`call` runs the model on one group; `contiguous=False` when it copies strided inputs itself (a
-        CUDA graph), which saves a copy per input."""
-        import torch
+        """Plan and execute one padded batch; `call` runs the model on one group."""
+        return self.execute(tensors, self.plan(tensors), call, contiguous)
 
+    def plan(self, tensors: Sequence[torch.Tensor]) -> list[Group]:
+        """The groups of this batch, from its real lengths (the one host sync a padding-aware call costs)."""
         batch, full = tensors[self.mask].shape[:2]
-        lengths = tensors[self.mask].sum(dim=1).cpu().numpy()  # the one host sync this costs
+        lengths = tensors[self.mask].sum(dim=1).cpu().numpy()
         cfg = self.cfg
         groups = plan_groups(
             lengths, full, cfg.multiple, cfg.max_groups, cfg.group_overhead_tokens, self.min_length
@@ -105,30 +106,47 @@ class Bucketing:
             "padded_tokens": int(batch * full),
             "real_tokens": int(lengths.sum()),
         }
+        return groups
+
+    def execute(
+        self,
+        tensors: Sequence[torch.Tensor],
+        groups: list[Group],
+        call: Callable[[list[torch.Tensor]], Sequence[torch.Tensor]],
+        contiguous: bool = True,
+    ) -> list[torch.Tensor]:
+        """Run the groups of `plan` and scatter their results back. Only the groups' sizes and lengths are
+        used, and every other step runs on the device without a host sync, so one CUDA graph can capture
+        the whole call for every batch with the same plan; `contiguous=False` when `call` copies strided
+        inputs itself."""
+        import torch
+
+        batch, full = tensors[self.mask].shape[:2]
         if len(groups) == 1 and groups[0].length == full:
             return list(call(list(tensors)))
         if len(groups) == 1:  # every row, in order: trim by slicing
             return self._trimmed(tensors, call, groups[0].length, full, contiguous)
-        device = tensors[0].device
+        # Rows sorted by real length on the device: rounding keeps that order, so every group is a run of it.
+        # One gather per input serves all groups, and no row index crosses from the host.
+        order = torch.argsort(tensors[self.mask].sum(dim=1), stable=True)
+        ranked = [t.index_select(0, order) for t in tensors]
         outputs: list[torch.Tensor] | None = None
+        start = 0
         for group in groups:
-            rows = torch.from_numpy(group.index).to(device, non_blocking=True)
+            end = start + len(group.index)
             sub = [
-                _contiguous(t.index_select(0, rows)[:, : group.length], contiguous)
-                if trim
-                else t.index_select(0, rows)
-                for t, trim in zip(tensors, self.trimmed, strict=True)
+                _contiguous(t[start:end, : group.length], contiguous) if trim else t[start:end]
+                for t, trim in zip(ranked, self.trimmed, strict=True)
             ]
             results = list(call(sub))
             if outputs is None:
                 outputs = [
                     self._full(r, batch, full, per) for r, per in zip(results, self.per_token, strict=True)
                 ]
+            rows = order[start:end]
             for out, r, per in zip(outputs, results, self.per_token, strict=True):
-                if per:
-                    out[rows, : group.length] = r
-                else:
-                    out.index_copy_(0, rows, r)
+                (out[:, : group.length] if per else out).index_copy_(0, rows, r)
+            start = end
         assert outputs is not None
         return outputs
 
@@ -164,3 +182,8 @@ class Bucketing:
 
 def _contiguous(tensor: torch.Tensor, wanted: bool) -> torch.Tensor:
     return tensor.contiguous() if wanted else tensor
+
+
+def plan_key(groups: list[Group]) -> tuple[tuple[int, int], ...]:
+    """What a captured padding-aware call depends on: each group's size and length."""
+    return tuple((len(g.index), g.length) for g in groups)

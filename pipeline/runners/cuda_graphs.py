@@ -1,4 +1,4 @@
-"""Explicit CUDA-graph capture of a torch callable, one graph per input-shape signature.
+"""Explicit CUDA-graph capture of a torch callable, one graph per input-shape signature (and plan).
 
 At batch 1 a transformer is bound by kernel launches: replaying one captured graph removes the per-kernel
 host cost. A graph is captured the first time a signature is seen (the runners do that in prepare(), outside
@@ -12,7 +12,7 @@ packages must be loaded with `run_single_threaded=True` to be capturable.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,14 +36,19 @@ class GraphCache:
 
     def __init__(self, fn: Callable[..., Sequence[Any]], limit: int = 32):
         self.fn, self.limit = fn, limit
-        self.graphs: OrderedDict[Signature, Captured] = OrderedDict()
+        self.graphs: OrderedDict[tuple[Signature, Hashable], Captured] = OrderedDict()
         self.captures = 0
 
-    def __call__(self, tensors: Sequence[Any]) -> list[Any]:
-        key = signature(tensors)
+    def __call__(
+        self, tensors: Sequence[Any], extra: Hashable = None, fn: Callable[..., Any] | None = None
+    ) -> list[Any]:
+        """Replay (capturing first if new) the graph of these inputs; `extra` adds to the key what else the
+        captured work depends on, and `fn` is the work to capture when it is not the cache's own `fn` (a whole
+        padding-aware call for one plan of groups)."""
+        key = (signature(tensors), extra)
         entry = self.graphs.get(key)
         if entry is None:
-            entry = self._capture(list(tensors))
+            entry = self._capture(list(tensors), fn or self.fn)
             self.graphs[key] = entry
             while len(self.graphs) > self.limit:
                 self.graphs.popitem(last=False)
@@ -58,19 +63,19 @@ class GraphCache:
     def inputs_of(self, tensors: Sequence[Any]) -> list[Any] | None:
         """The captured input buffers for this signature: a caller that keeps its inputs there replays with
         no copies."""
-        entry = self.graphs.get(signature(tensors))
+        entry = self.graphs.get((signature(tensors), None))
         return entry.inputs if entry is not None else None
 
     def replay_of(self, tensors: Sequence[Any]) -> Callable[[], None] | None:
         """The bare replay of the graph whose input buffers these very tensors are (see `inputs_of`), else
         None. At batch 1 the host time between the caller's start and the graph launch is part of the
         latency: a caller that keeps its inputs in the buffers needs no key, no lookup, no copy checks."""
-        entry = self.graphs.get(signature(tensors))
+        entry = self.graphs.get((signature(tensors), None))
         if entry is None or any(a is not b for a, b in zip(entry.inputs, tensors, strict=True)):
             return None
         return entry.graph.replay
 
-    def _capture(self, tensors: list[Any]) -> Captured:
+    def _capture(self, tensors: list[Any], fn: Callable[..., Any]) -> Captured:
         import torch
 
         tensors = [t.clone(memory_format=torch.contiguous_format) for t in tensors]
@@ -78,11 +83,11 @@ class GraphCache:
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(2):
-                self.fn(*tensors)
+                fn(*tensors)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            outputs = _flatten(self.fn(*tensors))
+            outputs = _flatten(fn(*tensors))
         self.captures += 1
         return Captured(graph, tensors, outputs)
 

@@ -15,6 +15,7 @@ seconds they took are reported with the row (`details`).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pipeline.runners.base import Feeds, NotRunnable, Runner
-from pipeline.runners.bucketing import Bucketing
+from pipeline.runners.bucketing import Bucketing, Group, plan_key
 from pipeline.runners.cuda_graphs import GraphCache
 from pipeline.runners.loaders import AotiPackageFromPath, ExportedProgramFromPath
 from pipeline.runners.torch_runner import cuda_available
@@ -149,9 +150,22 @@ class Pt2Runner(Runner):
         import torch
 
         with torch.inference_mode():
-            if self.bucketing is not None:  # graphs copy strided inputs in themselves
-                return self.bucketing.run(tensors, self._call, contiguous=self._graphs is None)
-            return self._call(tensors)
+            if self.bucketing is None:
+                return self._call(tensors)
+            if self._graphs is None:
+                return self.bucketing.run(tensors, self._call)
+            # one graph per plan: the gathers, every group's model call and the scatters replay at once, so the
+            # GPU waits for the host only while it plans (launched group by group, it waited between groups)
+            groups = self.bucketing.plan(tensors)
+            return self._graphs(tensors, plan_key(groups), functools.partial(self._bucketed, groups))
+
+    def _bucketed(self, groups: list[Group], *tensors: Any) -> list[Any]:
+        assert self.bucketing is not None
+        return self.bucketing.execute(tensors, groups, self._plain)
+
+    def _plain(self, tensors: Sequence[Any]) -> list[Any]:
+        result = self._fn(*tensors)
+        return [result] if hasattr(result, "shape") else list(result)
 
     def _call(self, tensors: Sequence[Any]) -> list[Any]:
         if self._graphs is not None:
@@ -160,8 +174,7 @@ class Pt2Runner(Runner):
             import torch
 
             torch.compiler.cudagraph_mark_step_begin()
-        result = self._fn(*tensors)
-        return [result] if hasattr(result, "shape") else list(result)
+        return self._plain(tensors)
 
     def _tensors(self, feeds: Feeds) -> list[Any]:
         import torch

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pipeline.recipe import PaddingConfig
-from pipeline.runners.bucketing import Bucketing, plan_groups
+from pipeline.runners.bucketing import Bucketing, plan_groups, plan_key
 
 # MiniLM's validation split (token lengths), cycled to a batch of 256 as the benchmark does
 MINILM = np.array(
@@ -106,4 +106,50 @@ def test_one_group_is_trimmed_by_slicing(ctx) -> None:
     assert shapes == [(2, 8)] and hidden.shape == want_hidden.shape
     real = torch.from_numpy(mask).bool()
     assert torch.allclose(hidden[real], want_hidden[real], atol=1e-5) and (hidden[:, 8:] == 0).all()
+    assert torch.allclose(pooled, want_pooled, atol=1e-6)
+
+
+def test_rows_of_equal_length_in_every_group_land_back_in_place(ctx) -> None:
+    """Many rows, repeated lengths and four groups: each row's outputs come back at its own index."""
+    module = ctx.model().module
+    feeds = ctx.dataset().feeds_at({"batch": 24, "sequence": 32})
+    real = np.tile([3, 32, 5, 9, 17, 4, 9, 30], 3)
+    mask = (np.arange(32)[None, :] < real[:, None]).astype(feeds["attention_mask"].dtype)
+    ids = np.random.default_rng(0).integers(1, 50, size=(24, 32)).astype(feeds["input_ids"].dtype)
+    tensors = [torch.from_numpy(ids), torch.from_numpy(mask)]
+    cfg = PaddingConfig(per_token_outputs=["hidden"], multiple=4, max_groups=4, group_overhead_tokens=0)
+    bucketing = Bucketing(cfg, ctx.settings)
+    with torch.no_grad():
+        hidden, pooled = bucketing.run(tensors, lambda sub: module(*sub))
+        want_hidden, want_pooled = module(*tensors)
+    assert len(bucketing.last_groups) == 4
+    real_mask = torch.from_numpy(mask).bool()
+    assert torch.allclose(hidden[real_mask], want_hidden[real_mask], atol=1e-5)
+    assert torch.allclose(pooled, want_pooled, atol=1e-6)
+
+
+def test_a_plan_serves_every_batch_with_the_same_group_sizes(ctx) -> None:
+    """What a captured padding-aware call relies on: execute() uses only the plan's group sizes and lengths
+    (plan_key), so a plan made for one batch gives exact results for another whose rows come in another order."""
+    module = ctx.model().module
+    feeds = ctx.dataset().feeds_at({"batch": 8, "sequence": 32})
+    rng = np.random.default_rng(1)
+    real = np.array([3, 32, 5, 9, 17, 4, 9, 30])
+    cfg = PaddingConfig(per_token_outputs=["hidden"], multiple=4, max_groups=3, group_overhead_tokens=0)
+    bucketing = Bucketing(cfg, ctx.settings)
+
+    def batch(lengths: np.ndarray) -> list[torch.Tensor]:
+        mask = (np.arange(32)[None, :] < lengths[:, None]).astype(feeds["attention_mask"].dtype)
+        ids = rng.integers(1, 50, size=(8, 32)).astype(feeds["input_ids"].dtype)
+        return [torch.from_numpy(ids), torch.from_numpy(mask)]
+
+    first = batch(real)
+    groups = bucketing.plan(first)
+    other = batch(real[::-1].copy())
+    assert plan_key(bucketing.plan(other)) == plan_key(groups) and len(groups) == 3
+    with torch.no_grad():
+        hidden, pooled = bucketing.execute(other, groups, lambda sub: module(*sub))
+        want_hidden, want_pooled = module(*other)
+    real_mask = other[1].bool()
+    assert torch.allclose(hidden[real_mask], want_hidden[real_mask], atol=1e-5)
     assert torch.allclose(pooled, want_pooled, atol=1e-6)

@@ -20,7 +20,7 @@ class _Graph:
 def _cache_with_one_graph() -> tuple[GraphCache, _Graph, list[torch.Tensor]]:
     cache = GraphCache(lambda *t: t)
     graph, buffers = _Graph(), [torch.zeros(1, 8, dtype=torch.long), torch.ones(1, 8, dtype=torch.long)]
-    cache.graphs[signature(buffers)] = Captured(graph, buffers, [])
+    cache.graphs[(signature(buffers), None)] = Captured(graph, buffers, [])
     return cache, graph, buffers
 
 
@@ -44,3 +44,15 @@ def test_a_call_with_other_tensors_copies_them_in_before_the_replay() -> None:
     new = [torch.full((1, 8), 7, dtype=torch.long), torch.full((1, 8), 9, dtype=torch.long)]
     cache(new)
     assert graph.replays == 1 and [int(b[0, 0]) for b in buffers] == [7, 9]
+
+
+def test_a_plan_keys_a_graph_of_its_own() -> None:
+    """A padding-aware call is captured per plan: same input shapes, another plan, another graph; the bare
+    replay of the unplanned graph never stands in for it."""
+    cache, graph, buffers = _cache_with_one_graph()
+    planned = _Graph()
+    cache.graphs[(signature(buffers), ((1, 8),))] = Captured(planned, [b.clone() for b in buffers], [])
+    cache(buffers, ((1, 8),))
+    assert (planned.replays, graph.replays) == (1, 0)
+    cache(buffers)
+    assert (planned.replays, graph.replays) == (1, 1)
