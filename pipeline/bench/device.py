@@ -38,17 +38,23 @@ class MemoryProbe:
         self._allocated = torch.cuda.memory_allocated()
         self._used = _device_used()
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self, held_bytes: int = 0) -> dict[str, Any]:
+        """`held_bytes`: device memory the candidate held before its activation (a compiled module kept from
+        validation, pipeline.runners.compiled), which no reading over the activation sees."""
         torch = self._torch
         torch.cuda.synchronize()
         torch_peak = max(0, torch.cuda.max_memory_allocated() - self._allocated)
         device_delta = max(0, _device_used() - self._used)
-        return {
-            "bytes": max(torch_peak, device_delta),
+        reading = {
+            "bytes": max(torch_peak, device_delta) + held_bytes,
             "torch_peak_bytes": torch_peak,
             "device_used_delta_bytes": device_delta,
             "method": "max(torch allocator peak, cudaMemGetInfo used delta) over activation, staging, first call",
         }
+        if held_bytes:
+            reading["held_bytes"] = held_bytes
+            reading["method"] += ", plus the weights it held before (a compiled module kept from validation)"
+        return reading
 
 
 def _device_used() -> int:

@@ -31,6 +31,7 @@ from pipeline.packages import package_version
 from pipeline.recipe import BenchmarkConfig, Recipe
 from pipeline.results import REPORTS, SpeedReport, write_report
 from pipeline.runners.base import NotRunnable, Runner
+from pipeline.runners.compiled import release_all
 from pipeline.runners.registry import reference_runners, runners_for, runtime_environment
 from pipeline.selection import SelectionPolicy, choose, tied
 from pipeline.selection import candidates as ranked
@@ -88,12 +89,13 @@ class Candidate:
 def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     return Stage(
         name="benchmark",
-        version=7,  # 4: whole-window intervals, slow calls sized to stabilize, unstable winner re-measured,
+        version=8,  # 4: whole-window intervals, slow calls sized to stabilize, unstable winner re-measured,
         # runtimes chosen per host, GPU rows with peak memory and throughput; 5: GPU host rows without faster
         # twins and with host I/O at the smallest and objective batch, GPU and CPU candidates interleaved apart,
         # torch.compile with dynamic shapes; 6: the plain AOTInductor package's device-I/O rows left to its
         # CUDA graph, a prepared graph call is the bare replay; 7: throughput in segments with an interval,
-        # for every row under a throughput objective
+        # for every row under a throughput objective; 8: torch.compile modules kept from validation (memory
+        # adds their resident weights), padding-aware groups ordered on the device
         config=BenchmarkStageConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=run,
         environment=_environment,
@@ -119,30 +121,11 @@ def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, Artifac
     gpu_host = hosts.has_cuda()
     not_run += hosts.skipped_gpu_variants(config.gpu_only, gpu_host)
     shapes = benchmark_shapes(config.benchmark, config.data.dims, _token_lengths(ctx, config))
-    results: list[dict[str, Any]] = []
-    failed: list[dict[str, Any]] = []
-    measured: dict[BenchShape, dict[Key, Measurement]] = {}
-    siblings = _runtimes_by_artifact(candidates)
-    for shape in shapes:
-        timed = [
-            c
-            for c in candidates
-            if hosts.timed(
-                config.timing,
-                c.runner.artifact,
-                c.runner.runtime,
-                shape.batch,
-                gpu_host,
-                c.runner.io,
-                siblings[c.runner.artifact],
-            )
-        ]
-        rows, failures, measured[shape] = _measure_shape(ctx, config, shape, timed, policy)
-        results += rows
-        failed += failures
-    if ACCURACY in inputs:
-        accuracy = inputs[ACCURACY].report()
-        results = confirm_winner(ctx, config, results, accuracy, candidates, measured, policy)
+    try:
+        results, failed = _measure_all(ctx, config, inputs, candidates, shapes, policy)
+    finally:  # the compiled modules kept since validation (pipeline.runners.compiled)
+        release_all()
+        _free_memory()
     report: SpeedReport = {
         "schema_version": SCHEMA_VERSION,
         "conditions": {
@@ -171,6 +154,43 @@ def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, Artifac
         "remeasured": [r["artifact"] for r in results if r.get("remeasured")],
     }
     return StageResult(outputs=[Output(REPORT, "report", "report:speed", value=report)], details=details)
+
+
+def _measure_all(
+    ctx: RunContext,
+    config: BenchmarkStageConfig,
+    inputs: dict[str, ArtifactRecord],
+    candidates: list[Candidate],
+    shapes: list[BenchShape],
+    policy: WindowPolicy,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every shape's rows and failures, the would-be winner confirmed."""
+    gpu_host = hosts.has_cuda()
+    results: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    measured: dict[BenchShape, dict[Key, Measurement]] = {}
+    siblings = _runtimes_by_artifact(candidates)
+    for shape in shapes:
+        timed = [
+            c
+            for c in candidates
+            if hosts.timed(
+                config.timing,
+                c.runner.artifact,
+                c.runner.runtime,
+                shape.batch,
+                gpu_host,
+                c.runner.io,
+                siblings[c.runner.artifact],
+            )
+        ]
+        rows, failures, measured[shape] = _measure_shape(ctx, config, shape, timed, policy)
+        results += rows
+        failed += failures
+    if ACCURACY in inputs:
+        accuracy = inputs[ACCURACY].report()
+        results = confirm_winner(ctx, config, results, accuracy, candidates, measured, policy)
+    return results, failed
 
 
 def confirm_winner(
@@ -267,7 +287,7 @@ def _measure_shape(
             c.runner.prepare(feeds)
             if probe is not None:
                 c.runner.infer_prepared()
-                c.memory = probe.stop()
+                c.memory = probe.stop(held_bytes=getattr(c.runner, "details", {}).get("resident_bytes", 0))
             c.load_s = round(time.perf_counter() - started, 3)
             c.timer = timer_for(c.runner)
             active.append(c)

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from pipeline.artifacts import ArtifactRecord
+from pipeline.runners.compiled import release_all
 from pipeline.runners.registry import runners_for
 from pipeline.stages import benchmark, export_torchscript
 from tests.stage_env import StageEnv
@@ -112,6 +113,11 @@ def test_exported_runtimes(ctx: StageEnv, exported: ArtifactRecord) -> None:
     assert [r.runtime for r in runners] == ["torch-cuda", "torch-compile-cuda-reduce-overhead"]
     for runner in runners:
         _exercise(ctx, runner)
+    # a later activation (the benchmark's, after validation's) takes the compiled module and says what it held
+    again = runners_for(exported, ctx.settings)[1]
+    _exercise(ctx, again)
+    assert again.details["compiled_before"] and again.details["resident_bytes"] > 0, again.details
+    release_all()
 
 
 def test_onnxruntime_cuda_graph(ctx: StageEnv, tmp_path: Path) -> None:

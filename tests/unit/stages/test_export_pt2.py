@@ -105,6 +105,42 @@ def test_exported_runners_match_the_reference(ctx: StageEnv, exported: ArtifactR
     assert list(runners[1].details["prepare_s"]) == ["4x20"]
 
 
+def test_a_torch_compile_runtime_compiles_once_per_process(exported: ArtifactRecord) -> None:
+    """Validation and every benchmarked shape activate a runner of their own: the later ones take the module
+    the first compiled, until the benchmark releases them all (torch.compile is lazy: nothing runs here)."""
+    from pipeline.runners.compiled import release_all
+    from pipeline.runners.loaders import ExportedProgramFromPath
+    from pipeline.runners.pt2 import Pt2Runner
+
+    def runner() -> Pt2Runner:
+        load = ExportedProgramFromPath(exported.path, "cpu")
+        return Pt2Runner(
+            "exported-fp32",
+            "torch-compile-cpu",
+            load,
+            ["ids", "mask"],
+            ["hidden"],
+            "cpu",
+            "host",
+            compile_mode="default",
+        )
+
+    release_all()
+    seen = []
+    for _ in range(2):
+        r = runner()
+        r.activate()
+        seen.append((r._fn, r.details["compiled_before"], "resident_bytes" in r.details))
+        r.deactivate()
+    assert seen[1][0] is seen[0][0] and [s[1:] for s in seen] == [(False, False), (True, True)]
+    release_all()
+    r = runner()
+    r.activate()
+    assert r._fn is not seen[0][0] and not r.details["compiled_before"]
+    r.deactivate()
+    release_all()
+
+
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 def test_lower_precision_keeps_float32_io(ctx: StageEnv, precision: str) -> None:
     program = torch.export.load(str(_run(ctx, f"export_pt2_{precision}").path))
