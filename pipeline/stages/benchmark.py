@@ -27,6 +27,7 @@ from pipeline.bench.rows import failure, flags, one_line, speed_row
 from pipeline.bench.shapes import BenchShape, benchmark_shapes
 from pipeline.bench.timer import Timer, on_gpu, timer_for
 from pipeline.bench.windows import Measurement, WindowPolicy, measure_interleaved, measure_more
+from pipeline.heap import frozen_heap
 from pipeline.packages import package_version
 from pipeline.recipe import BenchmarkConfig, Recipe
 from pipeline.results import REPORTS, SpeedReport, write_report
@@ -122,7 +123,8 @@ def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, Artifac
     not_run += hosts.skipped_gpu_variants(config.gpu_only, gpu_host)
     shapes = benchmark_shapes(config.benchmark, config.data.dims, _token_lengths(ctx, config))
     try:
-        results, failed = _measure_all(ctx, config, inputs, candidates, shapes, policy)
+        with frozen_heap():  # the collections after each shape walk only what the candidates made
+            results, failed = _measure_all(ctx, config, inputs, candidates, shapes, policy)
     finally:  # the compiled modules kept since validation (pipeline.runners.compiled)
         release_all()
         _free_memory()

@@ -19,6 +19,7 @@ from pipeline.accuracy import ArtifactAccuracy, evaluate
 from pipeline.artifacts import ArtifactRecord
 from pipeline.bench import hosts
 from pipeline.data import Dataset
+from pipeline.heap import frozen_heap
 from pipeline.packages import package_version
 from pipeline.recipe import DimRange, Recipe, Tolerance, ValidationConfig
 from pipeline.results import REPORTS, AccuracyReport, artifact_entry, write_report
@@ -331,18 +332,19 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
         reference = run_batches(ctx, config.runners, reference_runner, batches, REFERENCE)
         del reference_runner
         onnx_reference = inputs.get("onnx-fp32")
-        for record in [*ready, *late]:
-            if isinstance(record, Late):
-                ctx.report(f"validate: waiting for {record.name} (building in the background)")
-                name, record = record.name, record.wait()
-                if record is None:  # its build failed: absent, like any variant whose build failed
-                    absent.append(name)
-                    continue
-            outcome = validate_artifact(ctx, config, record, batches, reference, onnx_reference)
-            if isinstance(outcome, NotRunnable):
-                not_run.append(outcome)
-            else:
-                results[record.name] = outcome
+        with frozen_heap():  # the collection after each runner walks only what came after the reference
+            for record in [*ready, *late]:
+                if isinstance(record, Late):
+                    ctx.report(f"validate: waiting for {record.name} (building in the background)")
+                    name, record = record.name, record.wait()
+                    if record is None:  # its build failed: absent, like any variant whose build failed
+                        absent.append(name)
+                        continue
+                outcome = validate_artifact(ctx, config, record, batches, reference, onnx_reference)
+                if isinstance(outcome, NotRunnable):
+                    not_run.append(outcome)
+                else:
+                    results[record.name] = outcome
         del reference
         gc.collect()
     results = {name: results[name] for name in order if name in results}  # report order: the recipe's
