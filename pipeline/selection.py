@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from pipeline.recipe import Objective, Recipe
 from pipeline.results import Winner, runtime_passed
 from pipeline.speed import (
+    fmt_ms,
     interval_or_point,
     maximized,
     metric_name,
@@ -129,7 +130,7 @@ def _figure(row: dict[str, Any], metric: str) -> str:
     low, high = interval_or_point(row, metric)
     if maximized(metric):
         return f"{value(row, metric):.0f} seq/s [{low:.0f}–{high:.0f}]"
-    return f"{value(row, metric):.3g} ms [{low:.3g}–{high:.3g}]"
+    return f"{fmt_ms(value(row, metric))} ms [{fmt_ms(low)}–{fmt_ms(high)}]"
 
 
 def stable(row: dict[str, Any], metric: str) -> bool:

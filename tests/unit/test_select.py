@@ -118,7 +118,7 @@ def test_p99_objective_uses_the_p99_interval() -> None:
     winner = choose(recipe, {"results": rows}, ACCURACY)
     # by p99 onnx-int8 is faster, but the p99 intervals overlap: the simpler onnx-fp32 wins
     assert winner["artifact"] == "onnx-fp32" and winner["interval"] == [20.0, 40.0]
-    assert "within noise" in winner["reason"] and "25 ms [24–26]" in winner["reason"]
+    assert "within noise" in winner["reason"] and "25.0 ms [24.0–26.0]" in winner["reason"]
 
 
 def test_a_row_without_its_own_accuracy_record_is_never_selected() -> None:

@@ -42,6 +42,8 @@ def test_key_checks_prefer_required_worst_in_metric_order():
 
 def test_formatting():
     assert [fmt_ms(v) for v in (0.4123, 3.071, 34.66, 195.2, None)] == ["0.412", "3.07", "34.7", "195", "—"]
+    # three significant figures below 0.1 ms too, trailing zeros kept, never a bare trailing point
+    assert [fmt_ms(v) for v in (0.02981, 26.02, 0.1, 99.97)] == ["0.0298", "26.0", "0.100", "100"]
     assert fmt_metric("cosine", 0.99999994) == "0.99999994"
     assert fmt_metric("cosine", 0.9712) == "0.971200"
     assert fmt_metric("cosine", 1 - 3e-12) == "1 − 3.0e-12"
