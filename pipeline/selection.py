@@ -20,6 +20,7 @@ from pipeline.recipe import Objective, Recipe
 from pipeline.results import Winner, runtime_passed
 from pipeline.speed import (
     fmt_ms,
+    fmt_rate,
     interval_or_point,
     maximized,
     metric_name,
@@ -129,7 +130,7 @@ def _label(row: dict[str, Any]) -> str:
 def _figure(row: dict[str, Any], metric: str) -> str:
     low, high = interval_or_point(row, metric)
     if maximized(metric):
-        return f"{value(row, metric):.0f} seq/s [{low:.0f}–{high:.0f}]"
+        return f"{fmt_rate(value(row, metric))} seq/s [{fmt_rate(low)}–{fmt_rate(high)}]"
     return f"{fmt_ms(value(row, metric))} ms [{fmt_ms(low)}–{fmt_ms(high)}]"
 
 

@@ -34,11 +34,18 @@ def fmt_ms(found: float | None) -> str:
     return f"{found:#.3g}".rstrip(".")
 
 
+def fmt_rate(found: float | None) -> str:
+    """Sequences per second, whole: 107965."""
+    if found is None or not isinstance(found, int | float) or math.isnan(found):
+        return "—"
+    return f"{found:.0f}"
+
+
 def figure_text(found: float | None, unit: str | None) -> str:
     """A winner's figure with its unit: '0.191 ms', '12.0 ms', '107965 seq/s'."""
     if (unit or "ms") == "ms":
         return f"{fmt_ms(found)} ms"
-    return f"{found:.0f} {unit}" if isinstance(found, int | float) else f"— {unit}"
+    return f"{fmt_rate(found)} {unit}"
 
 
 def metric_name(metric: str) -> str:

@@ -34,7 +34,7 @@ from pipeline.report.facts import (
     where,
 )
 from pipeline.report.record import artifacts_section, conditions_section, stages_section
-from pipeline.speed import figure_text, is_winner_row
+from pipeline.speed import figure_text, fmt_rate, is_winner_row
 
 Dict = Mapping[str, Any]
 
@@ -354,7 +354,7 @@ def _speed(header: Dict, speed: Dict | None, winner: Dict | None, image: str | N
 def _span(span: Any, unit: Any) -> str:
     if (unit or "ms") == "ms":
         return fmt_ci(span)
-    return f"{span[0]:.0f}–{span[1]:.0f}" if isinstance(span, list) and len(span) == 2 else "—"
+    return f"{fmt_rate(span[0])}–{fmt_rate(span[1])}" if isinstance(span, list) and len(span) == 2 else "—"
 
 
 def _throughput_cells(run: Dict | None) -> list[Text]:
@@ -362,7 +362,7 @@ def _throughput_cells(run: Dict | None) -> list[Text]:
         return ["—", "—"]
     if run.get("error"):
         return [Cell(f"error: {first_line(run['error'], 120)}", "bad"), "—"]
-    figure = f"{run['sequences_per_s']:.0f}"
+    figure = fmt_rate(run["sequences_per_s"])
     span = _span(run.get("ci95"), "seq/s")
     return [figure if run.get("stable", True) else Cell(f"{figure} (unstable)", "warn"), span]
 

@@ -20,7 +20,7 @@ from pipeline.report.facts import (
     runtime_entry,
     unique,
 )
-from pipeline.speed import THROUGHPUT, is_winner_row, maximized, value
+from pipeline.speed import THROUGHPUT, fmt_rate, is_winner_row, maximized, value
 from pipeline.variants import REFERENCE
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ def _rate(row: Dict) -> str:
     run = row.get("throughput") or {}
     if not isinstance(run.get(THROUGHPUT), int | float):
         return "—"
-    text = f"{run[THROUGHPUT]:.0f}"
+    text = fmt_rate(run[THROUGHPUT])
     return text + " ~" if run.get("stable") is False else text
 
 
