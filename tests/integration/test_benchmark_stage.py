@@ -174,8 +174,8 @@ def test_data_sequence_lengths_are_median_and_p90_clipped() -> None:
 def test_an_unstable_would_be_winner_is_measured_again(tmp_path: Path) -> None:
     """With a stability bound nothing can meet, the would-be winner and its rivals get more windows (earlier
     ones kept) before selection; rows of other shapes and of candidates that cannot win are left alone."""
-    # every window must agree exactly: two medians of a ~30 us call on a 10 ns clock sometimes do (a flaky
-    # "stable" winner that needs no second look), three in a row practically never
+    # every window must agree exactly (it failed once in a full run with two windows: no row re-measured, cause
+    # unknown; the message below says what the rows were if it happens again)
     ctx = tiny_context(tmp_path, **(TINY_WINDOWS | {"stable_within": 1e-9, "stable_windows": 3}))
     messages: list[str] = []
     ctx.ctx.report = messages.append
@@ -197,7 +197,12 @@ def test_an_unstable_would_be_winner_is_measured_again(tmp_path: Path) -> None:
     ctx.run(stage(ctx.recipe, ctx.recipe_dir, list(inputs)), inputs_with_accuracy)
     speed = json.loads((tmp_path / "reports" / "speed.json").read_text())
     again = {(r["artifact"], r["batch"]) for r in speed["results"] if r.get("remeasured")}
-    assert again and all(batch == 1 for _, batch in again)  # the objective's shape only
+    said = [
+        (r["artifact"], r["runtime"], r["batch"], r["stable"], r["window_medians_ms"])
+        for r in speed["results"]
+    ]
+    assert again, f"nothing re-measured: rows {said}, failed {speed['failed']}, messages {messages[-5:]}"
+    assert all(batch == 1 for _, batch in again)  # the objective's shape only
     assert ("torch-fp32", 1) not in again  # the reference cannot win
     for row in speed["results"]:
         if row.get("remeasured"):
