@@ -111,10 +111,12 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any], metric: str) -> list[dict
     out = []
     for row_b in b.get("results", []):
         row_a = rows_a.get(_row_key(row_b))
-        if row_a is None or value(row_a, metric) is None or value(row_b, metric) is None:
+        if row_a is None:
+            continue
+        value_a, value_b = value(row_a, metric), value(row_b, metric)
+        if value_a is None or value_b is None:
             continue
         a_ci, b_ci = interval(row_a, metric), interval(row_b, metric)
-        value_a, value_b = value(row_a, metric), value(row_b, metric)
         out.append(
             {
                 **{

@@ -161,11 +161,8 @@ def _latency(row: Dict) -> str:
 
 
 def _rate(row: Dict) -> str:
-    run = row.get("throughput") or {}
-    if not isinstance(run.get(THROUGHPUT), int | float):
-        return "—"
-    text = fmt_rate(run[THROUGHPUT])
-    return text + " ~" if run.get("stable") is False else text
+    text = fmt_rate(value(row, THROUGHPUT))
+    return text + " ~" if (row.get("throughput") or {}).get("stable") is False else text
 
 
 def _accuracy_cell(name: str, entry: Dict | None) -> str:
