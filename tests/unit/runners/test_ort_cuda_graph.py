@@ -4,6 +4,7 @@ outputs), the session and provider options, and which artifacts get a graph runn
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -13,22 +14,34 @@ import pytest
 from pipeline.runners import ort_cuda_graph
 from pipeline.runners.ort_cuda_graph import (
     dims_of,
-    fixed_dims_model,
+    fixed_dims_file,
     graph_runners,
     graph_session_options,
     provider_options,
     runtime_shape_ops,
+    weights_apart,
 )
 
 
 @pytest.fixture(scope="module")
-def fixed(onnx_artifact) -> tuple[onnx.ModelProto, onnx.ModelProto]:
+def fixed(onnx_artifact) -> tuple[onnx.ModelProto, onnx.ModelProto, str]:
     model = onnx.load(str(onnx_artifact.path))
-    return model, fixed_dims_model(model, {"batch": 3, "sequence": 12})
+    path, folded = fixed_dims_file(weights_apart(onnx_artifact.path), {"batch": 3, "sequence": 12})
+    return model, folded, str(path)
+
+
+def test_the_weights_are_written_once_apart_from_the_graph(onnx_artifact, fixed) -> None:
+    source = weights_apart(onnx_artifact.path)
+    assert weights_apart(onnx_artifact.path) == source  # once per process
+    weights = source.parent / "weights.bin"
+    assert weights.stat().st_size > 0.9 * onnx_artifact.path.stat().st_size
+    _, folded, path = fixed
+    assert Path(path).parent == source.parent and Path(path).stat().st_size < weights.stat().st_size / 10
+    assert any(t.data_location == onnx.TensorProto.EXTERNAL for t in folded.graph.initializer)
 
 
 def test_fixed_dims_fold_the_shape_ops(fixed) -> None:
-    model, folded = fixed
+    model, folded, _ = fixed
     assert runtime_shape_ops(model)  # the dynamic export computes shapes at run time
     assert runtime_shape_ops(folded) == []
     for value in [*folded.graph.input, *folded.graph.output]:
@@ -38,10 +51,10 @@ def test_fixed_dims_fold_the_shape_ops(fixed) -> None:
 
 
 def test_fixed_model_computes_the_same(fixed, feeds) -> None:
-    model, folded = fixed
+    model, _, path = fixed
     options = ort_cuda_graph.session_options(1)  # the graph options refuse the CPU provider
     dynamic = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    static = ort.InferenceSession(folded.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    static = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])  # weights from the file
     for a, b in zip(dynamic.run(None, feeds), static.run(None, feeds), strict=True):
         assert np.abs(a - b).max() < 1e-5
 
