@@ -415,8 +415,9 @@ def _not_timed(speed: Dict | None) -> Section:
         "Not timed",
         [
             Para(
-                f"Runnable here, but not timed in this I/O mode (and not validated where no row of it is timed) "
-                f"under this host's rule: {timing.get('rule', '?')}."
+                "Left out on purpose, so that no reader takes a missing row for a failure (and not validated "
+                "where no row of it is timed): a runtime not offered for the artifact, with why, or one not timed "
+                f"in this I/O mode under this host's rule: {timing.get('rule', '?')}."
             ),
             Table(["artifact", "runtime", "I/O", "reason"], rows),
         ],

@@ -195,11 +195,22 @@ def _torch_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+def cuda_declined(path: Path) -> str | None:
+    """Why the CUDA provider is not offered for the graph at `path` (nodes it has no kernel for), or None."""
+    from pipeline.runners.ort_kernels import declined_reason, missing_kernels
+
+    if not cuda_provider_available():
+        return None
+    missing = missing_kernels(Path(path), CUDA_PROVIDER)
+    return declined_reason(missing, CUDA_PROVIDER, _onnxruntime().__version__) if missing else None
+
+
 def onnx_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[OnnxRuntimeRunner]:
-    """CPU always; CUDA with host and device I/O where onnxruntime-gpu sees a GPU."""
+    """CPU always; CUDA with host and device I/O where onnxruntime-gpu sees a GPU and has a kernel for every
+    node of the graph (cuda_declined)."""
     load, outputs = SessionFromPath(artifact.path, settings.threads, session_options), list(settings.outputs)
     runners = [OnnxRuntimeRunner(artifact.name, load, outputs)]
-    if cuda_provider_available():
+    if cuda_provider_available() and cuda_declined(artifact.path) is None:
         runners += [
             OnnxRuntimeRunner(artifact.name, load, outputs, CUDA_PROVIDER, "host"),
             OnnxRuntimeRunner(artifact.name, load, outputs, CUDA_PROVIDER, "device"),

@@ -85,6 +85,19 @@ def runners_for(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Runn
     return runners
 
 
+def declined_runtimes(artifact: ArtifactRecord) -> dict[str, str]:
+    """Runtimes this machine has but does not offer for the artifact, with why (the reports say so)."""
+    if artifact.kind != "onnx":
+        return {}
+    try:
+        from pipeline.runners.onnxruntime_runner import cuda_declined
+
+        reason = cuda_declined(artifact.path)
+    except ImportError:  # no onnxruntime: runners_for says so
+        return {}
+    return {"onnxruntime-cuda": reason} if reason else {}
+
+
 def reference_runners(settings: RunnerSettings, model: Callable[[], LoadedModel]) -> list[Runner]:
     """The eager FP32 PyTorch model (artifact name torch-fp32) from a model loader: CPU, and CUDA where
     available."""

@@ -90,13 +90,14 @@ class Candidate:
 def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     return Stage(
         name="benchmark",
-        version=8,  # 4: whole-window intervals, slow calls sized to stabilize, unstable winner re-measured,
+        version=9,  # 4: whole-window intervals, slow calls sized to stabilize, unstable winner re-measured,
         # runtimes chosen per host, GPU rows with peak memory and throughput; 5: GPU host rows without faster
         # twins and with host I/O at the smallest and objective batch, GPU and CPU candidates interleaved apart,
         # torch.compile with dynamic shapes; 6: the plain AOTInductor package's device-I/O rows left to its
         # CUDA graph, a prepared graph call is the bare replay; 7: throughput in segments with an interval,
         # for every row under a throughput objective; 8: torch.compile modules kept from validation (memory
-        # adds their resident weights), padding-aware groups ordered on the device
+        # adds their resident weights), padding-aware groups ordered on the device; 9: no CUDA provider for a
+        # graph it lacks kernels for (listed under not_timed), CUDA-graph sessions with the weights apart
         config=BenchmarkStageConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=run,
         environment=_environment,
@@ -139,7 +140,8 @@ def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, Artifac
                     config.timing,
                     dict.fromkeys((c.runner.artifact, c.runner.runtime) for c in candidates),
                     gpu_host,
-                ),
+                )
+                + _declined(artifacts),
             },
         },
         "results": results,
@@ -230,6 +232,17 @@ def confirm_winner(
     return [
         fresh.get((r["artifact"], r["runtime"], r["io"], r["batch"], r.get("sequence_length")), r)
         for r in results
+    ]
+
+
+def _declined(artifacts: dict[str, ArtifactRecord]) -> list[dict[str, str]]:
+    """The runtimes this host has but does not offer for an artifact (registry.declined_runtimes)."""
+    from pipeline.runners.registry import declined_runtimes
+
+    return [
+        {"artifact": name, "runtime": runtime, "io": "any", "reason": reason}
+        for name, record in artifacts.items()
+        for runtime, reason in declined_runtimes(record).items()
     ]
 
 

@@ -188,7 +188,7 @@ def validate_artifact(
 ) -> list[ArtifactAccuracy] | NotRunnable:
     """Run one artifact over the batches on every runtime the benchmark will time it on, and check each; a
     runtime error is that runtime's failure, not a crash."""
-    from pipeline.runners.registry import runners_for
+    from pipeline.runners.registry import declined_runtimes, runners_for
 
     found = runners_for(record, config.runners)
     if isinstance(found, NotRunnable):
@@ -203,9 +203,11 @@ def validate_artifact(
         if hosts.timed_anywhere(config.timing, record.name, r.runtime, gpu_host, r.io, siblings)
     ]
     if not timed:
+        declined = "".join(f"{why}; " for why in declined_runtimes(record).values())
         return NotRunnable(
             record.name,
-            f"none of its runtimes is timed on this host ({hosts.policy(config.timing, gpu_host)['rule']})",
+            f"{declined}none of its runtimes is timed on this host "
+            f"({hosts.policy(config.timing, gpu_host)['rule']})",
         )
     results = [
         validate_on(ctx, config, record, runner, batches, reference) for runner in runtime_runners(timed)
@@ -368,8 +370,9 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     """The validate stage over whichever of `artifacts` were built (consumes_any)."""
     return Stage(
         name="validate",
-        version=3,  # 2: a record per runtime, masked per-token outputs, neighbours, divergence, coverage;
-        # 3: the pairs the new GPU host timing rule times, torch.compile with dynamic shapes
+        version=4,  # 2: a record per runtime, masked per-token outputs, neighbours, divergence, coverage;
+        # 3: the pairs the new GPU host timing rule times, torch.compile with dynamic shapes;
+        # 4: no CUDA provider for a graph with data nodes it has no kernel for (ort_kernels)
         config=ValidateConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=_run,
         environment=lambda: {

@@ -132,6 +132,31 @@ def test_onnxruntime_cuda_graph(ctx: StageEnv, tmp_path: Path) -> None:
     _exercise(ctx, runner)
 
 
+def test_the_cuda_provider_is_not_offered_a_dynamic_int8_graph(ctx: StageEnv, tmp_path: Path) -> None:
+    """ONNX Runtime's CUDA provider has no kernel for DynamicQuantizeLinear (nor MatMulInteger on uint8): it
+    would run those on the CPU, so the graph keeps its CPU runner only; the FP32 graph gets every CUDA runner."""
+    from dataclasses import replace
+
+    from pipeline.runners.onnxruntime_runner import cuda_provider_available
+    from pipeline.runners.registry import declined_runtimes
+    from pipeline.stages.int8_dynamic import quantize
+
+    if not cuda_provider_available():
+        pytest.skip("onnxruntime has no CUDA provider here")
+    fp32 = export_onnx(ctx, tmp_path / "model.onnx")
+    assert declined_runtimes(fp32) == {}
+    assert {"onnxruntime-cuda", "onnxruntime-cuda-graph"} <= {
+        r.runtime for r in runners_for(fp32, ctx.settings)
+    }
+    quantize(fp32.path, tmp_path / "model.int8-dynamic.onnx")  # what the int8_dynamic stage writes
+    dynamic = replace(
+        fp32, name="onnx-int8-dynamic", path=tmp_path / "model.int8-dynamic.onnx", precision="int8"
+    )
+    (reason,) = declined_runtimes(dynamic).values()
+    assert "DynamicQuantizeLinear" in reason, reason
+    assert [r.runtime for r in runners_for(dynamic, ctx.settings)] == ["onnxruntime-cpu"]
+
+
 def test_torchscript_traced_on_the_gpu(tmp_path: Path) -> None:
     ctx = tiny_context(tmp_path)
     result = ctx.run_named("export_torchscript")
