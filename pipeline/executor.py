@@ -224,9 +224,10 @@ class Executor:
 
     def _blocking(self, stage: Stage, run: _Run) -> list[_Background]:
         """The background jobs this stage must wait for: those making what it consumes (unless it takes them
-        late), and all of them before a stage that reads the run record or runs in every version."""
+        late), and all of them before a quiet stage, one that reads the run record or one that runs in every
+        version."""
         waiting = [job for job in run.jobs if not job.joined]
-        if stage.final or RUN_STAGES in stage.consumes_any:
+        if stage.quiet or stage.final or RUN_STAGES in stage.consumes_any:
             return waiting
         needed = set(stage.consumes) | (set() if stage.takes_late else set(stage.consumes_any))
         return [job for job in waiting if needed & set(job.stage.produces)]

@@ -32,6 +32,9 @@ BuildFactory = Callable[[Recipe, Path, list[Variant]], list[Stage]]
 CheckFactory = Callable[[Recipe, Path, list[str]], Stage]
 
 BUILDS: dict[str, BuildFactory] = {
+    # first: its AOTInductor compile (half a minute on an H200 host) runs in the background while the exports
+    # after it go on, instead of beside validation; TensorRT builds wait for it (quiet stages: they time tactics)
+    "export_pt2": export_pt2.stages,
     "export_torchscript": export_torchscript.stages,
     "export_onnx": export_onnx.stages,
     "fp16": fp16.stages,
@@ -39,9 +42,6 @@ BUILDS: dict[str, BuildFactory] = {
     "int8_dynamic": int8_dynamic.stages,
     "optimize_onnx": optimize_onnx.stages,
     "tensorrt": tensorrt.stages,
-    # last: its AOTInductor compile runs in the background while validation goes on, and neither its CPU nor
-    # its GPU use disturbs the builds in front (TensorRT times its tactics)
-    "export_pt2": export_pt2.stages,
 }
 CHECKS: dict[str, CheckFactory] = {
     "validate": validate.stage,

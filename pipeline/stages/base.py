@@ -121,6 +121,8 @@ class Stage:
     child process: nothing process-wide may change under the stages in front); a stage that consumes what it
     produces waits for it first, unless it `takes_late` those inputs: it then starts at once and gets a `Late`
     for each, which it resolves (waits for) when it comes to it (validate checks the others meanwhile).
+    quiet: the stage waits for every background stage before it runs, since it times its own work (TensorRT
+    times its tactics on the GPU: a compile beside it would skew which tactic wins).
     """
 
     name: str
@@ -136,6 +138,7 @@ class Stage:
     final: bool = False
     background: bool = False
     takes_late: bool = False
+    quiet: bool = False
 
 
 @dataclass

@@ -143,6 +143,7 @@ def _engine_stage(recipe: Recipe, variant: Variant) -> Stage:
         environment=lambda: builder_environment(config.flavour),
         consumes=(config.source,),
         produces=(variant.name,),
+        quiet=True,  # it times tactics: no background compile beside it
     )
 
 
