@@ -247,6 +247,28 @@ def test_background_stages_take_turns(tmp_path: Path) -> None:
     assert second_start >= first_end  # one lane: the second started when the first had finished
 
 
+def test_a_quiet_stage_waits_for_the_background_and_a_plain_one_does_not(tmp_path: Path) -> None:
+    """TensorRT times tactics (a quiet stage): no background compile runs beside it; other builds go on."""
+    spans: list = []
+    marks: dict[str, float] = {}
+
+    def stamped(name: str, quiet: bool) -> Stage:
+        def run(ctx: RunContext, config: TextConfig, inputs: dict) -> StageResult:
+            marks[name] = time.monotonic()
+            ctx.path(f"{name}.txt").write_text(name)
+            return StageResult([Output(f"{name}.txt", "onnx", name, "fp32")])
+
+        return Stage(
+            name=name, version=1, run=run, config=TextConfig(text=name), produces=(name,), quiet=quiet
+        )
+
+    stages = [_sleeper("AOTI", "aoti", spans), stamped("plain", False), stamped("engine", True)]
+    records, _ = _deploy(tmp_path, stages, "v0001")
+    assert {r.name: r.status for r in records} == {"AOTI": "ran", "plain": "ran", "engine": "ran"}
+    ((_, _, compiled),) = spans
+    assert marks["plain"] < compiled <= marks["engine"]
+
+
 def test_a_critical_failure_in_a_background_stage_stops_the_run(tmp_path: Path) -> None:
     spans: list = []
     with pytest.raises(RuntimeError, match="a bug in the stage"):
