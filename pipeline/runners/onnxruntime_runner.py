@@ -195,14 +195,15 @@ def _torch_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def cuda_declined(path: Path) -> str | None:
-    """Why the CUDA provider is not offered for the graph at `path` (nodes it has no kernel for), or None."""
-    from pipeline.runners.ort_kernels import declined_reason, missing_kernels
+def cuda_declined(path: Path, settings: RunnerSettings) -> str | None:
+    """Why the CUDA provider is not offered for the graph at `path` (data nodes ONNX Runtime would run on the
+    CPU, pipeline/runners/ort_placement.py), or None."""
+    from pipeline.runners.ort_placement import declined_reason, off_provider
 
     if not cuda_provider_available():
         return None
-    missing = missing_kernels(Path(path), CUDA_PROVIDER)
-    return declined_reason(missing, CUDA_PROVIDER, _onnxruntime().__version__) if missing else None
+    off = off_provider(Path(path), CUDA_PROVIDER, settings)
+    return declined_reason(off, CUDA_PROVIDER, _onnxruntime().__version__) if off else None
 
 
 def onnx_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[OnnxRuntimeRunner]:
@@ -210,7 +211,7 @@ def onnx_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Onn
     node of the graph (cuda_declined)."""
     load, outputs = SessionFromPath(artifact.path, settings.threads, session_options), list(settings.outputs)
     runners = [OnnxRuntimeRunner(artifact.name, load, outputs)]
-    if cuda_provider_available() and cuda_declined(artifact.path) is None:
+    if cuda_provider_available() and cuda_declined(artifact.path, settings) is None:
         runners += [
             OnnxRuntimeRunner(artifact.name, load, outputs, CUDA_PROVIDER, "host"),
             OnnxRuntimeRunner(artifact.name, load, outputs, CUDA_PROVIDER, "device"),

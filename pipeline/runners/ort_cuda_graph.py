@@ -263,6 +263,6 @@ def graph_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Or
     graphs (INT8 Q/DQ and dynamic-quantized graphs have nodes the CUDA provider does not run)."""
     if not settings.runtime.cuda_graphs or artifact.precision not in ("fp32", "fp16"):
         return []
-    if not cuda_provider_available() or cuda_declined(artifact.path) is not None:
+    if not cuda_provider_available() or cuda_declined(artifact.path, settings) is not None:
         return []
     return [OrtCudaGraphRunner(artifact.name, Path(artifact.path), settings)]

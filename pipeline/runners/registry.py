@@ -85,14 +85,14 @@ def runners_for(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Runn
     return runners
 
 
-def declined_runtimes(artifact: ArtifactRecord) -> dict[str, str]:
+def declined_runtimes(artifact: ArtifactRecord, settings: RunnerSettings) -> dict[str, str]:
     """Runtimes this machine has but does not offer for the artifact, with why (the reports say so)."""
     if artifact.kind != "onnx":
         return {}
     try:
         from pipeline.runners.onnxruntime_runner import cuda_declined
 
-        reason = cuda_declined(artifact.path)
+        reason = cuda_declined(artifact.path, settings)
     except ImportError:  # no onnxruntime: runners_for says so
         return {}
     return {"onnxruntime-cuda": reason} if reason else {}

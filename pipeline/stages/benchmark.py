@@ -141,7 +141,7 @@ def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, Artifac
                     dict.fromkeys((c.runner.artifact, c.runner.runtime) for c in candidates),
                     gpu_host,
                 )
-                + _declined(artifacts),
+                + _declined(artifacts, config.runners),
             },
         },
         "results": results,
@@ -235,14 +235,14 @@ def confirm_winner(
     ]
 
 
-def _declined(artifacts: dict[str, ArtifactRecord]) -> list[dict[str, str]]:
+def _declined(artifacts: dict[str, ArtifactRecord], settings: RunnerSettings) -> list[dict[str, str]]:
     """The runtimes this host has but does not offer for an artifact (registry.declined_runtimes)."""
     from pipeline.runners.registry import declined_runtimes
 
     return [
         {"artifact": name, "runtime": runtime, "io": "any", "reason": reason}
         for name, record in artifacts.items()
-        for runtime, reason in declined_runtimes(record).items()
+        for runtime, reason in declined_runtimes(record, settings).items()
     ]
 
 

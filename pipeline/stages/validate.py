@@ -203,7 +203,7 @@ def validate_artifact(
         if hosts.timed_anywhere(config.timing, record.name, r.runtime, gpu_host, r.io, siblings)
     ]
     if not timed:
-        declined = "".join(f"{why}; " for why in declined_runtimes(record).values())
+        declined = "".join(f"{why}; " for why in declined_runtimes(record, config.runners).values())
         return NotRunnable(
             record.name,
             f"{declined}none of its runtimes is timed on this host "
@@ -372,7 +372,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
         name="validate",
         version=4,  # 2: a record per runtime, masked per-token outputs, neighbours, divergence, coverage;
         # 3: the pairs the new GPU host timing rule times, torch.compile with dynamic shapes;
-        # 4: no CUDA provider for a graph with data nodes it has no kernel for (ort_kernels)
+        # 4: no CUDA provider for a graph with data nodes it has no kernel for (ort_placement)
         config=ValidateConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=_run,
         environment=lambda: {

@@ -134,7 +134,8 @@ def test_onnxruntime_cuda_graph(ctx: StageEnv, tmp_path: Path) -> None:
 
 def test_the_cuda_provider_is_not_offered_a_dynamic_int8_graph(ctx: StageEnv, tmp_path: Path) -> None:
     """ONNX Runtime's CUDA provider has no kernel for DynamicQuantizeLinear (nor MatMulInteger on uint8): it
-    would run those on the CPU, so the graph keeps its CPU runner only; the FP32 graph gets every CUDA runner."""
+    runs those on the CPU, so the graph keeps its CPU runner only; the FP32 and FP16 graphs get every CUDA
+    runner (their shape arithmetic on the CPU is no reason)."""
     from dataclasses import replace
 
     from pipeline.runners.onnxruntime_runner import cuda_provider_available
@@ -144,7 +145,7 @@ def test_the_cuda_provider_is_not_offered_a_dynamic_int8_graph(ctx: StageEnv, tm
     if not cuda_provider_available():
         pytest.skip("onnxruntime has no CUDA provider here")
     fp32 = export_onnx(ctx, tmp_path / "model.onnx")
-    assert declined_runtimes(fp32) == {}
+    assert declined_runtimes(fp32, ctx.settings) == {}
     assert {"onnxruntime-cuda", "onnxruntime-cuda-graph"} <= {
         r.runtime for r in runners_for(fp32, ctx.settings)
     }
@@ -152,7 +153,7 @@ def test_the_cuda_provider_is_not_offered_a_dynamic_int8_graph(ctx: StageEnv, tm
     dynamic = replace(
         fp32, name="onnx-int8-dynamic", path=tmp_path / "model.int8-dynamic.onnx", precision="int8"
     )
-    (reason,) = declined_runtimes(dynamic).values()
+    (reason,) = declined_runtimes(dynamic, ctx.settings).values()
     assert "DynamicQuantizeLinear" in reason, reason
     assert [r.runtime for r in runners_for(dynamic, ctx.settings)] == ["onnxruntime-cpu"]
 

@@ -1,0 +1,64 @@
+"""Where ONNX Runtime places a graph's nodes decides which providers the graph is offered to: real sessions,
+real profiles. This CPU build has only the CPU provider, so asked for CUDA every node lands on the CPU; the GPU
+test asks the CUDA provider about a dynamically quantized graph on the H200."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from pipeline.runners import onnxruntime_runner
+from pipeline.runners.ort_placement import declined_reason, off_provider
+from pipeline.runners.registry import declined_runtimes, runners_for
+
+CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
+
+
+def test_a_graph_the_provider_runs_whole_has_nothing_off_it(ctx, onnx_artifact) -> None:
+    assert off_provider(onnx_artifact.path, CPU, ctx.settings) == {}
+
+
+def test_data_nodes_off_the_provider_are_counted_by_op(ctx, onnx_artifact) -> None:
+    """Asked for a provider this build lacks, ONNX Runtime runs everything on the CPU: the encoder's matrix
+    products, normalizations, and the rest that computes on activations, are off it."""
+    off = off_provider(onnx_artifact.path, CUDA, ctx.settings)
+    model = onnx.load(str(onnx_artifact.path))
+    assert off["MatMul"] == sum(n.op_type == "MatMul" for n in model.graph.node)
+    assert "Shape" not in off  # shape arithmetic is left out
+
+
+def test_shape_arithmetic_alone_is_never_a_reason(ctx, tmp_path: Path) -> None:
+    nodes = [helper.make_node("Shape", ["input_ids"], ["s"]), helper.make_node("Mul", ["s", "s"], ["y"])]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [2])],
+    )
+    path = tmp_path / "shape.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    assert off_provider(path, CUDA, ctx.settings) == {}
+
+
+def test_the_reason_names_the_nodes() -> None:
+    text = declined_reason({"MatMulInteger": 36, "DynamicQuantizeLinear": 24}, CUDA, "1.31.1")
+    assert "DynamicQuantizeLinear ×24, MatMulInteger ×36" in text and "onnxruntime 1.31.1" in text
+    assert "would run on the CPU" in text
+
+
+def test_a_declined_provider_gets_no_runner_and_the_reports_say_why(
+    ctx, onnx_artifact, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Wiring: where the CUDA provider counts as present but ONNX Runtime runs the graph's data nodes elsewhere
+    (on this CPU build: all of them), the graph keeps its CPU runner and declined_runtimes says why."""
+    assert declined_runtimes(onnx_artifact, ctx.settings) == {}  # no CUDA provider here: nothing declined
+    monkeypatch.setattr(onnxruntime_runner, "cuda_provider_available", lambda: True)
+    runners = runners_for(onnx_artifact, ctx.settings)
+    assert [r.runtime for r in runners] == ["onnxruntime-cpu"]
+    (reason,) = declined_runtimes(onnx_artifact, ctx.settings).values()
+    assert f"off {CUDA}" in reason and "MatMul ×" in reason
+    assert declined_runtimes(replace(onnx_artifact, kind="torchscript"), ctx.settings) == {}
