@@ -207,8 +207,8 @@ def cuda_declined(path: Path, settings: RunnerSettings) -> str | None:
 
 
 def onnx_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[OnnxRuntimeRunner]:
-    """CPU always; CUDA with host and device I/O where onnxruntime-gpu sees a GPU and has a kernel for every
-    node of the graph (cuda_declined)."""
+    """CPU always; CUDA with host and device I/O where onnxruntime-gpu sees a GPU and runs the graph's data
+    nodes on it (cuda_declined)."""
     load, outputs = SessionFromPath(artifact.path, settings.threads, session_options), list(settings.outputs)
     runners = [OnnxRuntimeRunner(artifact.name, load, outputs)]
     if cuda_provider_available() and cuda_declined(artifact.path, settings) is None:

@@ -34,13 +34,13 @@ from pipeline.runners.onnxruntime_runner import (
     output_names,
     session_options,
 )
+from pipeline.runners.ort_placement import SHAPE_OPS
 
 if TYPE_CHECKING:
     from pipeline.artifacts import ArtifactRecord
     from pipeline.specs import RunnerSettings
 
 RUNTIME = "onnxruntime-cuda-graph"
-SHAPE_OPS = frozenset({"Shape", "Size"})
 CAPTURE_RUNS = 4  # ONNX Runtime runs regularly a few times before it captures, then replays
 
 

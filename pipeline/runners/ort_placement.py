@@ -9,9 +9,9 @@ one profiled run of a session on that provider, at the recipe's smallest shapes,
 
 Nodes ONNX Runtime may put on the CPU on purpose are left out: shape arithmetic (a GPU provider prefers the CPU
 for it), i.e. nodes whose every known input and output is an integer or boolean tensor or a float of rank below
-2 (a scale computed from a shape), Shape and Size, and nodes of unknown types and ranks. (ONNX Runtime's kernel registry would answer without a run, but on an
-onnxruntime-gpu build listing the TensorRT provider its Python query loads that provider's library, and without
-TensorRT installed the process crashes: seen on the H200 host.)
+2 (a scale computed from a shape), Shape and Size, and nodes of unknown types and ranks. (ONNX Runtime's kernel
+registry would answer without a run, but on an onnxruntime-gpu build listing the TensorRT provider its Python
+query loads that provider's library, and without TensorRT installed the process crashes: seen on the H200 host.)
 """
 
 from __future__ import annotations
@@ -26,18 +26,19 @@ from typing import TYPE_CHECKING
 import numpy as np
 import onnx
 
+from pipeline.runners.onnxruntime_runner import CPU_PROVIDER, ORT_TYPES
+
 if TYPE_CHECKING:
     from pipeline.specs import RunnerSettings
 
 # Shape arithmetic: a GPU provider leaves integer nodes like these to the CPU on purpose, at no cost worth a word
 SHAPE_TYPES = frozenset({"tensor(int64)", "tensor(int32)", "tensor(bool)"})
 SHAPE_OPS = frozenset({"Shape", "Size"})  # read a tensor's shape only, never its data
-CPU_PROVIDER = "CPUExecutionProvider"
 
 
 def off_provider(path: Path, provider: str, settings: RunnerSettings) -> dict[str, int]:
-    """Op type -> how many nodes computing on the model's data (a float or 8-bit input or output) ONNX Runtime
-    runs off `provider` in the graph at `path` (empty: the provider runs them all)."""
+    """Op type -> how many nodes computing on the model's data (a non-integer tensor of rank 2 or more in or
+    out) ONNX Runtime runs off `provider` in the graph at `path` (empty: the provider runs them all)."""
     stat = Path(path).stat()
     shapes = tuple(
         (s.name, tuple(settings.dims[d].min if isinstance(d, str) else d for d in s.shape))
@@ -82,8 +83,6 @@ def _placements(
 ) -> list[tuple[str, str, str]] | None:
     """(node name, op type, provider) of every node that ran in one profiled run; None when it cannot run."""
     import onnxruntime as ort
-
-    from pipeline.runners.onnxruntime_runner import ORT_TYPES
 
     with tempfile.TemporaryDirectory(prefix="pipeline-placement-") as folder:
         options = ort.SessionOptions()
