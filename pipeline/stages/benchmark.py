@@ -19,6 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pipeline.artifacts import ArtifactRecord
 from pipeline.bench import hosts
 from pipeline.bench.device import MemoryProbe, throughput
@@ -90,14 +92,15 @@ class Candidate:
 def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     return Stage(
         name="benchmark",
-        version=9,  # 4: whole-window intervals, slow calls sized to stabilize, unstable winner re-measured,
+        version=10,  # 4: whole-window intervals, slow calls sized to stabilize, unstable winner re-measured,
         # runtimes chosen per host, GPU rows with peak memory and throughput; 5: GPU host rows without faster
         # twins and with host I/O at the smallest and objective batch, GPU and CPU candidates interleaved apart,
         # torch.compile with dynamic shapes; 6: the plain AOTInductor package's device-I/O rows left to its
         # CUDA graph, a prepared graph call is the bare replay; 7: throughput in segments with an interval,
         # for every row under a throughput objective; 8: torch.compile modules kept from validation (memory
         # adds their resident weights), padding-aware groups ordered on the device; 9: no CUDA provider for a
-        # graph it lacks kernels for (listed under not_timed), CUDA-graph sessions with the weights apart
+        # graph it lacks kernels for (listed under not_timed), CUDA-graph sessions with the weights apart;
+        # 10: throughput segments of a fixed number of requests, sized from the row's median call
         config=BenchmarkStageConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=run,
         environment=_environment,
@@ -105,6 +108,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
         produces=("report:speed",),
         critical=True,
         volatile=True,
+        quiet=True,  # it times: no background stage (a compile ahead of validation's) may run beside it
     )
 
 
@@ -329,8 +333,13 @@ def _measure_shape(
     for c in active:
         if (c.memory is not None or every_row) and measured[c.key].error is None:
             try:
+                call_s = float(np.median(measured[c.key].wall_ms())) / 1000
                 c.throughput = throughput(
-                    c.runner, shape.batch, config.benchmark.throughput_s, config.benchmark.stable_within
+                    c.runner,
+                    shape.batch,
+                    config.benchmark.throughput_s,
+                    config.benchmark.stable_within,
+                    call_s,
                 )
             except Exception as exc:  # the latency row stands; the throughput run says why it has none
                 c.throughput = {"error": one_line(f"{type(exc).__name__}: {exc}")}

@@ -233,6 +233,9 @@ def test_a_throughput_objective_measures_every_row_and_selects_on_it(tmp_path: P
     for row in speed["results"]:
         run = row["throughput"]
         assert run["requests"] >= SEGMENTS and len(run["segment_rates"]) == SEGMENTS
+        # equal segments, each as many requests as the row's median call fits in a fifth of throughput_s
+        per_segment = max(1, round(0.05 / SEGMENTS / (row["p50_ms"] / 1000)))
+        assert run["requests"] == SEGMENTS * per_segment
         low, high = run["ci95"]
         assert low <= run["sequences_per_s"] <= high and low > 0
         assert run["sequences_per_s"] == pytest.approx(
