@@ -1,6 +1,6 @@
 """Runs the plan: fingerprints, skips fresh stages (reusing their files through the cache), keeps going past a
 failed variant and skips what depends on it, runs background stages beside the ones after them (Stage.background,
-Stage.takes_late), and writes the run record after every stage."""
+Stage.lane, Stage.takes_late), and writes the run record after every stage."""
 
 from __future__ import annotations
 

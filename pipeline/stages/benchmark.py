@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,7 +28,7 @@ from pipeline.bench.rows import failure, flags, one_line, speed_row
 from pipeline.bench.shapes import BenchShape, benchmark_shapes
 from pipeline.bench.timer import Timer, on_gpu, timer_for
 from pipeline.bench.windows import Measurement, WindowPolicy, measure_interleaved, measure_more
-from pipeline.heap import frozen_heap
+from pipeline.heap import frozen_heap, release
 from pipeline.packages import package_version
 from pipeline.recipe import BenchmarkConfig, Recipe
 from pipeline.results import REPORTS, SpeedReport, write_report
@@ -375,7 +374,7 @@ def _release(c: Candidate) -> None:
 
 
 def _free_memory() -> None:
-    gc.collect()
+    release()
     try:
         import torch
     except ImportError:

@@ -19,7 +19,7 @@ from pipeline.accuracy import ArtifactAccuracy, evaluate
 from pipeline.artifacts import ArtifactRecord
 from pipeline.bench import hosts
 from pipeline.data import Dataset
-from pipeline.heap import frozen_heap
+from pipeline.heap import frozen_heap, release
 from pipeline.packages import package_version
 from pipeline.recipe import DimRange, Recipe, Tolerance, ValidationConfig
 from pipeline.results import REPORTS, AccuracyReport, artifact_entry, write_report
@@ -121,7 +121,7 @@ def run_batches(
         if adapter.is_active:
             adapter.deactivate()
         del adapter
-        gc.collect()
+        release()
 
 
 def _progress(ctx: RunContext, label: str, batches: list[Batch], i: int) -> None:
