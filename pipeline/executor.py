@@ -1,6 +1,6 @@
 """Runs the plan: fingerprints, skips fresh stages (reusing their files through the cache), keeps going past a
 failed variant and skips what depends on it, runs background stages beside the ones after them (Stage.background,
-Stage.lane, Stage.takes_late), and writes the run record after every stage."""
+Stage.takes_late), and writes the run record after every stage."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.artifacts import ArtifactRecord
-from pipeline.children import POLL_S, Cancelled
 from pipeline.results import read_report
 from pipeline.run_record import RUN_RECORD, StageRecord
 from pipeline.stages.base import RUN_STAGES, Late, Output, RunContext, Stage
@@ -169,10 +168,6 @@ class Executor:
     def _run(self, run: _Run, rebench: bool, on_start: Callable[[Stage, str], None]) -> None:
         ctx = run.ctx
         for stage in self.stages:
-            feeding = self._feeding(stage, run)
-            if stage.background and feeding and not stage.quiet:
-                self._chain(stage, feeding, run, on_start)
-                continue
             for job in self._blocking(stage, run):
                 self._join(job, run)
             missing = [n for n in stage.consumes if n not in run.artifacts]
@@ -208,8 +203,9 @@ class Executor:
             if record is None:
                 on_start(stage, why)
                 if stage.background:
-                    work = functools.partial(self._execute, stage, _behind(ctx), inputs, shas)
-                    run.jobs.append(_Background(stage, why, work, run.lane(stage.lane), ctx.cancel))
+                    quiet = replace(ctx, report=lambda message: None)  # the live line belongs to the front
+                    work = functools.partial(self._execute, stage, quiet, inputs, shas)
+                    run.jobs.append(_Background(stage, why, work, run.lane))
                     continue
                 record = self._execute(stage, ctx, {**inputs, **late}, shas)
                 if late:
@@ -225,45 +221,6 @@ class Executor:
         run.ctx.cancel.set()
         for job in run.jobs:
             job.stopped(STOP_WAIT_S)
-
-    @staticmethod
-    def _feeding(stage: Stage, run: _Run) -> list[_Background]:
-        """The background jobs still making what this stage consumes."""
-        needed = set(stage.consumes) | set(stage.consumes_any)
-        return [job for job in run.jobs if not job.joined and needed & set(job.stage.produces)]
-
-    def _chain(
-        self, stage: Stage, feeding: list[_Background], run: _Run, on_start: Callable[[Stage, str], None]
-    ) -> None:
-        """A background stage whose inputs are still building: stale by definition (they are being rebuilt), so
-        its job starts now and, on its lane's turn, waits for theirs instead of the front waiting."""
-        names = (*stage.consumes, *stage.consumes_any)
-        building = [n for n in names if any(n in job.stage.produces for job in feeding)]
-        why = "input still building in the background: " + ", ".join(building)
-        built = {n: run.artifacts[n] for n in names if n in run.artifacts}
-        unavailable = {n: run.unavailable.get(n, "not built") for n in stage.consumes}
-
-        def work() -> StageRecord:
-            inputs = dict(built)
-            for job in feeding:
-                record = job.result()  # a critical failure there is this job's too
-                for out in record.outputs if record.status in ("ran", "reused") else []:
-                    if out.get("artifact") in names:
-                        inputs[out["artifact"]] = self._record(run.ctx.workdir, job.stage, out)
-                for name in job.stage.produces:
-                    unavailable[name] = f"{job.stage.name} {record.status}: {record.error}"
-            missing = [n for n in stage.consumes if n not in inputs]
-            if missing:
-                reason = "; ".join(f"{n}: {unavailable[n]}" for n in missing)
-                config = stage.config.fingerprinted()
-                return StageRecord(
-                    stage.name, stage.version, None, "skipped", config, error=f"input unavailable ({reason})"
-                )
-            shas = {n: a.sha256 for n, a in inputs.items()}
-            return self._execute(stage, _behind(run.ctx), inputs, shas)
-
-        on_start(stage, why)
-        run.jobs.append(_Background(stage, why, work, run.lane(stage.lane), run.ctx.cancel, feeding))
 
     def _blocking(self, stage: Stage, run: _Run) -> list[_Background]:
         """The background jobs this stage must wait for: those making what it consumes (unless it takes them
@@ -289,7 +246,7 @@ class Executor:
                     self._join(job, run)
                     return run.artifacts.get(name)
 
-                late[name] = Late(name, wait, job.finished)
+                late[name] = Late(name, wait)
         return late
 
     def _settle_late(
@@ -307,13 +264,9 @@ class Executor:
         """Wait for a background stage and take in its record as if it had just run in front."""
         if job.joined:
             return
-        for earlier in job.after:  # the run record lists a stage after what it was built from
-            self._join(earlier, run)
         record = job.result()  # a critical failure in the job is raised here, every time it is joined
         job.joined = True
         record.why = job.why
-        if record.status == "skipped":
-            self._mark_unavailable(job.stage, run.unavailable, f"skipped: {record.error}")
         self._finish(job.stage, record, run)
 
     def _finish(self, stage: Stage, record: StageRecord, run: _Run) -> None:
@@ -442,81 +395,30 @@ class _Run:
     unavailable: dict[str, str] = field(default_factory=dict)  # artifact -> why
     records: list[StageRecord] = field(default_factory=list)
     jobs: list[_Background] = field(default_factory=list)
-    lanes: dict[str, _Lane] = field(default_factory=dict)
-
-    def lane(self, name: str) -> _Lane:
-        return self.lanes.setdefault(name, _Lane(name))
-
-
-def _behind(ctx: RunContext) -> RunContext:
-    """The context of a stage in the background: the live line belongs to the front."""
-    return replace(ctx, report=lambda message: None)
-
-
-class _Lane:
-    """Background stages of one lane run one at a time, in the order they were started (plan order): two
-    compiles at once would only share the same cores and slow the stages in front, and a stage after what it
-    is built from."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self._turns = threading.Condition()
-        self._issued = 0
-        self._serving = 0
-
-    def ticket(self) -> int:
-        with self._turns:
-            self._issued += 1
-            return self._issued - 1
-
-    def run(self, ticket: int, work: Callable[[], StageRecord], cancel: threading.Event) -> StageRecord:
-        with self._turns:
-            while self._serving != ticket or cancel.is_set():
-                if cancel.is_set():
-                    raise Cancelled(f"the run stopped before this stage's turn in the {self.name} lane")
-                self._turns.wait(POLL_S)
-        try:
-            return work()
-        finally:
-            with self._turns:
-                self._serving += 1
-                self._turns.notify_all()
+    lane: threading.Lock = field(default_factory=threading.Lock)  # background stages take turns
 
 
 class _Background:
     """A background stage's run in a daemon thread: at exit nobody waits for it, and its child process dies
-    with the deploy (pipeline.children). It runs on its lane's turn; `after`: the jobs making its inputs."""
+    with the deploy (pipeline.children). Background stages take turns (one lane): two compiles at once would
+    only share the same cores and slow the stages in front."""
 
-    def __init__(
-        self,
-        stage: Stage,
-        why: str,
-        work: Callable[[], StageRecord],
-        lane: _Lane,
-        cancel: threading.Event,
-        after: list[_Background] | None = None,
-    ):
-        self.stage, self.why, self.joined, self.after = stage, why, False, list(after or [])
+    def __init__(self, stage: Stage, why: str, work: Callable[[], StageRecord], lane: threading.Lock):
+        self.stage, self.why, self.joined = stage, why, False
+        self._lane = lane
         self._record: StageRecord | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(
-            target=self._work,
-            args=(lane, lane.ticket(), work, cancel),
-            name=f"stage-{stage.name}",
-            daemon=True,
+            target=self._work, args=(work,), name=f"stage-{stage.name}", daemon=True
         )
         self._thread.start()
 
-    def _work(
-        self, lane: _Lane, ticket: int, work: Callable[[], StageRecord], cancel: threading.Event
-    ) -> None:
+    def _work(self, work: Callable[[], StageRecord]) -> None:
         try:
-            self._record = lane.run(ticket, work, cancel)
+            with self._lane:
+                self._record = work()
         except BaseException as exc:  # a critical failure or a full disk: raised where the job is joined
             self._error = exc
-
-    def finished(self) -> bool:
-        return not self._thread.is_alive()
 
     def stopped(self, timeout_s: float) -> None:
         """Wait (bounded) for the thread to end, as it does soon after the run's cancel is set."""

@@ -4,10 +4,7 @@ Validation collects after each runner and the benchmark after each shape, so tha
 memory is really free before the next one loads. A full collection walks every object the process holds: after
 the imports and the reference model that is some 300 000, 0.3 s per collection on a 2-core machine, a dozen
 times per deploy. Inside `frozen_heap()` the objects that existed on entry are left out of collections (they
-stay alive anyway); on exit they are collectable again. `release()` collects and then leaves the survivors out
-of the next collections too: a torch.compile inside validation adds millions of objects that stay alive (the
-compiled module is kept for the benchmark), and every collection after it walked them again (0.15 s each on
-the H200 host, 24 per deploy)."""
+stay alive anyway); on exit they are collectable again."""
 
 from __future__ import annotations
 
@@ -24,11 +21,3 @@ def frozen_heap() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-
-
-def release() -> None:
-    """Collect what the last runner left, then freeze what survived (undone when frozen_heap exits; outside it,
-    a plain collection)."""
-    gc.collect()
-    if gc.get_freeze_count():
-        gc.freeze()

@@ -11,7 +11,6 @@ from pathlib import Path
 
 from pipeline.recipe import Recipe
 from pipeline.specs import resolved_variant
-from pipeline.stage_child import in_child
 from pipeline.stages import (
     benchmark,
     export_onnx,
@@ -25,7 +24,6 @@ from pipeline.stages import (
     signoff,
     tensorrt,
     validate,
-    warm_compile,
 )
 from pipeline.stages.base import Stage
 from pipeline.variants import Variant, parse
@@ -47,7 +45,6 @@ BUILDS: dict[str, BuildFactory] = {
     "optimize_onnx": optimize_onnx.stages,
     "tensorrt": tensorrt.stages,
 }
-ONNX_BUILDS = ("export_onnx", "fp16", "int8", "int8_dynamic", "optimize_onnx")  # what plan_stages overlaps
 CHECKS: dict[str, CheckFactory] = {
     "validate": validate.stage,
     "benchmark": benchmark.stage,
@@ -83,27 +80,8 @@ def needed_variants(recipe: Recipe) -> list[Variant]:
     return wanted
 
 
-def plan_stages(recipe: Recipe, recipe_dir: Path, overlap: bool | None = None) -> list[Stage]:
-    """The builds in BUILDS order, then the checks. With `overlap` (default: on a CUDA host) the ONNX builds
-    come first and run in a child process in the background, on a lane of their own: the front exports the
-    PyTorch artifacts meanwhile and validation starts on those (it takes the ONNX graphs late), so that on the
-    H200 host their 33 s no longer come before validation's 60; and torch.compile's compile of each exported
-    program runs ahead in a child too (pipeline.stages.warm_compile), on a third lane. On a CPU host validation
-    would only share the same cores with them (and has no torch.compile runtime)."""
-    from pipeline.bench.hosts import has_cuda
-
+def plan_stages(recipe: Recipe, recipe_dir: Path) -> list[Stage]:
     variants = needed_variants(recipe)
-    overlap = has_cuda() if overlap is None else overlap
-    behind = ONNX_BUILDS if overlap else ()
-    stages = [
-        in_child(stage, "onnx") for key in behind for stage in BUILDS[key](recipe, recipe_dir, variants)
-    ]
-    for key, build in BUILDS.items():
-        if key not in behind:
-            stages += build(recipe, recipe_dir, variants)
-        if overlap and key == "export_pt2":  # torch.compile's compile, ahead of validation's
-            stages += [
-                in_child(s, "torch-compile") for s in warm_compile.stages(recipe, recipe_dir, variants)
-            ]
+    stages = [stage for build in BUILDS.values() for stage in build(recipe, recipe_dir, variants)]
     artifacts = [v.name for v in variants]
     return stages + [check(recipe, recipe_dir, artifacts) for check in CHECKS.values()]

@@ -56,7 +56,7 @@ class StageEnv:
         if variants is not None:
             update = {"build": variants, "required": [], "gpu": []}
             recipe = recipe.model_copy(update={"variants": recipe.variants.model_copy(update=update)})
-        stages = {s.name: s for s in plan_stages(recipe, self.recipe_dir, overlap=False)}  # in this process
+        stages = {s.name: s for s in plan_stages(recipe, self.recipe_dir)}
         return stages[name]
 
     def run(self, stage: Stage, inputs: dict[str, ArtifactRecord] | None = None) -> StageResult:

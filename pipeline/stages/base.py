@@ -121,9 +121,6 @@ class Stage:
     child process: nothing process-wide may change under the stages in front); a stage that consumes what it
     produces waits for it first, unless it `takes_late` those inputs: it then starts at once and gets a `Late`
     for each, which it resolves (waits for) when it comes to it (validate checks the others meanwhile).
-    A background stage whose inputs are still building in the background does not hold up the front: its job
-    waits for theirs and is skipped, like any stage, when one of them failed. Background stages of one `lane`
-    take turns in plan order; different lanes run side by side (the AOTInductor compile beside the ONNX exports).
     quiet: the stage waits for every background stage before it runs, since it times its own work (TensorRT
     times its tactics on the GPU: a compile beside it would skew which tactic wins).
     """
@@ -140,7 +137,6 @@ class Stage:
     volatile: bool = False
     final: bool = False
     background: bool = False
-    lane: str = "background"
     takes_late: bool = False
     quiet: bool = False
 
@@ -152,4 +148,3 @@ class Late:
 
     name: str
     wait: Callable[[], ArtifactRecord | None]
-    done: Callable[[], bool] = lambda: False  # whether wait() would return at once

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,7 +29,7 @@ from pipeline.bench.rows import failure, flags, one_line, speed_row
 from pipeline.bench.shapes import BenchShape, benchmark_shapes
 from pipeline.bench.timer import Timer, on_gpu, timer_for
 from pipeline.bench.windows import Measurement, WindowPolicy, measure_interleaved, measure_more
-from pipeline.heap import frozen_heap, release
+from pipeline.heap import frozen_heap
 from pipeline.packages import package_version
 from pipeline.recipe import BenchmarkConfig, Recipe
 from pipeline.results import REPORTS, SpeedReport, write_report
@@ -374,7 +375,7 @@ def _release(c: Candidate) -> None:
 
 
 def _free_memory() -> None:
-    release()
+    gc.collect()
     try:
         import torch
     except ImportError:

@@ -19,7 +19,7 @@ from pipeline.accuracy import ArtifactAccuracy, evaluate
 from pipeline.artifacts import ArtifactRecord
 from pipeline.bench import hosts
 from pipeline.data import Dataset
-from pipeline.heap import frozen_heap, release
+from pipeline.heap import frozen_heap
 from pipeline.packages import package_version
 from pipeline.recipe import DimRange, Recipe, Tolerance, ValidationConfig
 from pipeline.results import REPORTS, AccuracyReport, artifact_entry, write_report
@@ -28,8 +28,7 @@ from pipeline.runners.polygraphy_adapter import PolygraphyRunner, polygraphy_ver
 from pipeline.runners.registry import runtime_environment
 from pipeline.specs import DataSpec, ModelSpec, RunnerSettings
 from pipeline.stages.base import Late, Output, RunContext, Stage, StageConfig, StageResult
-from pipeline.stages.warm_compile import cache_name
-from pipeline.variants import REFERENCE, parse
+from pipeline.variants import REFERENCE
 
 REPORT = REPORTS["report:accuracy"]
 ERROR_CHARS = 400
@@ -121,7 +120,7 @@ def run_batches(
         if adapter.is_active:
             adapter.deactivate()
         del adapter
-        release()
+        gc.collect()
 
 
 def _progress(ctx: RunContext, label: str, batches: list[Batch], i: int) -> None:
@@ -316,30 +315,14 @@ def accuracy_report(
     }
 
 
-def _compiled_ahead(name: str, inputs: dict[str, Any]) -> Late | None:
-    """For an ExportedProgram, torch.compile's compile of it still running ahead in the background
-    (pipeline.stages.warm_compile): validation compiles the same graphs, fast once that one has filled the
-    caches."""
-    variant = parse(name)
-    ahead = inputs.get(cache_name(variant.precision)) if variant.format == "exported" else None
-    return ahead if isinstance(ahead, Late) else None
-
-
-def _next(pending: list[Any], inputs: dict[str, Any]) -> Any:
-    """The next artifact to check, in the recipe's order among those that need no waiting (built, and not
-    waiting for a compile ahead of it); when every one needs waiting, the first."""
-    for item in pending:
-        waits = item if isinstance(item, Late) else _compiled_ahead(item.name, inputs)
-        if waits is None or waits.done():
-            return item
-    return pending[0]
-
-
 def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
     from pipeline.runners.registry import reference_runners
 
     order = config.artifacts
+    # built ones first; those a background stage is still building (Late) once the others are checked
     present = [inputs[name] for name in order if name in inputs]
+    ready = [r for r in present if not isinstance(r, Late)]
+    late = [r for r in present if isinstance(r, Late)]
     results: dict[str, list[ArtifactAccuracy]] = {}
     not_run: list[NotRunnable] = []
     absent = [name for name in order if name not in inputs]
@@ -350,25 +333,16 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
         reference_runtime = reference_runner.runtime
         reference = run_batches(ctx, config.runners, reference_runner, batches, REFERENCE)
         del reference_runner
-        onnx_reference: ArtifactRecord | Late | None = inputs.get("onnx-fp32")
+        onnx_reference = inputs.get("onnx-fp32")
         with frozen_heap():  # the collection after each runner walks only what came after the reference
-            while present:
-                record = _next(present, inputs)
-                present.remove(record)
+            for record in [*ready, *late]:
                 if isinstance(record, Late):
                     ctx.report(f"validate: waiting for {record.name} (building in the background)")
                     name, record = record.name, record.wait()
                     if record is None:  # its build failed: absent, like any variant whose build failed
                         absent.append(name)
                         continue
-                ahead = _compiled_ahead(record.name, inputs)
-                if ahead is not None:
-                    ctx.report(f"validate: waiting for torch.compile's compile of {record.name} (background)")
-                    ahead.wait()
-                if record.kind == "onnx" and isinstance(onnx_reference, Late):  # where a graph diverges
-                    onnx_reference = onnx_reference.wait()
-                fp32_graph = None if isinstance(onnx_reference, Late) else onnx_reference
-                outcome = validate_artifact(ctx, config, record, batches, reference, fp32_graph)
+                outcome = validate_artifact(ctx, config, record, batches, reference, onnx_reference)
                 if isinstance(outcome, NotRunnable):
                     not_run.append(outcome)
                 else:
@@ -405,11 +379,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
             **{name: package_version(name) for name in ("torch", "onnxruntime", "polygraphy", "numpy")},
             **runtime_environment(),
         },
-        # and the compile running ahead of validation's own (GPU hosts; not an artifact: it only waits for it)
-        consumes_any=(
-            *artifacts,
-            *(cache_name(parse(a).precision) for a in artifacts if parse(a).format == "exported"),
-        ),
+        consumes_any=tuple(artifacts),
         produces=("report:accuracy",),
         critical=True,
         takes_late=True,

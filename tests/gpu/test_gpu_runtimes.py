@@ -197,24 +197,3 @@ def test_benchmark_rows_have_memory_and_throughput(ctx: StageEnv, aoti: Artifact
             low, high = row["throughput"]["ci95"]
             assert low <= row["throughput"]["sequences_per_s"] <= high, row
             assert row["cuda_graph"] == ("graph" in row["runtime"])
-
-
-def test_torch_compile_compiles_ahead_in_a_child(ctx: StageEnv, exported: ArtifactRecord) -> None:
-    """On a GPU host the plan compiles each exported program's torch.compile runtimes ahead of validation, in a
-    child process on a lane of its own (pipeline.stages.warm_compile), over validation's own batches."""
-    from pipeline.plan import plan_stages
-    from pipeline.stage_child import ChildRun
-
-    update = {"build": PT2, "required": [], "gpu": []}
-    recipe = ctx.recipe.model_copy(update={"variants": ctx.recipe.variants.model_copy(update=update)})
-    stages = {s.name: s for s in plan_stages(recipe, ctx.recipe_dir)}  # a CUDA host: overlapped by default
-    stage = stages["warm_compile_fp16"]
-    assert stage.background and stage.lane == "torch-compile" and isinstance(stage.run, ChildRun)
-    assert "cache:torch-compile-fp16" in stages["validate"].consumes_any
-    result = stage.run(ctx.ctx, stage.config, {"exported-fp16": exported})
-    (out,) = result.outputs
-    assert out.artifact == "cache:torch-compile-fp16"
-    assert list(out.details["compile_s"]) == ["torch-compile-cuda-reduce-overhead"]
-    assert json.loads((ctx.workdir / out.path).read_text())["runtimes"] == [
-        "torch-compile-cuda-reduce-overhead"
-    ]

@@ -259,20 +259,3 @@ def test_narrowed_corners_warn_for_every_dim() -> None:
         "dims.sequence.min is not validated (validation.corners leaves out min)",
         "dims.sequence.max is not validated (validation.corners leaves out max)",
     ]
-
-
-def test_validation_checks_first_what_needs_no_waiting() -> None:
-    """Built graphs before one still building, and an exported program only once torch.compile's compile ahead
-    of it is done; when everything needs waiting, the recipe's order."""
-    from pipeline.stages.validate import _next
-
-    def late(name: str, done: bool) -> Late:
-        return Late(name, lambda: None, lambda: done)
-
-    exported = ArtifactRecord("exported-fp16", Path("x.pt2"), "exported", "fp16", "0", "test")
-    building = late("onnx-fp16", False)
-    compiling = {"cache:torch-compile-fp16": late("cache:torch-compile-fp16", False)}
-    assert _next([building, exported, late("onnx-int8", True)], compiling).name == "onnx-int8"
-    assert _next([building, exported], compiling) is building
-    assert _next([building, exported], {"cache:torch-compile-fp16": late("c", True)}) is exported
-    assert _next([building, exported], {}) is exported  # no compile ahead of it (a CPU host)

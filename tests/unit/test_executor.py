@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -129,15 +128,7 @@ def test_failed_stage_is_reused_as_failed_unless_retry_is_asked(tmp_path: Path) 
 # ---------------------------------------------------------------- background stages
 
 
-def _background(
-    name: str,
-    artifact: str,
-    gate: threading.Event,
-    seen: list,
-    fail: bool = False,
-    source: str | None = "a",
-    lane: str = "background",
-) -> Stage:
+def _background(name: str, artifact: str, gate: threading.Event, seen: list, fail: bool = False) -> Stage:
     """A background stage that waits (bounded) for `gate`: it records whether the stages in front ran while
     it was still working, which is the point of running it in the background."""
 
@@ -145,8 +136,7 @@ def _background(
         seen.append(("gate opened while building", gate.wait(timeout=20)))
         if fail:
             raise ValueError("compiler crashed")
-        upstream = inputs[source].path.read_text() if source else ""
-        ctx.path(f"{artifact}.txt").write_text(upstream + config.text)
+        ctx.path(f"{artifact}.txt").write_text(inputs["a"].path.read_text() + config.text)
         return StageResult([Output(f"{artifact}.txt", "aoti", artifact, "fp32")])
 
     return Stage(
@@ -154,10 +144,9 @@ def _background(
         version=1,
         run=run,
         config=TextConfig(text="+bg"),
-        consumes=(source,) if source else (),
+        consumes=("a",),
         produces=(artifact,),
         background=True,
-        lane=lane,
     )
 
 
@@ -284,84 +273,3 @@ def test_a_critical_failure_in_a_background_stage_stops_the_run(tmp_path: Path) 
     spans: list = []
     with pytest.raises(RuntimeError, match="a bug in the stage"):
         _deploy(tmp_path, [_sleeper("P", "p", spans, critical=True), _writer("A", "a", "1")], "v0001")
-
-
-# ---------------------------------------------------------------- chained background stages and lanes
-
-
-def _built_from(name: str, artifact: str, source: str) -> Stage:
-    """A background stage made from another background stage's artifact (fp16 from the ONNX export)."""
-
-    def run(ctx: RunContext, config: TextConfig, inputs: dict) -> StageResult:
-        ctx.path(f"{artifact}.txt").write_text(inputs[source].path.read_text() + config.text)
-        return StageResult([Output(f"{artifact}.txt", "onnx", artifact, "fp16")])
-
-    return Stage(
-        name=name,
-        version=1,
-        run=run,
-        config=TextConfig(text="+half"),
-        consumes=(source,),
-        produces=(artifact,),
-        background=True,
-        lane="onnx",
-    )
-
-
-def _chain(gate: threading.Event, seen: list, fail: bool = False) -> list[Stage]:
-    """An export and a conversion of it, both in the background; a late-taking check that opens the export's
-    gate; a front stage that needs the conversion."""
-    export = _background("EXPORT", "a", gate, seen, fail=fail, source=None, lane="onnx")
-    return [export, _built_from("HALF", "b", "a"), _checker(gate, seen), _writer("USE", "u", "!", ("b",))]
-
-
-def test_a_background_stage_built_from_another_waits_in_its_job_not_in_front(tmp_path: Path) -> None:
-    gate, seen = threading.Event(), []
-    stages = _chain(gate, seen)
-    records, version = _deploy(tmp_path, stages, "v0001")
-    assert ("gate opened while building", True) in seen  # the check started while both were building
-    assert ("ready", []) in seen and ("late", ["a", "b"]) in seen
-    assert ("resolved", {"a": "+bg", "b": "+bg+half"}) in seen
-    order = [r.name for r in records]
-    assert order.index("EXPORT") < order.index("HALF") < order.index("check")  # as built
-    status = {r.name: (r.status, r.why) for r in records}
-    assert status["HALF"] == ("ran", "input still building in the background: a")
-    assert (version / "u.txt").read_text() == "+bg+half!"
-    half = next(r for r in records if r.name == "HALF")
-    assert set(half.inputs) == {"a"}  # fingerprinted on the export it was built from
-    store = Store(tmp_path, "t")
-    plan = Executor(stages, store, [(version, read_records(version))]).plan()
-    assert all(v.fresh for _, v in plan), [(s.name, v.why) for s, v in plan]
-
-
-def test_a_failed_background_export_skips_what_is_built_from_it(tmp_path: Path) -> None:
-    gate, seen = threading.Event(), []
-    records, _ = _deploy(tmp_path, _chain(gate, seen, fail=True), "v0001")
-    assert ("resolved", {"a": None, "b": None}) in seen
-    status = {r.name: (r.status, r.error) for r in records}
-    assert status["EXPORT"][0] == "failed"
-    assert status["HALF"] == (
-        "skipped",
-        "input unavailable (a: EXPORT failed: ValueError: compiler crashed)",
-    )
-    assert status["USE"][0] == "skipped" and "HALF skipped" in status["USE"][1]
-
-
-def test_background_lanes_run_side_by_side(tmp_path: Path) -> None:
-    spans: list = []
-    compile_, convert = _sleeper("P", "p", spans), replace(_sleeper("Q", "q", spans), lane="onnx")
-    records, _ = _deploy(tmp_path, [compile_, convert], "v0001")
-    assert {r.name: r.status for r in records} == {"P": "ran", "Q": "ran"}
-    (_, first_start, first_end), (_, second_start, _) = sorted(spans, key=lambda s: s[1])
-    assert second_start < first_end  # two lanes: the second did not wait for the first
-
-
-def test_a_stopping_run_ends_the_jobs_waiting_for_their_turn(tmp_path: Path) -> None:
-    spans: list = []
-    stages = [_sleeper("P", "p", spans, critical=True), *(_sleeper(n, n.lower(), spans) for n in "QRS")]
-    started = time.monotonic()
-    with pytest.raises(RuntimeError, match="a bug in the stage"):
-        _deploy(tmp_path, stages, "v0001")
-    ran = [s[0] for s in spans]
-    assert "R" not in ran and "S" not in ran  # waiting for their turn when the run stopped: they never ran
-    assert time.monotonic() - started < 10
