@@ -90,7 +90,7 @@ def throughput(
         "stable": stable,
         "segment_rates": [round(r, 1) for r in rates],
         "requests": requests,
-        "seconds": round(elapsed, 4),
+        "seconds": round(elapsed, 6),
         "batch": batch,
         "mode": f"back-to-back requests on the runtime's stream, {SEGMENTS} segments each synchronized at its end",
     }
