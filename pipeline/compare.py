@@ -94,6 +94,13 @@ def speed_verdict(a_ci: Interval | None, b_ci: Interval | None, metric: str = "p
     return "within noise"
 
 
+def change(a: float | None, b: float | None) -> float | None:
+    """B's value relative to A's (+0.1: 10 % higher), whichever way is better."""
+    if a is None or b is None or not a:
+        return None
+    return (b - a) / a
+
+
 def slowdown(a: float | None, b: float | None, metric: str) -> float | None:
     """How much slower B is than A, relative to A: a longer latency, or a lower throughput (negative: faster)."""
     if a is None or b is None or not a:
@@ -128,7 +135,7 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any], metric: str) -> list[dict
                 "b": value_b,
                 "a_ci95": a_ci,
                 "b_ci95": b_ci,
-                "change": (value_b - value_a) / value_a if value_a else None,
+                "change": change(value_a, value_b),
                 "verdict": speed_verdict(a_ci, b_ci, metric),
                 "stable": bool(row_a.get("stable", True) and row_b.get("stable", True)),
             }
@@ -227,7 +234,7 @@ def shipped(a: dict[str, Any], b: dict[str, Any], metric: str) -> dict[str, Any]
         "unit": unit_of(metric),
         "a_ci95": a_ci,
         "b_ci95": b_ci,
-        "change": (value_b - value_a) / value_a if value_a else None,
+        "change": change(value_a, value_b),
         "slowdown": slowdown(value_a, value_b, metric),
         "verdict": speed_verdict(a_ci, b_ci, metric),
     }
