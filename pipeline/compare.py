@@ -103,9 +103,10 @@ def change(a: float | None, b: float | None) -> float | None:
 
 def slowdown(a: float | None, b: float | None, metric: str) -> float | None:
     """How much slower B is than A, relative to A: a longer latency, or a lower throughput (negative: faster)."""
-    if a is None or b is None or not a:
+    relative = change(a, b)
+    if relative is None:
         return None
-    return (a - b) / a if maximized(metric) else (b - a) / a
+    return -relative if maximized(metric) else relative
 
 
 def _row_key(row: dict[str, Any]) -> tuple[Any, ...]:

@@ -75,9 +75,9 @@ def throughput(
     per_segment = max(1, round(seconds / SEGMENTS / call_s)) if call_s > 0 else 1
     rates, requests, elapsed = [], 0, 0.0
     for _ in range(SEGMENTS):
-        n, took = per_segment, _segment(runner, per_segment)
-        rates.append(batch * n / took)
-        requests += n
+        took = _segment(runner, per_segment)
+        rates.append(batch * per_segment / took)
+        requests += per_segment
         elapsed += took
     figure = batch * requests / elapsed
     mean = statistics.fmean(rates)

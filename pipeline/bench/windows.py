@@ -122,6 +122,10 @@ class Measurement:
     def wall_ms(self) -> list[float]:
         return [s.wall_ms for s in self.samples]
 
+    def wall_p50_ms(self) -> float:
+        """The median host wall time of a call (a GPU row's flag; a throughput run's segment size)."""
+        return float(np.median(self.wall_ms()))
+
     def window_spread(self, last: int) -> float | None:
         """(max - min) / min of the last `last` window medians: the agreement the policy checks."""
         tail = self.window_medians[-last:]

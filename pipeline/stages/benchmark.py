@@ -19,8 +19,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from pipeline.artifacts import ArtifactRecord
 from pipeline.bench import hosts
 from pipeline.bench.device import MemoryProbe, throughput
@@ -108,7 +106,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
         produces=("report:speed",),
         critical=True,
         volatile=True,
-        quiet=True,  # it times: no background stage (a compile ahead of validation's) may run beside it
+        quiet=True,  # it times: no background stage (the AOTInductor compile) may run beside it
     )
 
 
@@ -333,13 +331,12 @@ def _measure_shape(
     for c in active:
         if (c.memory is not None or every_row) and measured[c.key].error is None:
             try:
-                call_s = float(np.median(measured[c.key].wall_ms())) / 1000
                 c.throughput = throughput(
                     c.runner,
                     shape.batch,
                     config.benchmark.throughput_s,
                     config.benchmark.stable_within,
-                    call_s,
+                    measured[c.key].wall_p50_ms() / 1000,
                 )
             except Exception as exc:  # the latency row stands; the throughput run says why it has none
                 c.throughput = {"error": one_line(f"{type(exc).__name__}: {exc}")}
