@@ -4,12 +4,18 @@ A GPU deploy should not spend minutes timing rows that cannot win. By default a 
 - the GPU runtimes with device I/O at every batch, and with host I/O (copies included) at the smallest batch
   and the selection objective's batch only: what serving from host memory adds, without a second row per
   runtime at every batch;
-- not the device-I/O rows of a mode whose faster twin of the same artifact is timed (TWINS: the AOTInductor
-  package launched kernel by kernel, plain or padding-aware, when its CUDA-graph capture is timed; the
-  ExportedProgram run eagerly when a torch.compile mode of it is timed): the same kernels with more launch
-  overhead cannot win (measured slower at every batch on the H200), and their windows would cost the deploy
-  seconds; host-I/O rows stay (the twins have none); speed.json names each such pair under
-  conditions.runtimes_timed.not_timed (a runtime listed under selection.runtimes is never left out);
+- not the pairs whose faster twin is timed. A mode's twin is a mode of the same artifact (TWINS: the
+  AOTInductor package launched kernel by kernel, plain or padding-aware, when its CUDA-graph capture is timed;
+  the ExportedProgram run eagerly when a torch.compile mode of it is timed: the same kernels with more launch
+  overhead): only its device-I/O rows go, since the twin has no host-I/O mode. An ONNX graph's twin is another
+  artifact on the same ONNX Runtime CUDA runtime (ONNX_TWINS: ONNX Runtime's own fusions of a plain graph at
+  the same precision; for the static Q/DQ INT8 graph, which the CUDA provider runs as dequantize plus float
+  MatMul since it has no INT8 GEMM for it (that graph is built for TensorRT), its float graph): its rows go in
+  both I/O modes, since the twin has its own host-I/O row. Each was measured slower than its twin at every
+  batch on the H200, and their windows would cost the deploy seconds. Validation still checks an artifact
+  left with no timed row (left_for_twin), so every built artifact carries an accuracy verdict; speed.json
+  names each pair left out under conditions.runtimes_timed.not_timed (a runtime listed under
+  selection.runtimes is never left out);
 - the CPU reference (torch-cpu of torch-fp32) at the smallest batch only, as a yardstick.
 A CPU host times the CPU runtimes. A recipe that lists `benchmark.runtimes` times exactly those, at every
 batch and in both I/O modes.
@@ -18,7 +24,8 @@ batch and in both I/O modes.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
@@ -69,22 +76,54 @@ TWINS: dict[str, tuple[str, ...]] = {
     "torch-aoti-cuda-bucketed": ("torch-aoti-cuda-graph-bucketed",),
 }
 COMPILED = "torch-compile-cuda"  # the runtimes torch.compile makes of an ExportedProgram on CUDA
+# ONNX artifact -> the artifacts (first found wins) whose rows on the same ONNX Runtime CUDA runtime, when timed,
+# leave its rows there untimed by default. On the H200 (MiniLM, batch 1/32/256) the optimized graphs beat their
+# plain ones by 1.16-2.9x in all 12 pairs, and the Q/DQ graph was slower than the plain FP32 one at every batch
+# (1.96/4.48/27.1 ms against 1.52/3.98/25.0).
+ONNX_TWINS: dict[str, tuple[str, ...]] = {
+    "onnx-fp32": ("onnx-optimized-fp32",),
+    "onnx-fp16": ("onnx-optimized-fp16",),
+    "onnx-int8": ("onnx-optimized-fp32", "onnx-fp32"),
+}
+ONNX_CUDA = ("onnxruntime-cuda", "onnxruntime-cuda-graph")
+WHY_SLOWER = {  # what makes an ONNX artifact slower than its twin, for the reports
+    "onnx-fp32": "the same graph without ONNX Runtime's fusions",
+    "onnx-fp16": "the same graph without ONNX Runtime's fusions",
+    "onnx-int8": "the CUDA provider has no INT8 GEMM for Q/DQ graphs: it dequantizes and multiplies in float",
+}
+
+Pair = tuple[str, str]  # (artifact, runtime)
 
 
-def faster_twin(artifact: str, runtime: str, siblings: Iterable[str]) -> str | None:
-    """The timed twin that makes this (artifact, runtime) not worth timing by default, if any; `siblings`
-    are the runtimes the artifact has on this host."""
-    others = sorted(set(siblings) - {runtime})
+@dataclass(frozen=True)
+class Twin:
+    """The timed pair that makes another not worth timing by default."""
+
+    name: str  # a runtime of the same artifact, or "<artifact> on <runtime>"
+    every_io: bool  # left out in both I/O modes (the twin has host-I/O rows of its own), else device I/O only
+    why: str = ""
+
+
+def faster_twin(artifact: str, runtime: str, pairs: Collection[Pair]) -> Twin | None:
+    """The timed twin that makes this pair not worth timing by default, if any; `pairs` are the (artifact,
+    runtime) pairs this host has. A mode's twin (a CUDA graph, a torch.compile mode) has no host-I/O mode, so
+    the mode keeps its host-I/O rows; another artifact's twin on the same runtime has its own."""
+    others = sorted({r for a, r in pairs if a == artifact} - {runtime})
     if runtime in TWINS:
-        return next((t for t in TWINS[runtime] if t in others), None)
+        found = next((t for t in TWINS[runtime] if t in others), None)
+        return Twin(found, every_io=False) if found else None
     if artifact.startswith("exported-") and runtime == "torch-cuda":
-        return next((t for t in others if t.startswith(COMPILED)), None)
+        found = next((t for t in others if t.startswith(COMPILED)), None)
+        return Twin(found, every_io=False) if found else None
+    if runtime in ONNX_CUDA:
+        found = next((a for a in ONNX_TWINS.get(artifact, ()) if (a, runtime) in pairs), None)
+        return Twin(f"{found} on {runtime}", every_io=True, why=WHY_SLOWER[artifact]) if found else None
     return None
 
 
-def _left_for_twin(timing: HostTiming, artifact: str, runtime: str, siblings: Iterable[str]) -> str | None:
+def _left_for_twin(timing: HostTiming, artifact: str, runtime: str, pairs: Collection[Pair]) -> Twin | None:
     """The faster twin a GPU runtime is left out for by default; never one selection.runtimes lists."""
-    return None if runtime in timing.winner_runtimes else faster_twin(artifact, runtime, siblings)
+    return None if runtime in timing.winner_runtimes else faster_twin(artifact, runtime, pairs)
 
 
 def timed(
@@ -94,7 +133,7 @@ def timed(
     batch: int,
     gpu_host: bool,
     io: str = "device",
-    siblings: Iterable[str] = (),
+    pairs: Collection[Pair] = (),
 ) -> bool:
     """Whether this (artifact, runtime) is timed at this batch in this I/O mode on this host."""
     if timing.runtimes is not None:
@@ -103,39 +142,53 @@ def timed(
     if is_gpu_runtime(runtime):
         if not gpu_host:
             return False
+        twin = _left_for_twin(timing, artifact, runtime, pairs)
         if io == "device":
-            return not _left_for_twin(timing, artifact, runtime, siblings)
-        return smallest or batch == timing.objective_batch
+            return twin is None
+        return (smallest or batch == timing.objective_batch) and not (twin and twin.every_io)
     if not gpu_host:
         return True
     return artifact == REFERENCE and runtime == "torch-cpu" and smallest
 
 
+def left_for_twin(
+    timing: HostTiming, artifact: str, runtime: str, gpu_host: bool, pairs: Collection[Pair]
+) -> bool:
+    """Whether this host's default leaves the pair untimed in every I/O mode for a faster twin: validation
+    still checks such an artifact (on one of those runtimes) when nothing of it is timed, so that every built
+    artifact carries an accuracy verdict."""
+    if timing.runtimes is not None or not gpu_host or not is_gpu_runtime(runtime):
+        return False
+    twin = _left_for_twin(timing, artifact, runtime, pairs)
+    return bool(twin and twin.every_io)
+
+
 def timed_anywhere(
-    timing: HostTiming, artifact: str, runtime: str, gpu_host: bool, io: str, siblings: Iterable[str] = ()
+    timing: HostTiming, artifact: str, runtime: str, gpu_host: bool, io: str, pairs: Collection[Pair] = ()
 ) -> bool:
     """Whether this (artifact, runtime) is timed at some batch in this I/O mode: validation covers exactly
     the pairs with a runner timed somewhere."""
-    return any(timed(timing, artifact, runtime, b, gpu_host, io, siblings) for b in timing.batch_sizes)
+    return any(timed(timing, artifact, runtime, b, gpu_host, io, pairs) for b in timing.batch_sizes)
 
 
-def not_timed(timing: HostTiming, pairs: Iterable[tuple[str, str]], gpu_host: bool) -> list[dict[str, str]]:
-    """The (artifact, runtime) pairs whose device-I/O rows this host leaves untimed because a faster twin is
-    timed, with why (their host-I/O rows, where the runtime has them, are timed as usual)."""
-    pairs = list(pairs)
+def not_timed(timing: HostTiming, pairs: Iterable[Pair], gpu_host: bool) -> list[dict[str, str]]:
+    """The (artifact, runtime) pairs this host leaves untimed because a faster twin is timed, with why and in
+    which I/O mode: device (a mode whose twin has no host I/O keeps its host-I/O rows) or any."""
+    pairs = list(dict.fromkeys(pairs))
     if timing.runtimes is not None or not gpu_host:
         return []
     out = []
     for artifact, runtime in pairs:
-        siblings = [r for a, r in pairs if a == artifact]
-        twin = _left_for_twin(timing, artifact, runtime, siblings) if is_gpu_runtime(runtime) else None
+        twin = _left_for_twin(timing, artifact, runtime, pairs) if is_gpu_runtime(runtime) else None
         if twin:
+            why = f" ({twin.why})" if twin.why else ""
             out.append(
                 {
                     "artifact": artifact,
                     "runtime": runtime,
-                    "io": "device",
-                    "reason": f"its faster twin {twin} is timed; list it under benchmark.runtimes to time it",
+                    "io": "any" if twin.every_io else "device",
+                    "reason": f"its faster twin {twin.name} is timed{why}; list it under benchmark.runtimes to "
+                    "time it",
                 }
             )
     return out
@@ -150,7 +203,7 @@ def policy(timing: HostTiming, gpu_host: bool) -> dict[str, Any]:
         host = sorted({smallest, timing.objective_batch} & set(timing.batch_sizes)) or [smallest]
         rule = (
             f"GPU runtimes at every batch with device I/O, with host I/O at batch {', '.join(map(str, host))} "
-            "only, except the device-I/O rows of modes whose faster twin is timed (not_timed); the CPU reference "
+            "only, except pairs whose faster twin is timed (not_timed); the CPU reference "
             f"({REFERENCE} on torch-cpu) at batch {smallest} only"
         )
     else:

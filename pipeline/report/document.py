@@ -415,9 +415,10 @@ def _not_timed(speed: Dict | None) -> Section:
         "Not timed",
         [
             Para(
-                "Left out on purpose, so that no reader takes a missing row for a failure (and not validated "
-                "where no row of it is timed): a runtime not offered for the artifact, with why, or one not timed "
-                f"in this I/O mode under this host's rule: {timing.get('rule', '?')}."
+                "Left out on purpose, so that no reader takes a missing row for a failure: a runtime not offered "
+                "for the artifact, with why, or one not timed in this I/O mode under this host's rule: "
+                f"{timing.get('rule', '?')}. An artifact with no row timed at all is not validated either, unless "
+                "it was left out for a faster twin: then it is validated on one of those runtimes (Accuracy)."
             ),
             Table(["artifact", "runtime", "I/O", "reason"], rows),
         ],

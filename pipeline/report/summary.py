@@ -119,6 +119,8 @@ def _lines(
 ) -> list[dict]:
     entries = artifacts_of(accuracy)
     reasons = {a: r for a, r, _ in reversed(not_run(accuracy, speed))}
+    for left in _left_for_twins(speed):  # validated, never timed: say why no figure follows
+        reasons.setdefault(left["artifact"], f"not timed: {left['reason']}")
     lines = []
     for name, runtime, io in _runners(accuracy, speed):
         mine = [
@@ -183,9 +185,15 @@ def _accuracy_cell(name: str, entry: Dict | None) -> str:
     return f"pass {check.get('metric')} {fmt_metric(str(check.get('metric')), check.get('value'))}"
 
 
+def _left_for_twins(speed: Dict | None) -> list[Dict]:
+    """The pairs the host's rule left untimed in every I/O mode for a faster twin (pipeline/bench/hosts.py)."""
+    timing = ((speed or {}).get("conditions") or {}).get("runtimes_timed") or {}
+    return [x for x in timing.get("not_timed") or [] if x.get("io") == "any" and x.get("artifact")]
+
+
 def _note(entry: Dict | None, not_run_reason: str | None, benchmarked: bool) -> str:
     if not benchmarked and not_run_reason:
-        if "not runnable" in not_run_reason:
+        if "not runnable" in not_run_reason or not_run_reason.startswith("not timed"):
             return not_run_reason
         return f"not runnable on this host: {not_run_reason}"
     if entry is not None and not entry.get("passed") and entry.get("reason"):

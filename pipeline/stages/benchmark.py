@@ -90,7 +90,7 @@ class Candidate:
 def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     return Stage(
         name="benchmark",
-        version=10,  # 4: whole-window intervals, slow calls sized to stabilize, unstable winner re-measured,
+        version=11,  # 4: whole-window intervals, slow calls sized to stabilize, unstable winner re-measured,
         # runtimes chosen per host, GPU rows with peak memory and throughput; 5: GPU host rows without faster
         # twins and with host I/O at the smallest and objective batch, GPU and CPU candidates interleaved apart,
         # torch.compile with dynamic shapes; 6: the plain AOTInductor package's device-I/O rows left to its
@@ -99,6 +99,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
         # adds their resident weights), padding-aware groups ordered on the device; 9: no CUDA provider for a
         # graph it lacks kernels for (listed under not_timed), CUDA-graph sessions with the weights apart;
         # 10: throughput segments of a fixed number of requests, sized from the row's median call
+        # 11: plain and Q/DQ ONNX graphs leave their CUDA-provider device rows to their faster twins
         config=BenchmarkStageConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=run,
         environment=_environment,
@@ -175,7 +176,7 @@ def _measure_all(
     results: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
     measured: dict[BenchShape, dict[Key, Measurement]] = {}
-    siblings = _runtimes_by_artifact(candidates)
+    pairs = {(c.runner.artifact, c.runner.runtime) for c in candidates}
     for shape in shapes:
         timed = [
             c
@@ -187,7 +188,7 @@ def _measure_all(
                 shape.batch,
                 gpu_host,
                 c.runner.io,
-                siblings[c.runner.artifact],
+                pairs,
             )
         ]
         rows, failures, measured[shape] = _measure_shape(ctx, config, shape, timed, policy)
@@ -246,13 +247,6 @@ def _declined(artifacts: dict[str, ArtifactRecord], settings: RunnerSettings) ->
         for name, record in artifacts.items()
         for runtime, reason in declined_runtimes(record, settings).items()
     ]
-
-
-def _runtimes_by_artifact(candidates: list[Candidate]) -> dict[str, set[str]]:
-    found: dict[str, set[str]] = {}
-    for c in candidates:
-        found.setdefault(c.runner.artifact, set()).add(c.runner.runtime)
-    return found
 
 
 def _token_lengths(ctx: RunContext, config: BenchmarkStageConfig) -> list[int]:

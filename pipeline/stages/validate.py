@@ -178,6 +178,18 @@ def runtime_runners(runners: list[Runner]) -> list[Runner]:
     return list(chosen.values())
 
 
+def host_pairs(records: list[ArtifactRecord], settings: RunnerSettings) -> frozenset[hosts.Pair]:
+    """The (artifact, runtime) pairs this host can run the built artifacts on."""
+    from pipeline.runners.registry import runners_for
+
+    pairs = set()
+    for record in records:
+        found = runners_for(record, settings)
+        if not isinstance(found, NotRunnable):
+            pairs |= {(record.name, r.runtime) for r in found}
+    return frozenset(pairs)
+
+
 def validate_artifact(
     ctx: RunContext,
     config: ValidateConfig,
@@ -185,9 +197,12 @@ def validate_artifact(
     batches: list[Batch],
     reference: Any,
     onnx_reference: ArtifactRecord | None = None,
+    peers: frozenset[hosts.Pair] = frozenset(),
 ) -> list[ArtifactAccuracy] | NotRunnable:
-    """Run one artifact over the batches on every runtime the benchmark will time it on, and check each; a
-    runtime error is that runtime's failure, not a crash."""
+    """Run one artifact over the batches on every runtime the benchmark will time it on (or, when it is timed
+    nowhere because faster twins are, on one of the runtimes it was left out of), and check each; a runtime
+    error is that runtime's failure, not a crash. `peers`: the other artifacts' (artifact, runtime)
+    pairs on this host, whose faster twins the benchmark leaves some pairs untimed for (pipeline/bench/hosts)."""
     from pipeline.runners.registry import declined_runtimes, runners_for
 
     found = runners_for(record, config.runners)
@@ -196,12 +211,14 @@ def validate_artifact(
     if not found:
         return NotRunnable(record.name, "no runner for this artifact kind")
     gpu_host = hosts.has_cuda()
-    siblings = {r.runtime for r in found}
+    pairs = peers | {(record.name, r.runtime) for r in found}
     timed = [
-        r
-        for r in found
-        if hosts.timed_anywhere(config.timing, record.name, r.runtime, gpu_host, r.io, siblings)
+        r for r in found if hosts.timed_anywhere(config.timing, record.name, r.runtime, gpu_host, r.io, pairs)
     ]
+    if not timed:  # left out for faster twins: checked all the same, on the first such runtime
+        timed = runtime_runners(
+            [r for r in found if hosts.left_for_twin(config.timing, record.name, r.runtime, gpu_host, pairs)]
+        )[:1]
     if not timed:
         declined = "".join(f"{why}; " for why in declined_runtimes(record, config.runners).values())
         return NotRunnable(
@@ -334,6 +351,7 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
         reference = run_batches(ctx, config.runners, reference_runner, batches, REFERENCE)
         del reference_runner
         onnx_reference = inputs.get("onnx-fp32")
+        peers = host_pairs(ready, config.runners)
         with frozen_heap():  # the collection after each runner walks only what came after the reference
             for record in [*ready, *late]:
                 if isinstance(record, Late):
@@ -342,7 +360,7 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
                     if record is None:  # its build failed: absent, like any variant whose build failed
                         absent.append(name)
                         continue
-                outcome = validate_artifact(ctx, config, record, batches, reference, onnx_reference)
+                outcome = validate_artifact(ctx, config, record, batches, reference, onnx_reference, peers)
                 if isinstance(outcome, NotRunnable):
                     not_run.append(outcome)
                 else:
@@ -370,9 +388,10 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     """The validate stage over whichever of `artifacts` were built (consumes_any)."""
     return Stage(
         name="validate",
-        version=4,  # 2: a record per runtime, masked per-token outputs, neighbours, divergence, coverage;
+        version=5,  # 2: a record per runtime, masked per-token outputs, neighbours, divergence, coverage;
         # 3: the pairs the new GPU host timing rule times, torch.compile with dynamic shapes;
         # 4: no CUDA provider for a graph with data nodes it has no kernel for (ort_placement)
+        # 5: the pairs the benchmark times after the ONNX twins rule (pipeline/bench/hosts.py)
         config=ValidateConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=_run,
         environment=lambda: {

@@ -197,3 +197,40 @@ def test_benchmark_rows_have_memory_and_throughput(ctx: StageEnv, aoti: Artifact
             low, high = row["throughput"]["ci95"]
             assert low <= row["throughput"]["sequences_per_s"] <= high, row
             assert row["cuda_graph"] == ("graph" in row["runtime"])
+
+
+def test_a_plain_onnx_graph_leaves_its_rows_to_its_optimized_twin(ctx: StageEnv, tmp_path: Path) -> None:
+    """With onnx-optimized-fp32 timed on the CUDA provider, onnx-fp32 gets no row there in either I/O mode, is
+    still validated on that runtime, and speed.json names the pairs left out. The twin here is a copy of the
+    same graph: the rule goes by the artifacts' names, not their speed."""
+    import shutil
+
+    from pipeline.runners.onnxruntime_runner import cuda_provider_available
+    from pipeline.stages import validate
+    from tests.unit.runners.tiny_artifacts import record
+
+    if not cuda_provider_available():
+        pytest.skip("onnxruntime has no CUDA provider here")
+    plain = export_onnx(ctx, tmp_path / "model.onnx")
+    shutil.copy(plain.path, tmp_path / "model.optimized.onnx")
+    optimized = record("onnx-optimized-fp32", tmp_path / "model.optimized.onnx", "onnx")
+    inputs = {"onnx-fp32": plain, "onnx-optimized-fp32": optimized}
+    result = ctx.run(validate.stage(ctx.recipe, ctx.recipe_dir, list(inputs)), inputs)
+    accuracy = result.outputs[0].value["artifacts"]
+    assert set(accuracy["onnx-fp32"]["runtimes"]) == {"onnxruntime-cuda"}, accuracy
+    assert accuracy["onnx-fp32"]["passed"], accuracy["onnx-fp32"]
+    assert {"onnxruntime-cuda", "onnxruntime-cuda-graph"} <= set(accuracy["onnx-optimized-fp32"]["runtimes"])
+    ctx.run(benchmark.stage(ctx.recipe, ctx.recipe_dir, list(inputs)), inputs)
+    speed = json.loads((ctx.workdir / benchmark.REPORT).read_text())
+    rows = [(r["artifact"], r["runtime"], r["io"], r["batch"]) for r in speed["results"]]
+    assert not [row for row in rows if row[0] == "onnx-fp32"], rows
+    batches = sorted({b for *_, b in rows})
+    for runtime in ("onnxruntime-cuda", "onnxruntime-cuda-graph"):
+        timed = sorted(b for a, r, io, b in rows if (a, r, io) == ("onnx-optimized-fp32", runtime, "device"))
+        assert timed == batches, (runtime, rows)
+    assert ("onnx-optimized-fp32", "onnxruntime-cuda", "host", batches[0]) in rows
+    left = speed["conditions"]["runtimes_timed"]["not_timed"]
+    assert [(x["artifact"], x["runtime"], x["io"]) for x in left] == [
+        ("onnx-fp32", "onnxruntime-cuda", "any"),
+        ("onnx-fp32", "onnxruntime-cuda-graph", "any"),
+    ]

@@ -61,25 +61,28 @@ def test_gpu_host_times_host_io_at_the_smallest_batch_only() -> None:
 
 def test_a_mode_whose_faster_twin_is_timed_is_left_out_and_named() -> None:
     recipe = hosts.HostTiming.from_recipe(tiny_context(Path(".")).recipe)
-    aoti = [
+    aoti_modes = [
         "torch-aoti-cuda",
         "torch-aoti-cuda-bucketed",
         "torch-aoti-cuda-graph",
         "torch-aoti-cuda-graph-bucketed",
     ]
-    exported = ["torch-cuda", "torch-compile-cuda-reduce-overhead"]
-    assert not hosts.timed(recipe, "aoti-fp16", "torch-aoti-cuda-bucketed", 1, True, siblings=aoti)
-    assert hosts.timed(recipe, "aoti-fp16", "torch-aoti-cuda-bucketed", 1, True, siblings=aoti[:2])  # no twin
-    assert not hosts.timed(recipe, "exported-fp16", "torch-cuda", 1, True, siblings=exported)
-    assert hosts.timed(recipe, "torch-fp32", "torch-cuda", 1, True, siblings=["torch-cuda", "torch-cpu"])
+    aoti = [("aoti-fp16", r) for r in aoti_modes]
+    exported = [("exported-fp16", r) for r in ["torch-cuda", "torch-compile-cuda-reduce-overhead"]]
+    assert not hosts.timed(recipe, "aoti-fp16", "torch-aoti-cuda-bucketed", 1, True, pairs=aoti)
+    assert hosts.timed(recipe, "aoti-fp16", "torch-aoti-cuda-bucketed", 1, True, pairs=aoti[:2])  # no twin
+    assert not hosts.timed(recipe, "exported-fp16", "torch-cuda", 1, True, pairs=exported)
+    reference = [("torch-fp32", "torch-cuda"), ("torch-fp32", "torch-cpu")]
+    assert hosts.timed(recipe, "torch-fp32", "torch-cuda", 1, True, pairs=reference)
+    # another artifact's mode is no twin: only the same artifact's
+    assert hosts.timed(recipe, "exported-fp16", "torch-cuda", 1, True, pairs=[*exported[:1], *aoti])
     # the plain package's device-I/O rows go for its captured graph; its host-I/O row (no twin there) stays
     assert not hosts.timed(recipe, "aoti-fp16", "torch-aoti-cuda", 1, True, "device", aoti)
     assert hosts.timed(recipe, "aoti-fp16", "torch-aoti-cuda", 1, True, "host", aoti)
     assert hosts.timed_anywhere(recipe, "aoti-fp16", "torch-aoti-cuda", True, "host", aoti)  # so validated
     # validation covers what is timed: a mode left out in every I/O mode it has is not validated either
     assert not hosts.timed_anywhere(recipe, "exported-fp16", "torch-cuda", True, "device", exported)
-    pairs = [("aoti-fp16", r) for r in aoti] + [("exported-fp16", r) for r in exported]
-    left = hosts.not_timed(recipe, pairs, gpu_host=True)
+    left = hosts.not_timed(recipe, aoti + exported, gpu_host=True)
     assert [(x["artifact"], x["runtime"], x["io"]) for x in left] == [
         ("aoti-fp16", "torch-aoti-cuda", "device"),
         ("aoti-fp16", "torch-aoti-cuda-bucketed", "device"),
@@ -87,7 +90,64 @@ def test_a_mode_whose_faster_twin_is_timed_is_left_out_and_named() -> None:
     ]
     assert "torch-aoti-cuda-graph is timed" in left[0]["reason"]
     assert "torch-aoti-cuda-graph-bucketed is timed" in left[1]["reason"]
-    assert hosts.not_timed(recipe, pairs, gpu_host=False) == []
+    assert hosts.not_timed(recipe, aoti + exported, gpu_host=False) == []
+
+
+def onnx_pairs(*artifacts: str) -> list[tuple[str, str]]:
+    """The pairs a GPU host has for ONNX graphs (the Q/DQ graph has no CUDA-graph mode: graph_runners)."""
+    runtimes = ["onnxruntime-cpu", "onnxruntime-cuda", "onnxruntime-cuda-graph"]
+    return [(a, r) for a in artifacts for r in runtimes if not (a == "onnx-int8" and r.endswith("graph"))]
+
+
+def test_plain_onnx_graphs_leave_their_device_rows_to_the_optimized_ones_on_the_cuda_provider() -> None:
+    recipe = hosts.HostTiming.from_recipe(tiny_context(Path(".")).recipe)
+    every = onnx_pairs("onnx-fp32", "onnx-fp16", "onnx-int8", "onnx-optimized-fp32", "onnx-optimized-fp16")
+    for artifact in ("onnx-fp32", "onnx-fp16"):
+        for runtime in hosts.ONNX_CUDA:
+            assert not hosts.timed(recipe, artifact, runtime, 2, True, "device", every)
+            assert hosts.timed(
+                recipe, artifact.replace("onnx-", "onnx-optimized-"), runtime, 2, True, "device", every
+            )
+        # the twin has a host-I/O row of its own: the plain graph's goes too, but validation still checks it
+        assert not hosts.timed(recipe, artifact, "onnxruntime-cuda", 1, True, "host", every)
+        assert not hosts.timed_anywhere(recipe, artifact, "onnxruntime-cuda", True, "host", every)
+        assert hosts.left_for_twin(recipe, artifact, "onnxruntime-cuda", True, every)
+    assert not hosts.timed(recipe, "onnx-int8", "onnxruntime-cuda", 1, True, "device", every)
+    assert not hosts.timed(recipe, "onnx-int8", "onnxruntime-cuda", 1, True, "host", every)
+    assert hosts.left_for_twin(recipe, "onnx-int8", "onnxruntime-cuda", True, every)
+    # a mode's twin (the AOTInductor graph) has no host I/O: that pair is not left out in every I/O mode
+    aoti = [("aoti-fp16", "torch-aoti-cuda"), ("aoti-fp16", "torch-aoti-cuda-graph")]
+    assert not hosts.left_for_twin(recipe, "aoti-fp16", "torch-aoti-cuda", True, aoti)
+    assert not hosts.left_for_twin(recipe, "onnx-fp32", "onnxruntime-cuda", False, every)  # a CPU host
+    untimed = hosts.not_timed(recipe, every, gpu_host=True)
+    assert {x["io"] for x in untimed} == {"any"}
+    left = {(x["artifact"], x["runtime"]): x["reason"] for x in untimed}
+    assert set(left) == {
+        ("onnx-fp32", "onnxruntime-cuda"),
+        ("onnx-fp32", "onnxruntime-cuda-graph"),
+        ("onnx-fp16", "onnxruntime-cuda"),
+        ("onnx-fp16", "onnxruntime-cuda-graph"),
+        ("onnx-int8", "onnxruntime-cuda"),
+    }
+    assert (
+        "onnx-optimized-fp16 on onnxruntime-cuda-graph is timed"
+        in left[("onnx-fp16", "onnxruntime-cuda-graph")]
+    )
+    assert "no INT8 GEMM" in left[("onnx-int8", "onnxruntime-cuda")]
+    # without the optimized graphs, the plain ones are timed, and the Q/DQ graph goes for the plain FP32 one
+    plain = onnx_pairs("onnx-fp32", "onnx-fp16", "onnx-int8")
+    assert hosts.timed(recipe, "onnx-fp32", "onnxruntime-cuda-graph", 2, True, "device", plain)
+    left = hosts.not_timed(recipe, plain, gpu_host=True)
+    assert [(x["artifact"], x["runtime"]) for x in left] == [("onnx-int8", "onnxruntime-cuda")]
+    assert "onnx-fp32 on onnxruntime-cuda is timed" in left[0]["reason"]
+    # a twin timed only in another runtime is no twin; the CPU host and listed runtimes time everything
+    assert hosts.timed(recipe, "onnx-fp16", "onnxruntime-cuda", 2, True, "device", plain + every[:3])
+    assert hosts.timed(recipe, "onnx-fp16", "onnxruntime-cpu", 2, False, "host", every)
+    listed = hosts.HostTiming.from_recipe(
+        tiny_context(Path("."), "benchmark.runtimes=[onnxruntime-cuda]").recipe
+    )
+    assert hosts.timed(listed, "onnx-fp16", "onnxruntime-cuda", 2, True, "device", every)
+    assert hosts.not_timed(listed, every, gpu_host=True) == []
 
 
 def test_host_io_is_also_timed_at_the_objective_batch_and_winner_runtimes_are_never_left_out() -> None:
@@ -96,7 +156,7 @@ def test_host_io_is_also_timed_at_the_objective_batch_and_winner_runtimes_are_ne
     ).recipe
     timing = hosts.HostTiming.from_recipe(recipe)  # batch sizes [1, 2]
     assert hosts.timed(timing, "onnx-fp16", "onnxruntime-cuda", 2, True, "host")  # where the winner is chosen
-    aoti = ["torch-aoti-cuda-bucketed", "torch-aoti-cuda-graph-bucketed"]
-    assert hosts.timed(timing, "aoti-fp16", "torch-aoti-cuda-bucketed", 1, True, siblings=aoti)
-    assert hosts.not_timed(timing, [("aoti-fp16", r) for r in aoti], gpu_host=True) == []
+    aoti = [("aoti-fp16", r) for r in ["torch-aoti-cuda-bucketed", "torch-aoti-cuda-graph-bucketed"]]
+    assert hosts.timed(timing, "aoti-fp16", "torch-aoti-cuda-bucketed", 1, True, pairs=aoti)
+    assert hosts.not_timed(timing, aoti, gpu_host=True) == []
     assert "host I/O at batch 1, 2 only" in hosts.policy(timing, True)["rule"]

@@ -66,3 +66,18 @@ def test_a_throughput_objective_shows_and_orders_by_sequences_per_s(inputs):
     assert "250 ~" in _line(text, "onnx-fp16")  # its throughput run did not settle
     assert "—" in _line(text, "onnx-int8")  # no throughput run: no figure
     assert "~ throughput run did not settle" in text and "unstable row" not in text
+
+
+def test_an_artifact_left_out_for_a_faster_twin_says_so(inputs):
+    """Validated but never timed (a GPU host's rule, pipeline/bench/hosts.py): its line says why no figure."""
+    speed = inputs["speed"]
+    speed["results"] = [r for r in speed["results"] if r["artifact"] != "onnx-fp32"]
+    reason = (
+        "its faster twin onnx-optimized-fp32 on onnxruntime-cuda is timed (the same graph without fusions)"
+    )
+    speed["conditions"]["runtimes_timed"] = {
+        "not_timed": [{"artifact": "onnx-fp32", "runtime": "onnxruntime-cuda", "io": "any", "reason": reason}]
+    }
+    line = _line(_text(summary_table(inputs["accuracy"], speed, inputs["winner"], None)), "onnx-fp32")
+    assert "pass cosine" in line and "not timed: its faster twin onnx-optimized-fp32" in line, line
+    assert "not runnable" not in line
