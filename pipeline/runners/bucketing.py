@@ -135,7 +135,7 @@ class Bucketing:
         for group in groups:
             end = start + len(group.index)
             sub = [
-                _contiguous(t[start:end, : group.length], contiguous) if trim else t[start:end]
+                _contiguous(t[start:end, : group.length] if trim else t[start:end], contiguous)
                 for t, trim in zip(ranked, self.trimmed, strict=True)
             ]
             results = list(call(sub))
@@ -180,8 +180,17 @@ class Bucketing:
         return torch.empty((batch, *result.shape[1:]), dtype=result.dtype, device=result.device)
 
 
+ALIGNMENT = 16  # bytes: AOTInductor compiles for inputs aligned so, and copies any that are not on every call
+
+
 def _contiguous(tensor: torch.Tensor, wanted: bool) -> torch.Tensor:
-    return tensor.contiguous() if wanted else tensor
+    """A dense, aligned tensor for a callee that needs one: a group's rows start wherever the group does, so
+    a view of them is misaligned when the rows before it hold an odd number of 8-byte elements (odd lengths)."""
+    if not wanted:
+        return tensor
+    if not tensor.is_contiguous():
+        return tensor.contiguous()  # a fresh allocation: aligned
+    return tensor if tensor.data_ptr() % ALIGNMENT == 0 else tensor.clone()
 
 
 def plan_key(groups: list[Group]) -> tuple[tuple[int, int], ...]:
