@@ -26,30 +26,18 @@ class Compiled:
 _kept: dict[tuple[Hashable, str], Compiled] = {}
 
 
-Axes = tuple[tuple[int, tuple[int, ...]], ...]  # (argument position, its axes)
-
-
-def compiled(load: Callable[[], Any], mode: str, device: str, unbacked: Axes = ()) -> tuple[Compiled, bool]:
+def compiled(load: Callable[[], Any], mode: str, device: str) -> tuple[Compiled, bool]:
     """The compiled module of `load()` (a hashable loader) in this mode, and whether it was kept from an
-    earlier activation. Dynamic shapes: one graph serves every batch and every length, as a server needs.
-    `unbacked`: the axes the runner marks unbacked (a size that may be 1, which torch.compile would otherwise
-    specialize with a second compile); the compiled function checks they are at least 1, which tells the
-    compiler what it needs to trace the model's reshapes over them without a graph break."""
-    key = (load, mode, unbacked)
+    earlier activation. Dynamic shapes: one graph serves every batch above 1 and every length, as a server
+    needs (torch.compile specializes size 1)."""
+    key = (load, mode)
     if key in _kept:
         return _kept[key], True
     import torch
 
     module = load()
     resident = device_bytes(module) if device != "cpu" else 0
-
-    def forward(*args: Any) -> Any:
-        for position, axes in unbacked:
-            for axis in axes:
-                torch._check(args[position].size(axis) >= 1)
-        return module(*args)
-
-    fn = torch.compile(forward, mode=None if mode == "default" else mode, dynamic=True)
+    fn = torch.compile(module, mode=None if mode == "default" else mode, dynamic=True)
     _kept[key] = Compiled(fn, resident)
     return _kept[key], False
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,13 +45,10 @@ class TorchScriptFromPath:
 @dataclass(frozen=True)
 class ExportedProgramFromPath:
     """An ExportedProgram's graph module on a device (moved with move_to_device_pass, which also rewrites the
-    device arguments baked into the graph). `check_guards=False` leaves out the module's check of the inputs'
-    shapes against the exported dims: torch.compile cannot trace that check over an axis it keeps unbacked
-    (a size that may be 1, pipeline/runners/pt2.py) and breaks the graph there."""
+    device arguments baked into the graph)."""
 
     path: Path
     device: str
-    check_guards: bool = True
 
     def __call__(self) -> Callable[..., Any]:
         import torch
@@ -62,9 +58,7 @@ class ExportedProgramFromPath:
         device = self.device
         if device != "cpu":
             program = move_to_device_pass(program, torch.device(device, 0) if device == "cuda" else device)
-        if self.check_guards or "check_guards" not in inspect.signature(program.module).parameters:
-            return program.module()
-        return program.module(check_guards=False)
+        return program.module()
 
 
 @contextlib.contextmanager

@@ -54,11 +54,9 @@ class Pt2Runner(Runner):
         compile_mode: str | None = None,
         bucketing: Bucketing | None = None,
         threads: int | None = None,
-        unbacked: dict[str, list[int]] | None = None,
     ):
         self.artifact, self.runtime, self.io, self.device = artifact, runtime, io, device
         self._load, self._inputs, self._outputs, self._threads = load, inputs, outputs, threads
-        self._unbacked = [(i, dims) for i, name in enumerate(inputs) if (dims := (unbacked or {}).get(name))]
         self.compile_mode, self.bucketing = compile_mode, bucketing
         self.cuda_graph = cuda_graph or compile_mode in CUDAGRAPH_MODES
         self._explicit_graphs = cuda_graph
@@ -82,8 +80,7 @@ class Pt2Runner(Runner):
         started = time.perf_counter()
         kept = None
         if self.compile_mode is not None:  # compiled once per process: validation and every shape share it
-            axes = tuple((i, tuple(dims)) for i, dims in self._unbacked)
-            kept, reused = compiled(self._load, self.compile_mode, self.device, axes)
+            kept, reused = compiled(self._load, self.compile_mode, self.device)
             fn = kept.fn
         else:
             fn = self._load()
@@ -98,7 +95,6 @@ class Pt2Runner(Runner):
             self.details |= {
                 "compile_mode": self.compile_mode,
                 "dynamic_shapes": True,
-                "unspecialized_size_one": {self._inputs[i]: dims for i, dims in self._unbacked},
                 "compiled_before": reused,
             }
             if reused:  # its weights were on the device before this activation: the memory probe adds them
@@ -138,10 +134,6 @@ class Pt2Runner(Runner):
         self.details["prepare_s"][shape] = round(time.perf_counter() - started, 3)
         if self.bucketing is not None and self.bucketing.last_plan is not None:
             self.details["padding"] = dict(self.bucketing.last_plan)
-        if self.compile_mode in CUDAGRAPH_MODES:  # graphs Inductor declined to capture (this process so far)
-            from torch._dynamo.utils import counters
-
-            self.details["cudagraph_skips"] = int(counters["inductor"]["cudagraph_skips"])
 
     def infer_prepared_impl(self) -> None:
         if self._replay is not None:  # the inputs are the captured graph's own buffers: one replay
@@ -183,13 +175,10 @@ class Pt2Runner(Runner):
     def _call(self, tensors: Sequence[Any]) -> list[Any]:
         if self._graphs is not None:
             return self._graphs(tensors)
-        if self.compile_mode is not None:
+        if self.compile_mode in CUDAGRAPH_MODES:
             import torch
 
-            for i, dims in self._unbacked:
-                torch._dynamo.decorators.mark_unbacked(tensors[i], dims)
-            if self.compile_mode in CUDAGRAPH_MODES:
-                torch.compiler.cudagraph_mark_step_begin()
+            torch.compiler.cudagraph_mark_step_begin()
         return self._plain(tensors)
 
     def _tensors(self, feeds: Feeds) -> list[Any]:
@@ -218,22 +207,6 @@ def _runner(
     return Pt2Runner(artifact.name, runtime, load, names, outputs, device, io, **mode)
 
 
-def size_one_dims(settings: RunnerSettings) -> dict[str, list[int]]:
-    """Per input, the axes whose dim may be 1 (dims.<name>.min 1): torch.compile specializes a size of 1, so
-    a batch of one would cost a second compile as long as the first (measured on MiniLM: 21.7 s after 25.6);
-    marked unbacked, one graph serves every size."""
-    out: dict[str, list[int]] = {}
-    for spec in settings.inputs:
-        axes = [
-            i
-            for i, d in enumerate(spec.shape)
-            if isinstance(d, str) and d in settings.dims and settings.dims[d].min <= 1
-        ]
-        if axes:
-            out[spec.name] = axes
-    return out
-
-
 def exported_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Pt2Runner]:
     """On a CUDA host: eager on the GPU plus one torch.compile runtime per mode; else eager on the CPU (and
     padding-aware, when the recipe configures it)."""
@@ -258,21 +231,9 @@ def exported_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list
         return runners
     load = ExportedProgramFromPath(artifact.path, "cuda")
     runners = [_runner(artifact, settings, "torch-cuda", load, "cuda", "device")]
-    unguarded = ExportedProgramFromPath(artifact.path, "cuda", check_guards=False)
     for mode in settings.runtime.torch_compile:
         runtime = "torch-compile-cuda" + ("" if mode == "default" else f"-{mode}")
-        runners.append(
-            _runner(
-                artifact,
-                settings,
-                runtime,
-                unguarded,
-                "cuda",
-                "device",
-                compile_mode=mode,
-                unbacked=size_one_dims(settings),
-            )
-        )
+        runners.append(_runner(artifact, settings, runtime, load, "cuda", "device", compile_mode=mode))
     return runners
 
 

@@ -141,52 +141,6 @@ def test_a_torch_compile_runtime_compiles_once_per_process(exported: ArtifactRec
     release_all()
 
 
-def test_a_torch_compile_runtime_serves_a_batch_of_one_with_the_same_graph(
-    ctx: StageEnv, exported: ArtifactRecord
-) -> None:
-    """torch.compile specializes a size of 1: without the batch axis marked unbacked, the first batch of one
-    compiled the model a second time. The tiny encoder, compiled on the CPU, at batches 4 and 1: one graph,
-    both exact."""
-    from torch._dynamo.utils import counters
-
-    from pipeline.runners.compiled import release_all
-    from pipeline.runners.loaders import ExportedProgramFromPath
-    from pipeline.runners.pt2 import Pt2Runner, size_one_dims
-
-    unbacked = size_one_dims(ctx.settings)
-    assert unbacked == {
-        "input_ids": [0],
-        "attention_mask": [0],
-    }  # the tiny recipe: batch from 1, sequence from 4
-    load = ExportedProgramFromPath(exported.path, "cpu", check_guards=False)
-    names = ctx.settings.input_names
-    runner = Pt2Runner(
-        "exported-fp32",
-        "torch-compile-cpu",
-        load,
-        names,
-        ["hidden", "pooled"],
-        "cpu",
-        "host",
-        compile_mode="default",
-        unbacked=unbacked,
-    )
-    release_all()
-    torch._dynamo.reset()
-    counters.clear()
-    runner.activate()
-    try:
-        for batch in (4, 1):
-            feeds = ctx.dataset().feeds_at({"batch": batch, "sequence": 12})
-            got, want = runner.infer(feeds), _reference(ctx, feeds)
-            assert np.abs(got["pooled"] - want["pooled"]).max() < 1e-5, batch
-    finally:
-        runner.deactivate()
-        release_all()
-    assert counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
-    assert runner.details["unspecialized_size_one"] == unbacked
-
-
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 def test_lower_precision_keeps_float32_io(ctx: StageEnv, precision: str) -> None:
     program = torch.export.load(str(_run(ctx, f"export_pt2_{precision}").path))
