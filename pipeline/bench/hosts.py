@@ -10,7 +10,8 @@ A GPU deploy should not spend minutes timing rows that cannot win. By default a 
   overhead): only its device-I/O rows go, since the twin has no host-I/O mode. An ONNX graph's twin is another
   artifact on the same ONNX Runtime CUDA runtime (ONNX_TWINS: ONNX Runtime's own fusions of a plain graph at
   the same precision; for the static Q/DQ INT8 graph, which the CUDA provider runs as dequantize plus float
-  MatMul since it has no INT8 GEMM for it (that graph is built for TensorRT), its float graph): its rows go in
+  MatMul, since ONNX Runtime fuses Q/DQ MatMuls for its CPU provider only (that graph is built for TensorRT),
+  its float graph): its rows go in
   both I/O modes, since the twin has its own host-I/O row. Each was measured slower than its twin at every
   batch on the H200, and their windows would cost the deploy seconds. Validation still checks an artifact
   left with no timed row (left_for_twin), so every built artifact carries an accuracy verdict; speed.json
@@ -89,7 +90,8 @@ ONNX_CUDA = ("onnxruntime-cuda", "onnxruntime-cuda-graph")
 WHY_SLOWER = {  # what makes an ONNX artifact slower than its twin, for the reports
     "onnx-fp32": "the same graph without ONNX Runtime's fusions",
     "onnx-fp16": "the same graph without ONNX Runtime's fusions",
-    "onnx-int8": "the CUDA provider has no INT8 GEMM for Q/DQ graphs: it dequantizes and multiplies in float",
+    "onnx-int8": "ONNX Runtime fuses Q/DQ MatMuls into INT8 kernels for its CPU provider only: the CUDA provider "
+    "dequantizes and multiplies in float",
 }
 
 Pair = tuple[str, str]  # (artifact, runtime)
