@@ -2,8 +2,9 @@
 quantized per call (DynamicQuantizeLinear + MatMulInteger). No calibration data, and on the CPU the fastest
 ONNX variant for encoders; TensorRT cannot use it (no MatMulInteger), onnx-int8 is the TensorRT graph.
 
-Weights are quantized per output channel: per-tensor weights cost accuracy for no speed (docs/benchmarking.md
-has the figures)."""
+Weights are quantized per output channel (per-tensor weights cost accuracy for no speed) and unsigned: signed
+weights run on x86 CPUs without VNNI through an instruction that saturates, so a signed-weight file's accuracy
+would depend on the CPU that serves it (docs/benchmarking.md has the figures for both)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ FILE = parse("onnx-int8-dynamic").file
 LOG = "logs/int8_dynamic.log"
 SETTINGS: dict[str, Any] = {
     "op_types": ["MatMul", "Gemm"],
-    "weight_type": "QInt8",
+    "weight_type": "QUInt8",
     "per_channel": True,
     "MatMulConstBOnly": True,
 }
@@ -46,7 +47,7 @@ def quantize(source: Path, target: Path) -> None:
         str(target),
         op_types_to_quantize=SETTINGS["op_types"],
         per_channel=SETTINGS["per_channel"],
-        weight_type=QuantType.QInt8,
+        weight_type=QuantType.QUInt8,
         extra_options={"MatMulConstBOnly": SETTINGS["MatMulConstBOnly"]},
     )
 
@@ -85,7 +86,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="int8_dynamic",
-            version=1,
+            version=2,  # 2: unsigned weights
             config=Int8DynamicConfig(settings=SETTINGS),
             run=_run,
             environment=onnx_tools.onnx_environment,
