@@ -189,6 +189,8 @@ def _ratio(winner: Dict, runner_up: Dict) -> str:
         return ""
     if (winner.get("unit") or "ms") != "ms":
         return f" (the winner has {ratio:.2f}× its throughput)"
+    if ratio < 1:  # a simpler winner tied with a runner-up whose figure is better (the Why line says why)
+        return f" (the winner is {1 / ratio:.2f}× slower by p50; see Why)"
     return f" (the winner is {ratio:.2f}× faster)"
 
 

@@ -188,3 +188,12 @@ def test_the_revision_says_when_the_code_is_not_that_commit(inputs):
     header = samples.header() | {"git_dirty": True}
     text = render_markdown(**(inputs | {"header": header}))
     assert "git revision abc1234 with uncommitted changes to the pipeline's code" in text.splitlines()[2]
+
+
+def test_a_simpler_winner_tied_with_a_faster_runner_up_is_not_called_faster(inputs):
+    """The tie-break picks the simplest of candidates within noise: the runner-up's p50 may be the lower one,
+    and 'the winner is 0.94× faster' would read as the opposite of what was measured."""
+    inputs["winner"]["runner_up"]["value"] = 10.2  # the winner's is 10.8
+    winner = _section(render_markdown(**inputs), "Winner")
+    assert "at 10.2 ms (the winner is 1.06× slower by p50; see Why)" in winner, winner
+    assert "× faster)" not in winner
