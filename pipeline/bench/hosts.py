@@ -11,12 +11,11 @@ A GPU deploy should not spend minutes timing rows that cannot win. By default a 
   artifact on the same ONNX Runtime CUDA runtime (ONNX_TWINS: ONNX Runtime's own fusions of a plain graph at
   the same precision; for the static Q/DQ INT8 graph, which the CUDA provider runs as dequantize plus float
   MatMul, since ONNX Runtime fuses Q/DQ MatMuls for its CPU provider only (that graph is built for TensorRT),
-  its float graph): its rows go in
-  both I/O modes, since the twin has its own host-I/O row. Each was measured slower than its twin at every
-  batch on the H200, and their windows would cost the deploy seconds. Validation still checks an artifact
-  left with no timed row (left_for_twin), so every built artifact carries an accuracy verdict; speed.json
-  names each pair left out under conditions.runtimes_timed.not_timed (a runtime listed under
-  selection.runtimes is never left out);
+  its float graph): its rows go in both I/O modes, since the twin has its own host-I/O row. Each was measured
+  slower than its twin at every batch on the H200, and their windows would cost the deploy seconds.
+  Validation still checks an artifact left with no timed row (left_for_twin), so every built artifact carries
+  an accuracy verdict; speed.json names each pair left out under conditions.runtimes_timed.not_timed (a
+  runtime listed under selection.runtimes is never left out);
 - the CPU reference (torch-cpu of torch-fp32) at the smallest batch only, as a yardstick.
 A CPU host times the CPU runtimes. A recipe that lists `benchmark.runtimes` times exactly those, at every
 batch and in both I/O modes.

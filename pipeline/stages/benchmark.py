@@ -99,7 +99,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
         # adds their resident weights), padding-aware groups ordered on the device; 9: no CUDA provider for a
         # graph it lacks kernels for (listed under not_timed), CUDA-graph sessions with the weights apart;
         # 10: throughput segments of a fixed number of requests, sized from the row's median call
-        # 11: plain and Q/DQ ONNX graphs leave their CUDA-provider device rows to their faster twins
+        # 11: plain and Q/DQ ONNX graphs leave their CUDA-provider rows (both I/O modes) to faster twins
         config=BenchmarkStageConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=run,
         environment=_environment,

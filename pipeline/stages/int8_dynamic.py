@@ -47,7 +47,7 @@ def quantize(source: Path, target: Path) -> None:
         str(target),
         op_types_to_quantize=SETTINGS["op_types"],
         per_channel=SETTINGS["per_channel"],
-        weight_type=QuantType.QUInt8,
+        weight_type=QuantType[SETTINGS["weight_type"]],  # SETTINGS is what the fingerprint holds
         extra_options={"MatMulConstBOnly": SETTINGS["MatMulConstBOnly"]},
     )
 
