@@ -4,6 +4,7 @@ Stage.takes_late), and writes the run record after every stage."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -16,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.artifacts import ArtifactRecord
+from pipeline.children import POLL_S, Cancelled
+from pipeline.lane_worker import Job, LaneWorker
 from pipeline.results import read_report
 from pipeline.run_record import RUN_RECORD, StageRecord
-from pipeline.stages.base import RUN_STAGES, Late, Output, RunContext, Stage
+from pipeline.stages.base import RUN_STAGES, Late, Output, RunContext, Stage, StageResult
 from pipeline.store import Store, kill_point, sha256_file, storage_failure, write_json_atomic
 
 STOP_WAIT_S = 30.0  # how long a stopping run waits for a background stage to kill its child and end
@@ -163,26 +166,28 @@ class Executor:
         except BaseException:  # nothing goes on working in the folder the caller removes or leaves next
             self._stop_background(run)
             raise
+        finally:
+            for worker in run.workers.values():
+                worker.close()
         return run.records
 
     def _run(self, run: _Run, rebench: bool, on_start: Callable[[Stage, str], None]) -> None:
         ctx = run.ctx
         for stage in self.stages:
-            for job in self._blocking(stage, run):
+            blocking = self._blocking(stage, run)
+            if stage.lane and blocking and all(job.stage.lane == stage.lane for job in blocking):
+                # its inputs are still being made on its own lane: it waits for them in its own job
+                after = ", ".join(job.stage.name for job in blocking)
+                on_start(stage, f"queued on the {stage.lane} lane after {after}")
+                work = functools.partial(self._chained, stage, run, blocking, rebench)
+                run.enqueue(stage)
+                run.jobs.append(_Background(stage, None, work, None, functools.partial(run.leave, stage)))
+                continue
+            for job in blocking:
                 self._join(job, run)
-            missing = [n for n in stage.consumes if n not in run.artifacts]
-            if missing:
-                why = "; ".join(f"{n}: {run.unavailable.get(n, 'not built')}" for n in missing)
-                record = StageRecord(
-                    stage.name,
-                    stage.version,
-                    None,
-                    "skipped",
-                    stage.config.fingerprinted(),
-                    error=f"input unavailable ({why})",
-                )
-                self._mark_unavailable(stage, run.unavailable, f"skipped: {why}")
-                self._finish(stage, record, run)
+            skipped = self._skipped(stage, run)
+            if skipped is not None:
+                self._finish(stage, skipped, run)
                 continue
             names = (*stage.consumes, *stage.consumes_any)
             inputs: dict[str, Any] = {n: run.artifacts[n] for n in names if n in run.artifacts}
@@ -204,8 +209,14 @@ class Executor:
                 on_start(stage, why)
                 if stage.background:
                     quiet = replace(ctx, report=lambda message: None)  # the live line belongs to the front
-                    work = functools.partial(self._execute, stage, quiet, inputs, shas)
-                    run.jobs.append(_Background(stage, why, work, run.lane))
+                    call = self._lane_call(stage, run, inputs) if stage.lane else None
+                    work = functools.partial(self._execute, stage, quiet, inputs, shas, call)
+                    if stage.lane:
+                        run.enqueue(stage)
+                        job = _Background(stage, why, work, None, functools.partial(run.leave, stage))
+                    else:
+                        job = _Background(stage, why, work, run.lane)
+                    run.jobs.append(job)
                     continue
                 record = self._execute(stage, ctx, {**inputs, **late}, shas)
                 if late:
@@ -215,10 +226,53 @@ class Executor:
         for job in run.jobs:
             self._join(job, run)
 
+    def _skipped(self, stage: Stage, run: _Run) -> StageRecord | None:
+        """The record of a stage skipped for an input that failed or was not built, or None."""
+        missing = [n for n in stage.consumes if n not in run.artifacts]
+        if not missing:
+            return None
+        why = "; ".join(f"{n}: {run.unavailable.get(n, 'not built')}" for n in missing)
+        self._mark_unavailable(stage, run.unavailable, f"skipped: {why}")
+        return StageRecord(
+            stage.name,
+            stage.version,
+            None,
+            "skipped",
+            stage.config.fingerprinted(),
+            error=f"input unavailable ({why})",
+        )
+
+    def _chained(self, stage: Stage, run: _Run, blocking: list[_Background], rebench: bool) -> StageRecord:
+        """A lane stage whose inputs its lane is still making: wait for them here, then skip, reuse or run it
+        as the front would have."""
+        for job in blocking:
+            self._join(job, run)
+        skipped = self._skipped(stage, run)
+        if skipped is not None:
+            return skipped
+        names = (*stage.consumes, *stage.consumes_any)
+        inputs: dict[str, Any] = {n: run.artifacts[n] for n in names if n in run.artifacts}
+        shas = {n: a.sha256 for n, a in inputs.items()}
+        verdict = self.judge(stage, shas, force_stale=rebench and stage.volatile)
+        record = self._reuse(stage, verdict, run.ctx.workdir, shas) if verdict.fresh else None
+        if record is None:
+            quiet = replace(run.ctx, report=lambda message: None)
+            record = self._execute(stage, quiet, inputs, shas, self._lane_call(stage, run, inputs))
+        record.why = verdict.why
+        return record
+
+    def _lane_call(self, stage: Stage, run: _Run, inputs: dict[str, Any]) -> Callable[[], StageResult]:
+        """Run the stage in its lane's worker process, when the lane's earlier stages are done."""
+        assert stage.lane is not None
+        job = (stage.run, stage.config, inputs)
+        return functools.partial(run.on_lane, stage.lane, stage.name, job)
+
     @staticmethod
     def _stop_background(run: _Run) -> None:
         """The run is stopping: background stages kill their children (RunContext.cancel) and are waited for."""
         run.ctx.cancel.set()
+        for worker in run.workers.values():
+            worker.stop()
         for job in run.jobs:
             job.stopped(STOP_WAIT_S)
 
@@ -262,16 +316,21 @@ class Executor:
 
     def _join(self, job: _Background, run: _Run) -> None:
         """Wait for a background stage and take in its record as if it had just run in front."""
-        if job.joined:
-            return
         record = job.result()  # a critical failure in the job is raised here, every time it is joined
-        job.joined = True
-        record.why = job.why
-        self._finish(job.stage, record, run)
+        with run.lock:  # a lane job joins the jobs it waits for from its own thread
+            if job.joined:
+                return
+            job.joined = True
+            record.why = job.why or record.why
+            self._finish(job.stage, record, run)
 
     def _finish(self, stage: Stage, record: StageRecord, run: _Run) -> None:
         """What follows every stage, in front or joined: its artifacts become inputs (or unavailable), the
         run record is rewritten, the display told."""
+        with run.lock:
+            self._finish_locked(stage, record, run)
+
+    def _finish_locked(self, stage: Stage, record: StageRecord, run: _Run) -> None:
         if record.status == "failed" or (record.status == "reused" and record.error):
             self._mark_unavailable(stage, run.unavailable, f"failed: {record.error}")
         for out in record.outputs:
@@ -341,14 +400,20 @@ class Executor:
         )
 
     def _execute(
-        self, stage: Stage, ctx: RunContext, inputs: dict[str, ArtifactRecord], shas: dict[str, str]
+        self,
+        stage: Stage,
+        ctx: RunContext,
+        inputs: dict[str, ArtifactRecord],
+        shas: dict[str, str],
+        call: Callable[[], StageResult] | None = None,
     ) -> StageRecord:
+        """Run the stage (in this process, or through `call`: its lane's worker) and record how it went."""
         env = self.environment(stage)
         fp = fingerprint(stage, shas, env)
         started = time.perf_counter()
         record = StageRecord(stage.name, stage.version, fp, "ran", stage.config.fingerprinted(), env, shas)
         try:
-            result = stage.run(ctx, stage.config, inputs)
+            result = call() if call is not None else stage.run(ctx, stage.config, inputs)
         except Exception as exc:
             if stage.critical or storage_failure(exc):
                 raise  # a bug, or a full / read-only disk: the run stops (and can be resumed), no variant failed
@@ -395,7 +460,41 @@ class _Run:
     unavailable: dict[str, str] = field(default_factory=dict)  # artifact -> why
     records: list[StageRecord] = field(default_factory=list)
     jobs: list[_Background] = field(default_factory=list)
-    lane: threading.Lock = field(default_factory=threading.Lock)  # background stages take turns
+    lane: threading.Lock = field(default_factory=threading.Lock)  # background stages off a lane take turns
+    workers: dict[str, LaneWorker] = field(default_factory=dict)  # Stage.lane -> its worker process
+    queues: dict[str, list[str]] = field(default_factory=dict)  # Stage.lane -> its stages not done yet
+    turns: threading.Condition = field(default_factory=threading.Condition)  # guards queues
+    lock: threading.RLock = field(default_factory=threading.RLock)  # records and display, one stage at a time
+
+    def enqueue(self, stage: Stage) -> None:
+        """Take a lane stage's place in its lane's queue (plan order: the order validation wants them in)."""
+        assert stage.lane is not None
+        with self.turns:
+            self.queues.setdefault(stage.lane, []).append(stage.name)
+
+    def leave(self, stage: Stage) -> None:
+        """A lane stage is done (ran, reused, skipped or failed): the next one in its lane may run."""
+        with self.turns:
+            queue = self.queues.get(stage.lane or "", [])
+            if stage.name in queue:
+                queue.remove(stage.name)
+            self.turns.notify_all()
+
+    def on_lane(self, lane: str, name: str, job: Job) -> StageResult:
+        """Run a job in the lane's worker process when the lane's earlier stages are done; a worker that died
+        (its stage failed for it) is replaced for the next one."""
+        with self.turns:
+            while self.queues[lane][0] != name:
+                if self.ctx.cancel.is_set():
+                    raise Cancelled(f"lane {lane}: {name}: the run is stopping")
+                self.turns.wait(POLL_S)
+        with self.lock:
+            worker = self.workers.get(lane)
+            if worker is None or not worker.alive():
+                if worker is not None:
+                    worker.close()
+                worker = self.workers[lane] = LaneWorker(lane, self.ctx.workdir, self.ctx.cache_dir)
+        return worker.run(name, job, self.ctx.cancel)
 
 
 class _Background:
@@ -403,9 +502,18 @@ class _Background:
     with the deploy (pipeline.children). Background stages take turns (one lane): two compiles at once would
     only share the same cores and slow the stages in front."""
 
-    def __init__(self, stage: Stage, why: str, work: Callable[[], StageRecord], lane: threading.Lock):
+    def __init__(
+        self,
+        stage: Stage,
+        why: str | None,
+        work: Callable[[], StageRecord],
+        lane: threading.Lock | None,
+        done: Callable[[], None] = lambda: None,
+    ):
+        """`lane`: the lock background stages off a lane take turns on; None for a lane stage (its worker
+        process runs one stage at a time). `done` runs when the work ends, however it ends."""
         self.stage, self.why, self.joined = stage, why, False
-        self._lane = lane
+        self._lane, self._done = lane, done
         self._record: StageRecord | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(
@@ -415,10 +523,12 @@ class _Background:
 
     def _work(self, work: Callable[[], StageRecord]) -> None:
         try:
-            with self._lane:
+            with self._lane or contextlib.nullcontext():
                 self._record = work()
         except BaseException as exc:  # a critical failure or a full disk: raised where the job is joined
             self._error = exc
+        finally:
+            self._done()
 
     def stopped(self, timeout_s: float) -> None:
         """Wait (bounded) for the thread to end, as it does soon after the run's cancel is set."""

@@ -6,7 +6,9 @@ checks (validate, benchmark, select, and sign-off last) take the artifact names 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from pipeline.recipe import Recipe
@@ -80,8 +82,40 @@ def needed_variants(recipe: Recipe) -> list[Variant]:
     return wanted
 
 
-def plan_stages(recipe: Recipe, recipe_dir: Path) -> list[Stage]:
+# The ONNX builds: CPU work in one process (the export traces the model on the CPU; conversions and INT8
+# calibration use ONNX Runtime's CPU provider). On a GPU host they run on a lane, in a worker process beside the
+# PyTorch side's validation in front (torch.compile, 20-37 s of one core on the H200 host), instead of before it.
+ONNX_LANE = "onnx"
+ONNX_BUILDS = ("export_onnx", "fp16", "int8", "int8_dynamic", "optimize_onnx")
+
+
+LANE_SWITCH = "PIPELINE_ONNX_LANE"  # "1" / "0": the ONNX builds on a lane or in front, whatever the host
+
+
+def plan_stages(recipe: Recipe, recipe_dir: Path, overlap: bool | None = None) -> list[Stage]:
+    """`overlap`: put the ONNX builds on a lane (default: $PIPELINE_ONNX_LANE if set, else where this host has
+    a CUDA GPU: a small CPU host has no core to spare for them). The lane changes when the builds run, never
+    what they make."""
+    from pipeline.bench.hosts import has_cuda
+
+    if overlap is None and os.environ.get(LANE_SWITCH) in ("0", "1"):
+        overlap = os.environ[LANE_SWITCH] == "1"
     variants = needed_variants(recipe)
-    stages = [stage for build in BUILDS.values() for stage in build(recipe, recipe_dir, variants)]
+    stages = [
+        replace(stage, background=True, lane=ONNX_LANE)
+        if overlap is not False and name in ONNX_BUILDS
+        else stage
+        for name, build in BUILDS.items()
+        for stage in build(recipe, recipe_dir, variants)
+    ]
+    if not (has_cuda() if overlap is None else overlap) or not _lane_feeds_only_late_stages(stages):
+        stages = [replace(stage, background=False, lane=None) if stage.lane else stage for stage in stages]
     artifacts = [v.name for v in variants]
     return stages + [check(recipe, recipe_dir, artifacts) for check in CHECKS.values()]
+
+
+def _lane_feeds_only_late_stages(stages: list[Stage]) -> bool:
+    """Whether no stage off the lane waits in front for what the lane makes (a TensorRT engine build from an
+    ONNX graph would: then the lane would only move the same work out of the process, so there is none)."""
+    made = {name for stage in stages if stage.lane for name in stage.produces}
+    return not any(not stage.lane and made & set(stage.consumes) for stage in stages)

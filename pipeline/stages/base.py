@@ -123,6 +123,9 @@ class Stage:
     for each, which it resolves (waits for) when it comes to it (validate checks the others meanwhile).
     quiet: the stage waits for every background stage before it runs, since it times its own work (TensorRT
     times its tactics on the GPU: a compile beside it would skew which tactic wins).
+    lane: a background stage on a lane runs in that lane's worker process (pipeline/lane_worker.py), one stage
+    at a time, in plan order as their inputs arrive; one whose inputs its lane is still making waits for them
+    in its own job instead of in front (the plan puts the ONNX builds on a lane on a GPU host, pipeline/plan.py).
     """
 
     name: str
@@ -139,6 +142,7 @@ class Stage:
     background: bool = False
     takes_late: bool = False
     quiet: bool = False
+    lane: str | None = None
 
 
 @dataclass

@@ -350,17 +350,33 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
         reference_runtime = reference_runner.runtime
         reference = run_batches(ctx, config.runners, reference_runner, batches, REFERENCE)
         del reference_runner
-        onnx_reference = inputs.get("onnx-fp32")
-        peers = host_pairs(ready, config.runners)
+        peers = set(host_pairs(ready, config.runners))
+        pending = {item.name: item for item in late}
+        built: dict[str, ArtifactRecord | None] = {}
+
+        def arrived(item: Late) -> ArtifactRecord | None:
+            """Wait for a record building in the background (once), and add its pairs to the peers."""
+            if item.name not in built:
+                ctx.report(f"validate: waiting for {item.name} (building in the background)")
+                built[item.name] = item.wait()
+                peers.update(host_pairs([r for r in [built[item.name]] if r], config.runners))
+            return built[item.name]
+
         with frozen_heap():  # the collection after each runner walks only what came after the reference
-            for record in [*ready, *late]:
-                if isinstance(record, Late):
-                    ctx.report(f"validate: waiting for {record.name} (building in the background)")
-                    name, record = record.name, record.wait()
-                    if record is None:  # its build failed: absent, like any variant whose build failed
-                        absent.append(name)
-                        continue
-                outcome = validate_artifact(ctx, config, record, batches, reference, onnx_reference, peers)
+            for item in [*ready, *late]:
+                record = arrived(item) if isinstance(item, Late) else item
+                if record is None:  # its build failed: absent, like any variant whose build failed
+                    absent.append(item.name)
+                    continue
+                for twin in hosts.ONNX_TWINS.get(record.name, ()):  # its runtimes depend on its twins
+                    if twin in pending:
+                        arrived(pending[twin])
+                onnx_reference = built.get("onnx-fp32") or inputs.get("onnx-fp32")
+                if isinstance(onnx_reference, Late):
+                    onnx_reference = None
+                outcome = validate_artifact(
+                    ctx, config, record, batches, reference, onnx_reference, frozenset(peers)
+                )
                 if isinstance(outcome, NotRunnable):
                     not_run.append(outcome)
                 else:

@@ -226,3 +226,55 @@ def test_plan_says_which_stage_runs_in_the_background(tmp_path: Path) -> None:
     assert not lines["export_onnx"].endswith("(runs in the background)")
     # the compile starts first, so that the exports run beside it
     assert list(lines).index("aoti_fp32") < list(lines).index("export_onnx") < list(lines).index("validate")
+
+
+def test_the_onnx_builds_on_a_lane_make_the_same_files_and_sign_off(first, tmp_path: Path) -> None:
+    """On a GPU host the ONNX builds run on a lane (a forked worker beside validation); forced here: the same
+    ONNX export as the deploy in front made, its FP16 conversion chained after it on the lane, signed off."""
+    serial_root, _ = first
+    variants = "variants.build=[torchscript-fp32, onnx-fp32, onnx-fp16]"
+    plan = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "plan",
+            str(TINY),
+            "--set",
+            variants,
+            "--set",
+            f"output.root={tmp_path}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PIPELINE_ONNX_LANE": "1"},
+        timeout=300,
+    )
+    lines = {line.split()[1]: line for line in plan.stdout.splitlines() if line.startswith("  ")}
+    assert lines["export_onnx"].endswith("(runs in the background)") and lines["fp16"].endswith("background)")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "deploy",
+            str(TINY),
+            "--set",
+            variants,
+            "--set",
+            f"output.root={tmp_path}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PIPELINE_ONNX_LANE": "1"},
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    version = tmp_path / "tiny" / "v0001"
+    assert sha(version / "model.onnx") == sha(serial_root / "tiny" / "v0001" / "model.onnx")
+    stages = {s["name"]: s for s in json.loads((version / "stages.json").read_text())["stages"]}
+    assert stages["fp16"]["status"] == stages["export_onnx"]["status"] == "ran"
+    accuracy = json.loads((version / "reports/accuracy.json").read_text())["artifacts"]
+    assert accuracy["onnx-fp32"]["passed"] and accuracy["onnx-fp16"]["passed"]

@@ -1,0 +1,279 @@
+"""Lane stages (Stage.lane): run in the lane's worker process, one after another, beside the stages in
+front; one whose inputs its lane is still making waits in its own job, not in front."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pipeline.executor import Executor
+from pipeline.run_record import read_records
+from pipeline.stages.base import Late, Output, RunContext, Stage, StageConfig, StageResult
+from pipeline.store import Store
+
+
+class TextConfig(StageConfig):
+    text: str
+
+
+class LaneConfig(StageConfig):
+    text: str
+    artifact: str
+    consumes: tuple[str, ...] = ()
+    fail: bool = False
+    die: bool = False
+
+
+def run_on_lane(ctx: RunContext, config: LaneConfig, inputs: dict) -> StageResult:
+    """Writes its inputs' text, its own and the process it ran in; takes a moment, so that the front can be
+    seen going on meanwhile. Module-level: the lane's worker process gets it by name."""
+    time.sleep(0.3)
+    if config.fail:
+        raise ValueError("unsupported op Foo")
+    if config.die:  # a native crash, as far as the deploy can tell
+        os.kill(os.getpid(), signal.SIGKILL)
+    upstream = "".join(inputs[n].path.read_text().split("@")[0] for n in config.consumes)
+    ctx.path(f"{config.artifact}.txt").write_text(f"{upstream}{config.text}@{os.getpid()}@{time.time()}")
+    return StageResult(
+        [Output(f"{config.artifact}.txt", "onnx", config.artifact, "fp32")], details={"pid": os.getpid()}
+    )
+
+
+def _lane_stage(
+    name: str, artifact: str, consumes: tuple[str, ...] = (), fail: bool = False, die: bool = False
+) -> Stage:
+    return Stage(
+        name=name,
+        version=1,
+        run=run_on_lane,
+        config=LaneConfig(text=name, artifact=artifact, consumes=consumes, fail=fail, die=die),
+        consumes=consumes,
+        produces=(artifact,),
+        background=True,
+        lane="onnx",
+    )
+
+
+def _front(name: str, artifact: str, spans: list) -> Stage:
+    def run(ctx: RunContext, config: TextConfig, inputs: dict) -> StageResult:
+        spans.append((name, time.monotonic()))
+        ctx.path(f"{artifact}.txt").write_text(config.text)
+        return StageResult([Output(f"{artifact}.txt", "torchscript", artifact, "fp32")])
+
+    return Stage(name=name, version=1, run=run, config=TextConfig(text=name), produces=(artifact,))
+
+
+def _checker(seen: list, names: tuple[str, ...] | list[str] = ("ts", "onnx", "fp16", "opt")) -> Stage:
+    def run(ctx: RunContext, config: TextConfig, inputs: dict) -> StageResult:
+        seen.append(("late", sorted(n for n, v in inputs.items() if isinstance(v, Late))))
+        seen.append(("checked", time.monotonic()))
+        texts = {}
+        for name, value in sorted(inputs.items()):
+            record = value.wait() if isinstance(value, Late) else value
+            texts[name] = record.path.read_text() if record else None
+        seen.append(("texts", texts))
+        ctx.path("check.txt").write_text(json.dumps(sorted(texts)))
+        return StageResult([Output("check.txt", "report", "report:check")])
+
+    return Stage(
+        name="check",
+        version=1,
+        run=run,
+        config=TextConfig(text="c"),
+        consumes_any=tuple(names),
+        produces=("report:check",),
+        takes_late=True,
+    )
+
+
+def _deploy(tmp_path: Path, stages: list[Stage], version: str) -> tuple[list, Path]:
+    store = Store(tmp_path, "t")
+    latest = store.latest()
+    executor = Executor(stages, store, [(latest, read_records(latest))] if latest else [])
+    work = store.new_work_dir()
+    records = executor.run(RunContext(work), False, lambda s, w: None, lambda r: None)
+    return records, store.publish(work, version, signed_off=True)
+
+
+def test_a_lane_runs_in_one_worker_process_beside_the_front(tmp_path: Path) -> None:
+    spans, seen = [], []
+    started = time.monotonic()
+    stages = [
+        _lane_stage("export", "onnx"),
+        _lane_stage("fp16", "fp16", ("onnx",)),  # chained: waits for export in its own job
+        _front("ts", "ts", spans),
+        _lane_stage("opt", "opt", ("fp16",)),
+        _checker(seen),
+    ]
+    records, version = _deploy(tmp_path, stages, "v0001")
+    # the front ran at once, not after the lane's 0.9 s; the checker met the lane's artifacts late
+    assert spans[0][1] - started < 0.3, spans
+    assert ("late", ["fp16", "onnx", "opt"]) in seen
+    texts = next(v for k, v in seen if k == "texts")
+    pids = {name: text.split("@")[1] for name, text in texts.items() if "@" in text}
+    assert len(set(pids.values())) == 1 and str(os.getpid()) not in pids.values()  # one worker, not us
+    assert [texts[n].split("@")[0] for n in ("onnx", "fp16", "opt")] == [
+        "export",
+        "exportfp16",
+        "exportfp16opt",
+    ]
+    status = {r.name: r.status for r in records}
+    assert status == {"export": "ran", "fp16": "ran", "ts": "ran", "opt": "ran", "check": "ran"}
+    assert (version / "opt.txt").read_text().startswith("exportfp16opt@")
+    assert not _children_of_mine(), "the worker outlived the run"
+    # again: every stage is fresh and reused, the chained ones included
+    store = Store(tmp_path, "t")
+    plan = Executor(stages, store, [(version, read_records(version))]).plan()
+    assert all(v.fresh for _, v in plan), [(s.name, v.why) for s, v in plan]
+    records, _ = _deploy(tmp_path, stages, "v0002")
+    assert {r.status for r in records if r.name != "check"} == {"reused"}
+
+
+def test_a_lane_runs_its_stages_in_plan_order(tmp_path: Path) -> None:
+    """Three stages wait for the same export: they run in the order of the plan (validation's order), not in
+    whichever order their threads wake up."""
+    seen: list = []
+    names = ["int8", "fp16", "opt", "dyn"]
+    stages = [_lane_stage("export", "onnx")]
+    stages += [_lane_stage(name, name, ("onnx",)) for name in names] + [_checker(seen, names)]
+    _deploy(tmp_path, stages, "v0001")
+    texts = next(v for k, v in seen if k == "texts")
+    started = [float(texts[name].split("@")[2]) for name in names]
+    assert started == sorted(started), dict(zip(names, started, strict=True))
+
+
+def test_a_failed_lane_stage_keeps_its_error_and_skips_what_is_built_from_it(tmp_path: Path) -> None:
+    seen: list = []
+    stages = [
+        _lane_stage("export", "onnx"),
+        _lane_stage("fp16", "fp16", ("onnx",), fail=True),
+        _lane_stage("opt", "opt", ("fp16",)),
+        _checker(seen),
+    ]
+    records, version = _deploy(tmp_path, stages, "v0001")
+    status = {r.name: r.status for r in records}
+    assert status == {"export": "ran", "fp16": "failed", "opt": "skipped", "check": "ran"}
+    failed = next(r for r in records if r.name == "fp16")
+    assert failed.error == "ValueError: unsupported op Foo"  # its own type and message, from the worker
+    log = (version / "logs/fp16.error.txt").read_text()
+    assert "worker process" in log and "unsupported op Foo" in log
+    assert "fp16 failed" in next(r for r in records if r.name == "opt").error
+    assert ("texts", {"onnx": (version / "onnx.txt").read_text(), "fp16": None, "opt": None}) in seen
+
+
+def test_a_lane_worker_that_dies_fails_its_stage_and_the_next_stage_gets_a_new_worker(tmp_path: Path) -> None:
+    seen: list = []
+    stages = [
+        _lane_stage("export", "onnx"),
+        _lane_stage("fp16", "fp16", ("onnx",), die=True),
+        _lane_stage("opt", "opt", ("onnx",)),
+        _checker(seen),
+    ]
+    records, version = _deploy(tmp_path, stages, "v0001")
+    status = {r.name: r.status for r in records}
+    assert status == {"export": "ran", "fp16": "failed", "opt": "ran", "check": "ran"}
+    died = next(r for r in records if r.name == "fp16")
+    assert "worker process was killed by signal 9 while running fp16" in died.error
+    texts = next(v for k, v in seen if k == "texts")
+    assert texts["fp16"] is None and texts["opt"].startswith("exportopt@")
+    assert texts["onnx"].split("@")[1] != texts["opt"].split("@")[1]  # a new worker after the first died
+    assert not _children_of_mine()
+
+
+def test_a_stopping_run_kills_its_lane_worker(tmp_path: Path) -> None:
+    def boom(ctx: RunContext, config: TextConfig, inputs: dict) -> StageResult:
+        raise RuntimeError("a bug in front")
+
+    stages = [
+        _lane_stage("export", "onnx"),
+        Stage(name="bug", version=1, run=boom, config=TextConfig(text="x"), produces=("x",), critical=True),
+    ]
+    store = Store(tmp_path, "t")
+    executor = Executor(stages, store, [])
+    try:
+        executor.run(RunContext(store.new_work_dir()), False, lambda s, w: None, lambda r: None)
+    except RuntimeError as exc:
+        assert "a bug in front" in str(exc)
+    else:
+        raise AssertionError("the critical failure was not raised")
+    assert not _children_of_mine()
+
+
+def _children_of_mine() -> list[int]:
+    """This process's child processes still running (zombies are reaped ones' leftovers: not counted)."""
+    me, found = os.getpid(), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == me and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def test_the_plan_puts_the_onnx_builds_on_a_lane_where_nothing_in_front_waits_for_them() -> None:
+    from pipeline.plan import ONNX_LANE, plan_stages
+    from tests.unit.stages.onnx_fixtures import tiny_context
+
+    recipe = tiny_context(Path("."), "variants.build=[torchscript-fp32, onnx-fp32, onnx-fp16]").recipe
+    laned = {s.name: s.lane for s in plan_stages(recipe, Path("."), overlap=True)}
+    assert laned["export_onnx"] == laned["fp16"] == ONNX_LANE and laned["export_torchscript"] is None
+    assert all(s.background for s in plan_stages(recipe, Path("."), overlap=True) if s.lane)
+    assert not any(s.lane or s.background for s in plan_stages(recipe, Path("."), overlap=False))
+    # a TensorRT build in front would wait for the lane's graph: then there is no lane
+    engine = tiny_context(Path("."), "variants.build=[onnx-fp32, onnx-fp16, engine-fp16]").recipe
+    stages = plan_stages(engine, Path("."), overlap=True)
+    (engine_stage,) = [
+        s for s in stages if s.name.endswith("-fp16") and s.name not in ("fp16", "export_onnx")
+    ]
+    if engine_stage.consumes:  # a TensorRT builder is installed: the build consumes the FP16 graph
+        assert not any(s.lane for s in stages)
+    else:  # no builder: its stage fails at once and waits for nothing
+        assert {s.name for s in stages if s.lane} == {"export_onnx", "fp16"}
+
+
+def sleep_on_lane(ctx: RunContext, config: None, inputs: dict) -> StageResult:
+    time.sleep(120)
+    raise AssertionError("never reached: the deploy was killed")
+
+
+def test_a_busy_lane_worker_does_not_outlive_a_killed_deploy(tmp_path: Path) -> None:
+    script = (
+        "import os, signal, threading, time\n"
+        "from pathlib import Path\n"
+        "from pipeline.lane_worker import LaneWorker\n"
+        "from tests.unit.test_lanes import sleep_on_lane\n"
+        f"worker = LaneWorker('onnx', Path({str(tmp_path)!r}), None, threads=1)\n"
+        "print(worker.pid, flush=True)\n"
+        "job = (sleep_on_lane, None, {})\n"
+        "threading.Thread(target=worker.run, args=('sleep', job), daemon=True).start()\n"
+        "time.sleep(8)\n"  # the worker has imported torch and is in the job
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    killed = subprocess.run(
+        [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=60
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    pid = int(killed.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while _running(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(pid), "the lane's worker outlived the deploy that started it"
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
