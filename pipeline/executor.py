@@ -162,6 +162,7 @@ class Executor:
     ) -> list[StageRecord]:
         run = _Run(ctx, on_done)
         try:
+            self._start_lanes(run, rebench)
             self._run(run, rebench, on_start)
         except BaseException:  # nothing goes on working in the folder the caller removes or leaves next
             self._stop_background(run)
@@ -170,6 +171,15 @@ class Executor:
             for worker in run.workers.values():
                 worker.close()
         return run.records
+
+    def _start_lanes(self, run: _Run, rebench: bool) -> None:
+        """Start the worker of each lane that has a stage to run, now: its interpreter imports and loads the
+        model while the stages before the lane's first one run (a worker left without a job is killed at the
+        end)."""
+        if not any(stage.lane for stage in self.stages):
+            return  # no plan ahead: each stage's environment is read when it comes to it, as without lanes
+        for lane in sorted({s.lane for s, verdict in self.plan(rebench) if s.lane and not verdict.fresh}):
+            run.worker(lane)
 
     def _run(self, run: _Run, rebench: bool, on_start: Callable[[Stage, str], None]) -> None:
         ctx = run.ctx
@@ -481,20 +491,23 @@ class _Run:
             self.turns.notify_all()
 
     def on_lane(self, lane: str, name: str, job: Job) -> StageResult:
-        """Run a job in the lane's worker process when the lane's earlier stages are done; a worker that died
-        (its stage failed for it) is replaced for the next one."""
+        """Run a job in the lane's worker process when the lane's earlier stages are done."""
         with self.turns:
             while self.queues[lane][0] != name:
                 if self.ctx.cancel.is_set():
                     raise Cancelled(f"lane {lane}: {name}: the run is stopping")
                 self.turns.wait(POLL_S)
+        return self.worker(lane).run(name, job, self.ctx.cancel)
+
+    def worker(self, lane: str) -> LaneWorker:
+        """The lane's worker process, started if it has not been or has died (its stage failed for it)."""
         with self.lock:
             worker = self.workers.get(lane)
             if worker is None or not worker.alive():
                 if worker is not None:
                     worker.close()
                 worker = self.workers[lane] = LaneWorker(lane, self.ctx.workdir, self.ctx.cache_dir)
-        return worker.run(name, job, self.ctx.cancel)
+            return worker
 
 
 class _Background:

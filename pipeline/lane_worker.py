@@ -68,9 +68,11 @@ class LaneWorker:
             )
         self.pid = self._proc.pid
         self._conn = Connection(ours.detach())
+        self._jobs = 0
 
     def run(self, key: str, job: Job, cancel: threading.Event | None = None) -> Any:
         with self._lock:
+            self._jobs += 1
             try:
                 self._conn.send(job)
             except OSError:
@@ -95,7 +97,11 @@ class LaneWorker:
         return self._proc.poll() is None
 
     def close(self) -> None:
-        """Let the child finish and reap it (killed if it does not end within 5 s)."""
+        """Let the child finish and reap it (killed if it does not end within 5 s, or at once if it never had
+        a job: it may still be importing)."""
+        if not self._jobs:
+            self.stop()
+            return
         with contextlib.suppress(OSError):  # already stopped: the socket is closed
             self._conn.send(None)
         self._reap(timeout_s=5.0)

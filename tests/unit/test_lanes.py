@@ -134,6 +134,26 @@ def test_a_lane_runs_in_one_worker_process_beside_the_front(tmp_path: Path) -> N
     assert {r.status for r in records if r.name != "check"} == {"reused"}
 
 
+def test_a_lanes_worker_starts_with_the_run_before_the_stages_in_front_of_it(tmp_path: Path) -> None:
+    """Its interpreter starting (imports, the model) overlaps the stages planned before the lane's first."""
+    spans: list = []
+
+    def front(ctx: RunContext, config: TextConfig, inputs: dict) -> StageResult:
+        spans.append(("children", _children_of_mine()))
+        ctx.path("ts.txt").write_text("ts")
+        return StageResult([Output("ts.txt", "torchscript", "ts", "fp32")])
+
+    stages = [
+        Stage(name="ts", version=1, run=front, config=TextConfig(text="ts"), produces=("ts",)),
+        _lane_stage("export", "onnx"),
+    ]
+    records, version = _deploy(tmp_path, stages, "v0001")
+    (worker,) = spans[0][1]
+    assert (version / "onnx.txt").read_text().split("@")[1] == str(worker)
+    records, _ = _deploy(tmp_path, stages, "v0002")  # nothing to run on the lane: no worker
+    assert {r.status for r in records} == {"reused"} and not _children_of_mine()
+
+
 def test_a_lane_runs_its_stages_in_plan_order(tmp_path: Path) -> None:
     """Three stages wait for the same export: they run in the order of the plan (validation's order), not in
     whichever order their threads wake up."""
@@ -147,16 +167,21 @@ def test_a_lane_runs_its_stages_in_plan_order(tmp_path: Path) -> None:
     assert started == sorted(started), dict(zip(names, started, strict=True))
 
 
-def test_a_failed_lane_stage_keeps_its_error_and_skips_what_is_built_from_it(tmp_path: Path) -> None:
-    seen: list = []
+def _broken_lane(tmp_path: Path, seen: list, opt_consumes: str, **broken: bool) -> tuple[list, Path, dict]:
+    """export, then fp16 broken as told, then opt built from `opt_consumes`: the records, version, statuses."""
     stages = [
         _lane_stage("export", "onnx"),
-        _lane_stage("fp16", "fp16", ("onnx",), fail=True),
-        _lane_stage("opt", "opt", ("fp16",)),
+        _lane_stage("fp16", "fp16", ("onnx",), **broken),
+        _lane_stage("opt", "opt", (opt_consumes,)),
         _checker(seen),
     ]
     records, version = _deploy(tmp_path, stages, "v0001")
-    status = {r.name: r.status for r in records}
+    return records, version, {r.name: r.status for r in records}
+
+
+def test_a_failed_lane_stage_keeps_its_error_and_skips_what_is_built_from_it(tmp_path: Path) -> None:
+    seen: list = []
+    records, version, status = _broken_lane(tmp_path, seen, "fp16", fail=True)
     assert status == {"export": "ran", "fp16": "failed", "opt": "skipped", "check": "ran"}
     failed = next(r for r in records if r.name == "fp16")
     assert failed.error == "ValueError: unsupported op Foo"  # its own type and message, from the worker
@@ -168,14 +193,7 @@ def test_a_failed_lane_stage_keeps_its_error_and_skips_what_is_built_from_it(tmp
 
 def test_a_lane_worker_that_dies_fails_its_stage_and_the_next_stage_gets_a_new_worker(tmp_path: Path) -> None:
     seen: list = []
-    stages = [
-        _lane_stage("export", "onnx"),
-        _lane_stage("fp16", "fp16", ("onnx",), die=True),
-        _lane_stage("opt", "opt", ("onnx",)),
-        _checker(seen),
-    ]
-    records, version = _deploy(tmp_path, stages, "v0001")
-    status = {r.name: r.status for r in records}
+    records, _, status = _broken_lane(tmp_path, seen, "onnx", die=True)
     assert status == {"export": "ran", "fp16": "failed", "opt": "ran", "check": "ran"}
     died = next(r for r in records if r.name == "fp16")
     assert "worker process was killed by signal 9 while running fp16" in died.error
