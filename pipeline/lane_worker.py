@@ -20,6 +20,7 @@ import pickle
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -55,6 +56,8 @@ class LaneWorker:
         }
         command = [sys.executable, "-m", "pipeline.lane_worker", str(os.getpid()), str(theirs.fileno())]
         command += [str(threads), str(workdir), str(cache_dir or "")]
+        # the child's own output, closed with the worker: its last lines say why it died
+        self._output = tempfile.TemporaryFile()  # noqa: SIM115
         with theirs:
             # not popen_tied: its PR_SET_PDEATHSIG fires when the thread that started the child ends, and a
             # lane's worker outlives the job thread that may start it; the child watches its parent instead
@@ -62,8 +65,8 @@ class LaneWorker:
                 command,
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,  # what the stages print belongs in their records, not the display
-                stderr=subprocess.DEVNULL,
+                stdout=self._output,  # what the stages print belongs in their records, not the display
+                stderr=subprocess.STDOUT,
                 env=env,
             )
         self.pid = self._proc.pid
@@ -114,7 +117,11 @@ class LaneWorker:
     def _died(self, key: str) -> str:
         code = self._proc.wait()
         how = f"was killed by signal {-code}" if code < 0 else f"exited with {code}"
-        return f"the {self.lane} lane's worker process {how} while running {key}"
+        self._output.seek(0, os.SEEK_END)
+        self._output.seek(max(0, self._output.tell() - 4000))
+        lines = self._output.read().decode(errors="replace").strip().splitlines()[-5:]
+        tail = " | ".join(line.strip() for line in lines) or "no output"
+        return f"the {self.lane} lane's worker process {how} while running {key}; last output: {tail}"
 
     def _reap(self, timeout_s: float) -> None:
         try:
@@ -123,6 +130,7 @@ class LaneWorker:
             self._proc.kill()
             self._proc.wait()
         self._conn.close()
+        self._output.close()
 
 
 def _serve(conn: Connection, threads: int, workdir: Path, cache_dir: Path | None) -> None:

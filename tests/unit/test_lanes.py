@@ -36,6 +36,7 @@ def run_on_lane(ctx: RunContext, config: LaneConfig, inputs: dict) -> StageResul
     if config.fail:
         raise ValueError("unsupported op Foo")
     if config.die:  # a native crash, as far as the deploy can tell
+        print("Fatal Python error: Segmentation fault", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     upstream = "".join(inputs[n].path.read_text().split("@")[0] for n in config.consumes)
     ctx.path(f"{config.artifact}.txt").write_text(f"{upstream}{config.text}@{os.getpid()}@{time.time()}")
@@ -197,6 +198,7 @@ def test_a_lane_worker_that_dies_fails_its_stage_and_the_next_stage_gets_a_new_w
     assert status == {"export": "ran", "fp16": "failed", "opt": "ran", "check": "ran"}
     died = next(r for r in records if r.name == "fp16")
     assert "worker process was killed by signal 9 while running fp16" in died.error
+    assert died.error.endswith("last output: Fatal Python error: Segmentation fault")
     texts = next(v for k, v in seen if k == "texts")
     assert texts["fp16"] is None and texts["opt"].startswith("exportopt@")
     assert texts["onnx"].split("@")[1] != texts["opt"].split("@")[1]  # a new worker after the first died
