@@ -162,23 +162,21 @@ class Executor:
     ) -> list[StageRecord]:
         run = _Run(ctx, on_done)
         try:
-            self._start_lanes(run, rebench)
+            self._start_lanes(run)
             self._run(run, rebench, on_start)
         except BaseException:  # nothing goes on working in the folder the caller removes or leaves next
             self._stop_background(run)
             raise
         finally:
-            for worker in run.workers.values():
+            for worker in run.lane_workers():
                 worker.close()
         return run.records
 
-    def _start_lanes(self, run: _Run, rebench: bool) -> None:
-        """Start the worker of each lane that has a stage to run, now: its interpreter imports and loads the
-        model while the stages before the lane's first one run (a worker left without a job is killed at the
-        end)."""
-        if not any(stage.lane for stage in self.stages):
-            return  # no plan ahead: each stage's environment is read when it comes to it, as without lanes
-        for lane in sorted({s.lane for s, verdict in self.plan(rebench) if s.lane and not verdict.fresh}):
+    def _start_lanes(self, run: _Run) -> None:
+        """Start the worker of each lane in the plan now: its interpreter imports and loads the model while the
+        stages before the lane's first one run (a worker left without a job, every lane stage reused, is killed
+        at the end)."""
+        for lane in sorted({stage.lane for stage in self.stages if stage.lane}):
             run.worker(lane)
 
     def _run(self, run: _Run, rebench: bool, on_start: Callable[[Stage, str], None]) -> None:
@@ -223,6 +221,7 @@ class Executor:
                     work = functools.partial(self._execute, stage, quiet, inputs, shas, call)
                     if stage.lane:
                         run.enqueue(stage)
+                        work = functools.partial(_after_turn, run, stage, work)
                         job = _Background(stage, why, work, None, functools.partial(run.leave, stage))
                     else:
                         job = _Background(stage, why, work, run.lane)
@@ -257,6 +256,8 @@ class Executor:
         as the front would have."""
         for job in blocking:
             self._join(job, run)
+        if run.ctx.cancel.is_set():
+            raise Cancelled(f"lane {stage.lane}: {stage.name}: the run is stopping")
         skipped = self._skipped(stage, run)
         if skipped is not None:
             return skipped
@@ -265,10 +266,14 @@ class Executor:
         shas = {n: a.sha256 for n, a in inputs.items()}
         verdict = self.judge(stage, shas, force_stale=rebench and stage.volatile)
         record = self._reuse(stage, verdict, run.ctx.workdir, shas) if verdict.fresh else None
+        why = (
+            verdict.why if record is not None or not verdict.fresh else "cached outputs could not be fetched"
+        )
         if record is None:
+            run.wait_turn(stage)
             quiet = replace(run.ctx, report=lambda message: None)
             record = self._execute(stage, quiet, inputs, shas, self._lane_call(stage, run, inputs))
-        record.why = verdict.why
+        record.why = why
         return record
 
     def _lane_call(self, stage: Stage, run: _Run, inputs: dict[str, Any]) -> Callable[[], StageResult]:
@@ -281,7 +286,7 @@ class Executor:
     def _stop_background(run: _Run) -> None:
         """The run is stopping: background stages kill their children (RunContext.cancel) and are waited for."""
         run.ctx.cancel.set()
-        for worker in run.workers.values():
+        for worker in run.lane_workers():  # after the cancel: no worker starts from here on
             worker.stop()
         for job in run.jobs:
             job.stopped(STOP_WAIT_S)
@@ -490,24 +495,41 @@ class _Run:
                 queue.remove(stage.name)
             self.turns.notify_all()
 
-    def on_lane(self, lane: str, name: str, job: Job) -> StageResult:
-        """Run a job in the lane's worker process when the lane's earlier stages are done."""
+    def wait_turn(self, stage: Stage) -> None:
+        """Block until the lane's earlier stages are done (raises Cancelled when the run stops meanwhile)."""
+        assert stage.lane is not None
         with self.turns:
-            while self.queues[lane][0] != name:
-                if self.ctx.cancel.is_set():
-                    raise Cancelled(f"lane {lane}: {name}: the run is stopping")
+            while self.queues[stage.lane][0] != stage.name and not self.ctx.cancel.is_set():
                 self.turns.wait(POLL_S)
+        if self.ctx.cancel.is_set():
+            raise Cancelled(f"lane {stage.lane}: {stage.name}: the run is stopping")
+
+    def on_lane(self, lane: str, name: str, job: Job) -> StageResult:
+        """Run a job in the lane's worker process (its turn already taken: wait_turn)."""
         return self.worker(lane).run(name, job, self.ctx.cancel)
 
+    def lane_workers(self) -> list[LaneWorker]:
+        with self.lock:  # a worker being started in a job thread is in the list once this returns
+            return list(self.workers.values())
+
     def worker(self, lane: str) -> LaneWorker:
-        """The lane's worker process, started if it has not been or has died (its stage failed for it)."""
+        """The lane's worker process, started if it has not been or has died (its stage failed for it); none
+        once the run is stopping."""
         with self.lock:
+            if self.ctx.cancel.is_set():
+                raise Cancelled(f"lane {lane}: the run is stopping")
             worker = self.workers.get(lane)
             if worker is None or not worker.alive():
                 if worker is not None:
                     worker.close()
                 worker = self.workers[lane] = LaneWorker(lane, self.ctx.workdir, self.ctx.cache_dir)
             return worker
+
+
+def _after_turn(run: _Run, stage: Stage, work: Callable[[], StageRecord]) -> StageRecord:
+    """A lane stage's work once the lane's earlier stages are done (its recorded time starts here)."""
+    run.wait_turn(stage)
+    return work()
 
 
 class _Background:

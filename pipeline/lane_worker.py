@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.children import POLL_S, Cancelled
+from pipeline.store import storage_failure
 
 Job = tuple[Any, Any, dict[str, Any]]  # (run function, config, inputs): picklable, the function by its name
 PARENT_POLL_S = 0.2
@@ -46,7 +47,7 @@ class LaneWorker:
     def __init__(self, lane: str, workdir: Path, cache_dir: Path | None, threads: int | None = None):
         self.lane = lane
         self._lock = threading.Lock()
-        threads = threads or max(1, (os.cpu_count() or 4) // 4)
+        threads = threads or max(1, len(os.sched_getaffinity(0)) // 4)
         ours, theirs = socket.socketpair()
         root = str(Path(__file__).resolve().parent.parent)
         env = {
@@ -79,10 +80,10 @@ class LaneWorker:
             try:
                 self._conn.send(job)
             except OSError:
-                raise WorkerDied(f"the {self.lane} lane's worker process ended before {key}") from None
+                raise WorkerDied(self._died(key)) from None
             while not self._conn.poll(POLL_S):
                 if cancel is not None and cancel.is_set():
-                    self.stop()
+                    self._proc.kill()
                     raise Cancelled(f"lane {self.lane}: {key}: the run is stopping")
                 if self._proc.poll() is not None:
                     raise WorkerDied(self._died(key))
@@ -101,18 +102,23 @@ class LaneWorker:
 
     def close(self) -> None:
         """Let the child finish and reap it (killed if it does not end within 5 s, or at once if it never had
-        a job: it may still be importing)."""
-        if not self._jobs:
-            self.stop()
-            return
-        with contextlib.suppress(OSError):  # already stopped: the socket is closed
-            self._conn.send(None)
-        self._reap(timeout_s=5.0)
+        a job: it may still be importing). Waits for a job in progress: stop() first to end it."""
+        with self._lock:
+            if not self._jobs:
+                self._proc.kill()
+            with contextlib.suppress(OSError):  # already stopped: the socket is closed
+                self._conn.send(None)
+            try:
+                self._proc.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._conn.close()
+            self._output.close()
 
     def stop(self) -> None:
-        """Kill the child now (the run is stopping)."""
+        """Kill the child now (the run is stopping): a job waiting on it ends; close() then reaps it."""
         self._proc.kill()
-        self._reap(timeout_s=5.0)
 
     def _died(self, key: str) -> str:
         code = self._proc.wait()
@@ -122,15 +128,6 @@ class LaneWorker:
         lines = self._output.read().decode(errors="replace").strip().splitlines()[-5:]
         tail = " | ".join(line.strip() for line in lines) or "no output"
         return f"the {self.lane} lane's worker process {how} while running {key}; last output: {tail}"
-
-    def _reap(self, timeout_s: float) -> None:
-        try:
-            self._proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-        self._conn.close()
-        self._output.close()
 
 
 def _serve(conn: Connection, threads: int, workdir: Path, cache_dir: Path | None) -> None:
@@ -152,7 +149,11 @@ def _serve(conn: Connection, threads: int, workdir: Path, cache_dir: Path | None
             answer: tuple[bool, Any] = (True, run(ctx, config, inputs))
         except BaseException as exc:  # noqa: BLE001 - every error goes back to the parent
             answer = (False, (_picklable(exc), traceback.format_exc()))
-        conn.send(answer)
+        try:
+            conn.send(answer)
+        except Exception as exc:  # noqa: BLE001 - a result that does not pickle fails its stage, not the worker
+            error = RuntimeError(f"the stage's result could not be sent back: {type(exc).__name__}: {exc}")
+            conn.send((False, (error, traceback.format_exc())))
 
 
 def _limit_threads(threads: int) -> None:
@@ -177,7 +178,12 @@ def _limit_threads(threads: int) -> None:
 
 def _picklable(exc: BaseException) -> BaseException:
     """The exception itself when it survives pickling (so the parent records its own type and message),
-    else a RuntimeError with its type and message."""
+    else a RuntimeError with its type and message. A full or read-only disk behind it (pickling drops
+    __cause__ and __context__, where storage_failure looks) comes back as that OSError, so that the parent
+    stops the run (resumable) instead of recording a failed variant."""
+    storage = storage_failure(exc)
+    if storage is not None:
+        return OSError(storage.errno, storage.strerror, storage.filename)
     try:
         pickle.loads(pickle.dumps(exc))
         return exc

@@ -90,6 +90,7 @@ ONNX_BUILDS = ("export_onnx", "fp16", "int8", "int8_dynamic", "optimize_onnx")
 
 
 LANE_SWITCH = "PIPELINE_ONNX_LANE"  # "1" / "0": the ONNX builds on a lane or in front, whatever the host
+# (no lane where a stage in front consumes what it makes, whatever the switch)
 
 
 def plan_stages(recipe: Recipe, recipe_dir: Path, overlap: bool | None = None) -> list[Stage]:

@@ -51,7 +51,8 @@ def sha(path: Path) -> str:
 @pytest.fixture(scope="module")
 def first(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
     root = tmp_path_factory.mktemp("out")
-    return root, cli("deploy", str(TINY), root=root)
+    # the builds in front on any host (a GPU host would put them on a lane): the lane test compares with this
+    return root, cli("deploy", str(TINY), root=root, env={"PIPELINE_ONNX_LANE": "0"})
 
 
 def test_first_deploy_signs_off_and_writes_the_contract(first) -> None:
@@ -222,7 +223,12 @@ def test_killed_deploy_leaves_no_version_and_the_next_one_resumes(tmp_path: Path
 
 def test_plan_says_which_stage_runs_in_the_background(tmp_path: Path) -> None:
     variants = "variants.build=[onnx-fp32, aoti-fp32]"
-    plan = cli("plan", str(TINY), "--set", variants, "--set", "export.pt2.device=cpu", root=tmp_path)
+    no_lane = {
+        "PIPELINE_ONNX_LANE": "0"
+    }  # on a GPU host the ONNX export would run on a lane, in the background
+    plan = cli(
+        "plan", str(TINY), "--set", variants, "--set", "export.pt2.device=cpu", root=tmp_path, env=no_lane
+    )
     assert plan.returncode == 0, plan.stderr
     lines = {line.split()[1]: line for line in plan.stdout.splitlines() if line.startswith("  ")}
     assert lines["aoti_fp32"].endswith("(runs in the background)")

@@ -3,6 +3,7 @@ front; one whose inputs its lane is still making waits in its own job, not in fr
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from pipeline.executor import Executor
 from pipeline.run_record import read_records
@@ -27,12 +29,16 @@ class LaneConfig(StageConfig):
     consumes: tuple[str, ...] = ()
     fail: bool = False
     die: bool = False
+    disk_full: bool = False
+    sleep_s: float = 0.3
 
 
 def run_on_lane(ctx: RunContext, config: LaneConfig, inputs: dict) -> StageResult:
     """Writes its inputs' text, its own and the process it ran in; takes a moment, so that the front can be
     seen going on meanwhile. Module-level: the lane's worker process gets it by name."""
-    time.sleep(0.3)
+    time.sleep(config.sleep_s)
+    if config.disk_full:  # as a library reports it: its own error, the OSError as the cause
+        raise RuntimeError("could not save the model") from OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     if config.fail:
         raise ValueError("unsupported op Foo")
     if config.die:  # a native crash, as far as the deploy can tell
@@ -45,14 +51,13 @@ def run_on_lane(ctx: RunContext, config: LaneConfig, inputs: dict) -> StageResul
     )
 
 
-def _lane_stage(
-    name: str, artifact: str, consumes: tuple[str, ...] = (), fail: bool = False, die: bool = False
-) -> Stage:
+def _lane_stage(name: str, artifact: str, consumes: tuple[str, ...] = (), **how: Any) -> Stage:
+    """`how`: LaneConfig's fail, die, disk_full, sleep_s."""
     return Stage(
         name=name,
         version=1,
         run=run_on_lane,
-        config=LaneConfig(text=name, artifact=artifact, consumes=consumes, fail=fail, die=die),
+        config=LaneConfig(text=name, artifact=artifact, consumes=consumes, **how),
         consumes=consumes,
         produces=(artifact,),
         background=True,
@@ -151,7 +156,7 @@ def test_a_lanes_worker_starts_with_the_run_before_the_stages_in_front_of_it(tmp
     records, version = _deploy(tmp_path, stages, "v0001")
     (worker,) = spans[0][1]
     assert (version / "onnx.txt").read_text().split("@")[1] == str(worker)
-    records, _ = _deploy(tmp_path, stages, "v0002")  # nothing to run on the lane: no worker
+    records, _ = _deploy(tmp_path, stages, "v0002")  # nothing to run on the lane: its worker is killed
     assert {r.status for r in records} == {"reused"} and not _children_of_mine()
 
 
@@ -206,22 +211,53 @@ def test_a_lane_worker_that_dies_fails_its_stage_and_the_next_stage_gets_a_new_w
 
 
 def test_a_stopping_run_kills_its_lane_worker(tmp_path: Path) -> None:
+    """A critical failure in front while the lane's worker is in a long job: the run stops at once."""
+
     def boom(ctx: RunContext, config: TextConfig, inputs: dict) -> StageResult:
+        time.sleep(2)  # the lane's job has started
         raise RuntimeError("a bug in front")
 
     stages = [
-        _lane_stage("export", "onnx"),
+        _lane_stage("export", "onnx", sleep_s=120),
         Stage(name="bug", version=1, run=boom, config=TextConfig(text="x"), produces=("x",), critical=True),
     ]
     store = Store(tmp_path, "t")
     executor = Executor(stages, store, [])
+    started = time.monotonic()
     try:
         executor.run(RunContext(store.new_work_dir()), False, lambda s, w: None, lambda r: None)
     except RuntimeError as exc:
         assert "a bug in front" in str(exc)
     else:
         raise AssertionError("the critical failure was not raised")
+    assert time.monotonic() - started < 30, "the run waited for the lane's job instead of stopping it"
     assert not _children_of_mine()
+
+
+def test_a_full_disk_in_a_lane_stage_stops_the_run_as_in_front(tmp_path: Path) -> None:
+    """Pickling drops an exception's cause: the worker sends the OSError itself, so the run stops (to be
+    resumed) instead of recording a failed variant that the next deploy would reuse."""
+    stages = [_lane_stage("export", "onnx", disk_full=True)]
+    store = Store(tmp_path, "t")
+    executor = Executor(stages, store, [])
+    try:
+        executor.run(RunContext(store.new_work_dir()), False, lambda s, w: None, lambda r: None)
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC
+    else:
+        raise AssertionError("a full disk was recorded as a failed variant")
+    assert not _children_of_mine()
+
+
+def test_a_lane_stage_records_its_own_time_not_its_wait_for_the_lane(tmp_path: Path) -> None:
+    stages = [
+        _lane_stage("export", "onnx", sleep_s=0.1),
+        _lane_stage("slow", "slow", ("onnx",), sleep_s=1.5),
+        _lane_stage("quick", "quick", ("onnx",), sleep_s=0.1),
+    ]
+    records, _ = _deploy(tmp_path, stages, "v0001")
+    took = {r.name: r.duration_s for r in records}
+    assert took["slow"] >= 1.5 and took["quick"] < 1.0, took  # quick waited 1.5 s for slow: not its time
 
 
 def _children_of_mine() -> list[int]:
