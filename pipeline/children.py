@@ -59,13 +59,26 @@ class JobOutcome:
         """Why the child left no result, as one sentence."""
         if self.returncode is None:
             return f"the {what} exceeded {timeout_key} ({timeout_s:g} s) and was stopped"
-        how = (
-            f"was killed by signal {-self.returncode}"
-            if self.returncode < 0
-            else f"exited with {self.returncode}"
+        return (
+            f"the {what} process {how_it_ended(self.returncode)} without a result (native crash?); "
+            f"last output: {last_lines(self.lines)}"
         )
-        tail = " | ".join(self.lines[-5:]) or "no output"
-        return f"the {what} process {how} without a result (native crash?); last output: {tail}"
+
+
+def how_it_ended(returncode: int) -> str:
+    return f"was killed by signal {-returncode}" if returncode < 0 else f"exited with {returncode}"
+
+
+def last_lines(lines: list[str]) -> str:
+    """A dead child's last output lines, on one line (what it said before it died)."""
+    return " | ".join(lines[-5:]) or "no output"
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a `python -m pipeline...` child, with this checkout first on its path."""
+    root = str(Path(pipeline.__file__).resolve().parent.parent)
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, **extra, "PYTHONPATH": path}
 
 
 class Cancelled(BaseException):
@@ -90,11 +103,9 @@ def run_job(
     gone), and when this process dies."""
     job_path = tmp / "job.json"
     job_path.write_text(json.dumps(job))
-    root = str(Path(pipeline.__file__).resolve().parent.parent)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     command = [sys.executable, "-m", module, str(job_path)]
     start = time.perf_counter()
-    proc = popen_tied(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = popen_tied(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env())
     lines: list[str] = []
     pump = threading.Thread(target=_pump, args=(proc, lines, report), daemon=True)
     pump.start()

@@ -18,7 +18,7 @@ from typing import Any
 
 from pipeline.artifacts import ArtifactRecord
 from pipeline.children import POLL_S, Cancelled
-from pipeline.lane_worker import Job, LaneWorker
+from pipeline.lane_worker import LaneWorker
 from pipeline.results import read_report
 from pipeline.run_record import RUN_RECORD, StageRecord
 from pipeline.stages.base import RUN_STAGES, Late, Output, RunContext, Stage, StageResult
@@ -188,8 +188,7 @@ class Executor:
                 after = ", ".join(job.stage.name for job in blocking)
                 on_start(stage, f"queued on the {stage.lane} lane after {after}")
                 work = functools.partial(self._chained, stage, run, blocking, rebench)
-                run.enqueue(stage)
-                run.jobs.append(_Background(stage, None, work, None, functools.partial(run.leave, stage)))
+                run.jobs.append(_lane_job(run, stage, None, work))
                 continue
             for job in blocking:
                 self._join(job, run)
@@ -197,9 +196,7 @@ class Executor:
             if skipped is not None:
                 self._finish(stage, skipped, run)
                 continue
-            names = (*stage.consumes, *stage.consumes_any)
-            inputs: dict[str, Any] = {n: run.artifacts[n] for n in names if n in run.artifacts}
-            shas = {n: a.sha256 for n, a in inputs.items()}
+            inputs, shas = self._inputs(stage, run)
             late = self._late(stage, run)
             if RUN_STAGES in stage.consumes_any:  # in memory and outside the fingerprint: the run
                 # record says what the fingerprints and outputs of the stages before already say
@@ -208,24 +205,19 @@ class Executor:
                 verdict = Freshness(False, "input still building in the background: " + ", ".join(late))
             else:
                 verdict = self.judge(stage, shas, force_stale=rebench and stage.volatile)
-            reusable = verdict.fresh and not stage.final
-            record = self._reuse(stage, verdict, ctx.workdir, shas) if reusable else None
-            why = verdict.why if record is not None or not reusable else "cached outputs could not be fetched"
+            record, why = self._reused(stage, verdict, ctx.workdir, shas)
             if stage.final and verdict.fresh:
                 why = "runs in every new version"
             if record is None:
                 on_start(stage, why)
+                if stage.lane:
+                    work = functools.partial(self._on_lane, stage, run, inputs, shas)
+                    run.jobs.append(_lane_job(run, stage, why, work))
+                    continue
                 if stage.background:
                     quiet = replace(ctx, report=lambda message: None)  # the live line belongs to the front
-                    call = self._lane_call(stage, run, inputs) if stage.lane else None
-                    work = functools.partial(self._execute, stage, quiet, inputs, shas, call)
-                    if stage.lane:
-                        run.enqueue(stage)
-                        work = functools.partial(_after_turn, run, stage, work)
-                        job = _Background(stage, why, work, None, functools.partial(run.leave, stage))
-                    else:
-                        job = _Background(stage, why, work, run.lane)
-                    run.jobs.append(job)
+                    work = functools.partial(self._execute, stage, quiet, inputs, shas)
+                    run.jobs.append(_Background(stage, why, work, run.lane))
                     continue
                 record = self._execute(stage, ctx, {**inputs, **late}, shas)
                 if late:
@@ -261,26 +253,44 @@ class Executor:
         skipped = self._skipped(stage, run)
         if skipped is not None:
             return skipped
-        names = (*stage.consumes, *stage.consumes_any)
-        inputs: dict[str, Any] = {n: run.artifacts[n] for n in names if n in run.artifacts}
-        shas = {n: a.sha256 for n, a in inputs.items()}
+        inputs, shas = self._inputs(stage, run)
         verdict = self.judge(stage, shas, force_stale=rebench and stage.volatile)
-        record = self._reuse(stage, verdict, run.ctx.workdir, shas) if verdict.fresh else None
-        why = (
-            verdict.why if record is not None or not verdict.fresh else "cached outputs could not be fetched"
-        )
+        record, why = self._reused(stage, verdict, run.ctx.workdir, shas)
         if record is None:
-            run.wait_turn(stage)
-            quiet = replace(run.ctx, report=lambda message: None)
-            record = self._execute(stage, quiet, inputs, shas, self._lane_call(stage, run, inputs))
+            record = self._on_lane(stage, run, inputs, shas)
         record.why = why
         return record
 
-    def _lane_call(self, stage: Stage, run: _Run, inputs: dict[str, Any]) -> Callable[[], StageResult]:
-        """Run the stage in its lane's worker process, when the lane's earlier stages are done."""
+    def _on_lane(self, stage: Stage, run: _Run, inputs: dict[str, Any], shas: dict[str, str]) -> StageRecord:
+        """Run the stage in its lane's worker process when the lane's earlier stages are done (its recorded
+        time starts then)."""
         assert stage.lane is not None
-        job = (stage.run, stage.config, inputs)
-        return functools.partial(run.on_lane, stage.lane, stage.name, job)
+        run.wait_turn(stage)
+        quiet = replace(run.ctx, report=lambda message: None)  # the live line belongs to the front
+        lane, job = stage.lane, (stage.run, stage.config, inputs)
+
+        # the worker is taken (or started) inside _execute, so that its failure is recorded as the stage's
+        def call() -> StageResult:
+            return run.worker(lane).run(stage.name, job, run.ctx.cancel)
+
+        return self._execute(stage, quiet, inputs, shas, call)
+
+    @staticmethod
+    def _inputs(stage: Stage, run: _Run) -> tuple[dict[str, Any], dict[str, str]]:
+        """The stage's inputs built so far, and their digests (what its fingerprint is taken on)."""
+        names = (*stage.consumes, *stage.consumes_any)
+        inputs: dict[str, Any] = {n: run.artifacts[n] for n in names if n in run.artifacts}
+        return inputs, {n: a.sha256 for n, a in inputs.items()}
+
+    def _reused(
+        self, stage: Stage, verdict: Freshness, workdir: Path, shas: dict[str, str]
+    ) -> tuple[StageRecord | None, str]:
+        """The reused record of a fresh stage (None when it must run: stale, final, or its cached outputs
+        could not be fetched), and the reason to record."""
+        reusable = verdict.fresh and not stage.final
+        record = self._reuse(stage, verdict, workdir, shas) if reusable else None
+        why = verdict.why if record is not None or not reusable else "cached outputs could not be fetched"
+        return record, why
 
     @staticmethod
     def _stop_background(run: _Run) -> None:
@@ -504,10 +514,6 @@ class _Run:
         if self.ctx.cancel.is_set():
             raise Cancelled(f"lane {stage.lane}: {stage.name}: the run is stopping")
 
-    def on_lane(self, lane: str, name: str, job: Job) -> StageResult:
-        """Run a job in the lane's worker process (its turn already taken: wait_turn)."""
-        return self.worker(lane).run(name, job, self.ctx.cancel)
-
     def lane_workers(self) -> list[LaneWorker]:
         with self.lock:  # a worker being started in a job thread is in the list once this returns
             return list(self.workers.values())
@@ -526,10 +532,10 @@ class _Run:
             return worker
 
 
-def _after_turn(run: _Run, stage: Stage, work: Callable[[], StageRecord]) -> StageRecord:
-    """A lane stage's work once the lane's earlier stages are done (its recorded time starts here)."""
-    run.wait_turn(stage)
-    return work()
+def _lane_job(run: _Run, stage: Stage, why: str | None, work: Callable[[], StageRecord]) -> _Background:
+    """A lane stage's job: its place in the lane's queue, given up when the work ends however it ends."""
+    run.enqueue(stage)
+    return _Background(stage, why, work, None, functools.partial(run.leave, stage))
 
 
 class _Background:

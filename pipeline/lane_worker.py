@@ -28,7 +28,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from pipeline.children import POLL_S, Cancelled
+from pipeline.children import POLL_S, Cancelled, child_env, how_it_ended, last_lines
 from pipeline.store import storage_failure
 
 Job = tuple[Any, Any, dict[str, Any]]  # (run function, config, inputs): picklable, the function by its name
@@ -49,12 +49,6 @@ class LaneWorker:
         self._lock = threading.Lock()
         threads = threads or max(1, len(os.sched_getaffinity(0)) // 4)
         ours, theirs = socket.socketpair()
-        root = str(Path(__file__).resolve().parent.parent)
-        env = {
-            **os.environ,
-            **{key: str(threads) for key in THREAD_ENV},
-            "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
-        }
         command = [sys.executable, "-m", "pipeline.lane_worker", str(os.getpid()), str(theirs.fileno())]
         command += [str(threads), str(workdir), str(cache_dir or "")]
         # the child's own output, closed with the worker: its last lines say why it died
@@ -68,7 +62,7 @@ class LaneWorker:
                 stdin=subprocess.DEVNULL,
                 stdout=self._output,  # what the stages print belongs in their records, not the display
                 stderr=subprocess.STDOUT,
-                env=env,
+                env=child_env(**dict.fromkeys(THREAD_ENV, str(threads))),
             )
         self.pid = self._proc.pid
         self._conn = Connection(ours.detach())
@@ -121,12 +115,11 @@ class LaneWorker:
         self._proc.kill()
 
     def _died(self, key: str) -> str:
-        code = self._proc.wait()
-        how = f"was killed by signal {-code}" if code < 0 else f"exited with {code}"
+        how = how_it_ended(self._proc.wait())
         self._output.seek(0, os.SEEK_END)
         self._output.seek(max(0, self._output.tell() - 4000))
-        lines = self._output.read().decode(errors="replace").strip().splitlines()[-5:]
-        tail = " | ".join(line.strip() for line in lines) or "no output"
+        output = self._output.read().decode(errors="replace").strip().splitlines()
+        tail = last_lines([line.strip() for line in output])
         return f"the {self.lane} lane's worker process {how} while running {key}; last output: {tail}"
 
 

@@ -102,15 +102,15 @@ def plan_stages(recipe: Recipe, recipe_dir: Path, overlap: bool | None = None) -
     if overlap is None and os.environ.get(LANE_SWITCH) in ("0", "1"):
         overlap = os.environ[LANE_SWITCH] == "1"
     variants = needed_variants(recipe)
-    stages = [
-        replace(stage, background=True, lane=ONNX_LANE)
-        if overlap is not False and name in ONNX_BUILDS
-        else stage
-        for name, build in BUILDS.items()
-        for stage in build(recipe, recipe_dir, variants)
-    ]
-    if not (has_cuda() if overlap is None else overlap) or not _lane_feeds_only_late_stages(stages):
-        stages = [replace(stage, background=False, lane=None) if stage.lane else stage for stage in stages]
+    built = [(name, stage) for name, build in BUILDS.items() for stage in build(recipe, recipe_dir, variants)]
+    stages = [stage for _, stage in built]
+    if has_cuda() if overlap is None else overlap:
+        laned = [
+            replace(stage, background=True, lane=ONNX_LANE) if name in ONNX_BUILDS else stage
+            for name, stage in built
+        ]
+        if _lane_feeds_only_late_stages(laned):
+            stages = laned
     artifacts = [v.name for v in variants]
     return stages + [check(recipe, recipe_dir, artifacts) for check in CHECKS.values()]
 

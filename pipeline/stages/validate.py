@@ -371,9 +371,8 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
                 for twin in hosts.ONNX_TWINS.get(record.name, ()):  # its runtimes depend on its twins
                     if twin in pending:
                         arrived(pending[twin])
-                onnx_reference = built.get("onnx-fp32") or inputs.get("onnx-fp32")
-                if isinstance(onnx_reference, Late):
-                    onnx_reference = None
+                # the FP32 graph, once built (in the background: once it has arrived)
+                onnx_reference = built.get("onnx-fp32") if "onnx-fp32" in pending else inputs.get("onnx-fp32")
                 outcome = validate_artifact(
                     ctx, config, record, batches, reference, onnx_reference, frozenset(peers)
                 )
