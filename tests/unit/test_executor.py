@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from pathlib import Path
@@ -13,10 +12,7 @@ from pipeline.executor import Executor, fingerprint
 from pipeline.run_record import read_records
 from pipeline.stages.base import Late, Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.store import Store
-
-
-class TextConfig(StageConfig):
-    text: str
+from tests.unit.executor_fixtures import TextConfig, deploy, late_checker
 
 
 def _writer(
@@ -41,15 +37,6 @@ def _failing(name: str, artifact: str) -> Stage:
     return Stage(name=name, version=1, config=StageConfig(), run=run, consumes=("a",), produces=(artifact,))
 
 
-def _deploy(tmp_path: Path, stages: list[Stage], version: str) -> tuple[list, Path]:
-    store = Store(tmp_path, "t")
-    latest = store.latest()
-    executor = Executor(stages, store, [(latest, read_records(latest))] if latest else [])
-    work = store.new_work_dir()
-    records = executor.run(RunContext(work), False, lambda s, w: None, lambda r: None)
-    return records, store.publish(work, version, signed_off=True)
-
-
 def test_fingerprint_depends_on_config_inputs_and_environment() -> None:
     stage = _writer("s", "a", "1")
     base = fingerprint(stage, {"x": "1"}, {"torch": "2"})
@@ -62,7 +49,7 @@ def test_fingerprint_depends_on_config_inputs_and_environment() -> None:
 def test_fresh_stages_are_reused_and_changed_ones_rerun(tmp_path: Path) -> None:
     calls: list[str] = []
     stages = [_writer("A", "a", "1", calls=calls), _writer("B", "b", "2", ("a",), calls)]
-    _deploy(tmp_path, stages, "v0001")
+    deploy(tmp_path, stages, "v0001")
     assert calls == ["A", "B"]
     store = Store(tmp_path, "t")
     plan = Executor(stages, store, [(store.latest(), read_records(store.latest()))]).plan()
@@ -71,13 +58,13 @@ def test_fresh_stages_are_reused_and_changed_ones_rerun(tmp_path: Path) -> None:
     changed = [_writer("A", "a", "1", calls=calls), _writer("B", "b", "3", ("a",), calls)]
     plan = Executor(changed, store, [(store.latest(), read_records(store.latest()))]).plan()
     assert [v.fresh for _, v in plan] == [True, False] and "config changed: text" in plan[1][1].why
-    records, v2 = _deploy(tmp_path, changed, "v0002")
+    records, v2 = deploy(tmp_path, changed, "v0002")
     assert calls == ["B"] and [r.status for r in records] == ["reused", "ran"]
     assert records[0].reused_from == "v0001" and (v2 / "a.txt").read_text() == "1"
 
 
 def test_upstream_change_marks_dependents_stale_in_the_plan(tmp_path: Path) -> None:
-    _deploy(tmp_path, [_writer("A", "a", "1"), _writer("B", "b", "2", ("a",))], "v0001")
+    deploy(tmp_path, [_writer("A", "a", "1"), _writer("B", "b", "2", ("a",))], "v0001")
     store = Store(tmp_path, "t")
     plan = Executor(
         [_writer("A", "a", "9"), _writer("B", "b", "2", ("a",))],
@@ -94,7 +81,7 @@ def test_failed_variant_skips_its_dependents_and_others_go_on(tmp_path: Path) ->
         _writer("G", "g", "x", ("f",)),
         _writer("B", "b", "2", ("a",)),
     ]
-    records, version = _deploy(tmp_path, stages, "v0001")
+    records, version = deploy(tmp_path, stages, "v0001")
     status = {r.name: r.status for r in records}
     assert status == {"A": "ran", "F": "failed", "G": "skipped", "B": "ran"}
     failed = next(r for r in records if r.name == "F")
@@ -107,7 +94,7 @@ def test_failed_variant_skips_its_dependents_and_others_go_on(tmp_path: Path) ->
 def test_modified_cache_and_version_file_force_a_rebuild(tmp_path: Path) -> None:
     calls: list[str] = []
     stages = [_writer("A", "a", "1", calls=calls)]
-    _, v1 = _deploy(tmp_path, stages, "v0001")
+    _, v1 = deploy(tmp_path, stages, "v0001")
     store = Store(tmp_path, "t")
     for path in [store.cache_path(read_records(v1)["A"].outputs[0]["sha256"]), v1 / "a.txt"]:
         path.unlink()
@@ -117,7 +104,7 @@ def test_modified_cache_and_version_file_force_a_rebuild(tmp_path: Path) -> None
 
 def test_failed_stage_is_reused_as_failed_unless_retry_is_asked(tmp_path: Path) -> None:
     stages = [_writer("A", "a", "1"), _failing("F", "f")]
-    _deploy(tmp_path, stages, "v0001")
+    deploy(tmp_path, stages, "v0001")
     store = Store(tmp_path, "t")
     previous = [(store.latest(), read_records(store.latest()))]
     assert all(v.fresh for _, v in Executor(stages, store, previous).plan())
@@ -153,7 +140,7 @@ def _background(name: str, artifact: str, gate: threading.Event, seen: list, fai
 def _checker(gate: threading.Event, seen: list) -> Stage:
     """A takes_late stage (as validate): checks what is built, opens the gate, then waits for the late one."""
 
-    def run(ctx: RunContext, config: TextConfig, inputs: dict) -> StageResult:
+    def inspect(inputs: dict) -> list[str]:
         ready = sorted(n for n, v in inputs.items() if not isinstance(v, Late))
         late = sorted(n for n, v in inputs.items() if isinstance(v, Late))
         seen.append(("ready", ready))
@@ -161,18 +148,9 @@ def _checker(gate: threading.Event, seen: list) -> Stage:
         gate.set()
         resolved = {n: inputs[n].wait() for n in late}
         seen.append(("resolved", {n: r.path.read_text() if r else None for n, r in resolved.items()}))
-        ctx.path("check.txt").write_text(json.dumps(ready + late))
-        return StageResult([Output("check.txt", "report", "report:check")])
+        return ready + late
 
-    return Stage(
-        name="check",
-        version=1,
-        run=run,
-        config=TextConfig(text="c"),
-        consumes_any=("a", "b", "aoti"),
-        produces=("report:check",),
-        takes_late=True,
-    )
+    return late_checker(("a", "b", "aoti"), inspect)
 
 
 def test_background_stage_builds_while_a_late_taking_stage_checks_the_rest(tmp_path: Path) -> None:
@@ -184,7 +162,7 @@ def test_background_stage_builds_while_a_late_taking_stage_checks_the_rest(tmp_p
         _checker(gate, seen),
         _writer("USE", "u", "!", ("aoti",)),
     ]
-    records, version = _deploy(tmp_path, stages, "v0001")
+    records, version = deploy(tmp_path, stages, "v0001")
     assert ("gate opened while building", True) in seen  # the checker ran while the compile was going on
     assert ("ready", ["a", "b"]) in seen and ("late", ["aoti"]) in seen
     assert ("resolved", {"aoti": "1+bg"}) in seen
@@ -208,7 +186,7 @@ def test_failed_background_stage_is_absent_for_late_takers_and_skips_its_consume
         _checker(gate, seen),
         _writer("USE", "u", "!", ("aoti",)),
     ]
-    records, version = _deploy(tmp_path, stages, "v0001")
+    records, version = deploy(tmp_path, stages, "v0001")
     assert ("resolved", {"aoti": None}) in seen
     status = {r.name: r.status for r in records}
     assert status == {"A": "ran", "AOTI": "failed", "check": "ran", "USE": "skipped"}
@@ -241,7 +219,7 @@ def _sleeper(name: str, artifact: str, spans: list, critical: bool = False) -> S
 
 def test_background_stages_take_turns(tmp_path: Path) -> None:
     spans: list = []
-    records, _ = _deploy(tmp_path, [_sleeper("P", "p", spans), _sleeper("Q", "q", spans)], "v0001")
+    records, _ = deploy(tmp_path, [_sleeper("P", "p", spans), _sleeper("Q", "q", spans)], "v0001")
     assert {r.name: r.status for r in records} == {"P": "ran", "Q": "ran"}
     (_, _, first_end), (_, second_start, _) = sorted(spans, key=lambda s: s[1])
     assert second_start >= first_end  # one lane: the second started when the first had finished
@@ -263,7 +241,7 @@ def test_a_quiet_stage_waits_for_the_background_and_a_plain_one_does_not(tmp_pat
         )
 
     stages = [_sleeper("AOTI", "aoti", spans), stamped("plain", False), stamped("engine", True)]
-    records, _ = _deploy(tmp_path, stages, "v0001")
+    records, _ = deploy(tmp_path, stages, "v0001")
     assert {r.name: r.status for r in records} == {"AOTI": "ran", "plain": "ran", "engine": "ran"}
     ((_, _, compiled),) = spans
     assert marks["plain"] < compiled <= marks["engine"]
@@ -272,4 +250,4 @@ def test_a_quiet_stage_waits_for_the_background_and_a_plain_one_does_not(tmp_pat
 def test_a_critical_failure_in_a_background_stage_stops_the_run(tmp_path: Path) -> None:
     spans: list = []
     with pytest.raises(RuntimeError, match="a bug in the stage"):
-        _deploy(tmp_path, [_sleeper("P", "p", spans, critical=True), _writer("A", "a", "1")], "v0001")
+        deploy(tmp_path, [_sleeper("P", "p", spans, critical=True), _writer("A", "a", "1")], "v0001")

@@ -4,7 +4,6 @@ front; one whose inputs its lane is still making waits in its own job, not in fr
 from __future__ import annotations
 
 import errno
-import json
 import os
 import signal
 import subprocess
@@ -17,10 +16,7 @@ from pipeline.executor import Executor
 from pipeline.run_record import read_records
 from pipeline.stages.base import Late, Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.store import Store
-
-
-class TextConfig(StageConfig):
-    text: str
+from tests.unit.executor_fixtures import TextConfig, deploy, late_checker
 
 
 class LaneConfig(StageConfig):
@@ -75,7 +71,7 @@ def _front(name: str, artifact: str, spans: list) -> Stage:
 
 
 def _checker(seen: list, names: tuple[str, ...] | list[str] = ("ts", "onnx", "fp16", "opt")) -> Stage:
-    def run(ctx: RunContext, config: TextConfig, inputs: dict) -> StageResult:
+    def inspect(inputs: dict) -> list[str]:
         seen.append(("late", sorted(n for n, v in inputs.items() if isinstance(v, Late))))
         seen.append(("checked", time.monotonic()))
         texts = {}
@@ -83,27 +79,9 @@ def _checker(seen: list, names: tuple[str, ...] | list[str] = ("ts", "onnx", "fp
             record = value.wait() if isinstance(value, Late) else value
             texts[name] = record.path.read_text() if record else None
         seen.append(("texts", texts))
-        ctx.path("check.txt").write_text(json.dumps(sorted(texts)))
-        return StageResult([Output("check.txt", "report", "report:check")])
+        return sorted(texts)
 
-    return Stage(
-        name="check",
-        version=1,
-        run=run,
-        config=TextConfig(text="c"),
-        consumes_any=tuple(names),
-        produces=("report:check",),
-        takes_late=True,
-    )
-
-
-def _deploy(tmp_path: Path, stages: list[Stage], version: str) -> tuple[list, Path]:
-    store = Store(tmp_path, "t")
-    latest = store.latest()
-    executor = Executor(stages, store, [(latest, read_records(latest))] if latest else [])
-    work = store.new_work_dir()
-    records = executor.run(RunContext(work), False, lambda s, w: None, lambda r: None)
-    return records, store.publish(work, version, signed_off=True)
+    return late_checker(tuple(names), inspect)
 
 
 def test_a_lane_runs_in_one_worker_process_beside_the_front(tmp_path: Path) -> None:
@@ -116,7 +94,7 @@ def test_a_lane_runs_in_one_worker_process_beside_the_front(tmp_path: Path) -> N
         _lane_stage("opt", "opt", ("fp16",)),
         _checker(seen),
     ]
-    records, version = _deploy(tmp_path, stages, "v0001")
+    records, version = deploy(tmp_path, stages, "v0001")
     # the front ran at once, not after the lane's 0.9 s; the checker met the lane's artifacts late
     assert spans[0][1] - started < 0.3, spans
     assert ("late", ["fp16", "onnx", "opt"]) in seen
@@ -136,7 +114,7 @@ def test_a_lane_runs_in_one_worker_process_beside_the_front(tmp_path: Path) -> N
     store = Store(tmp_path, "t")
     plan = Executor(stages, store, [(version, read_records(version))]).plan()
     assert all(v.fresh for _, v in plan), [(s.name, v.why) for s, v in plan]
-    records, _ = _deploy(tmp_path, stages, "v0002")
+    records, _ = deploy(tmp_path, stages, "v0002")
     assert {r.status for r in records if r.name != "check"} == {"reused"}
 
 
@@ -153,10 +131,10 @@ def test_a_lanes_worker_starts_with_the_run_before_the_stages_in_front_of_it(tmp
         Stage(name="ts", version=1, run=front, config=TextConfig(text="ts"), produces=("ts",)),
         _lane_stage("export", "onnx"),
     ]
-    records, version = _deploy(tmp_path, stages, "v0001")
+    records, version = deploy(tmp_path, stages, "v0001")
     (worker,) = spans[0][1]
     assert (version / "onnx.txt").read_text().split("@")[1] == str(worker)
-    records, _ = _deploy(tmp_path, stages, "v0002")  # nothing to run on the lane: its worker is killed
+    records, _ = deploy(tmp_path, stages, "v0002")  # nothing to run on the lane: its worker is killed
     assert {r.status for r in records} == {"reused"} and not _children_of_mine()
 
 
@@ -167,7 +145,7 @@ def test_a_lane_runs_its_stages_in_plan_order(tmp_path: Path) -> None:
     names = ["int8", "fp16", "opt", "dyn"]
     stages = [_lane_stage("export", "onnx")]
     stages += [_lane_stage(name, name, ("onnx",)) for name in names] + [_checker(seen, names)]
-    _deploy(tmp_path, stages, "v0001")
+    deploy(tmp_path, stages, "v0001")
     texts = next(v for k, v in seen if k == "texts")
     started = [float(texts[name].split("@")[2]) for name in names]
     assert started == sorted(started), dict(zip(names, started, strict=True))
@@ -181,7 +159,7 @@ def _broken_lane(tmp_path: Path, seen: list, opt_consumes: str, **broken: bool) 
         _lane_stage("opt", "opt", (opt_consumes,)),
         _checker(seen),
     ]
-    records, version = _deploy(tmp_path, stages, "v0001")
+    records, version = deploy(tmp_path, stages, "v0001")
     return records, version, {r.name: r.status for r in records}
 
 
@@ -255,7 +233,7 @@ def test_a_lane_stage_records_its_own_time_not_its_wait_for_the_lane(tmp_path: P
         _lane_stage("slow", "slow", ("onnx",), sleep_s=1.5),
         _lane_stage("quick", "quick", ("onnx",), sleep_s=0.1),
     ]
-    records, _ = _deploy(tmp_path, stages, "v0001")
+    records, _ = deploy(tmp_path, stages, "v0001")
     took = {r.name: r.duration_s for r in records}
     assert took["slow"] >= 1.5 and took["quick"] < 1.0, took  # quick waited 1.5 s for slow: not its time
 
@@ -302,7 +280,7 @@ def sleep_on_lane(ctx: RunContext, config: None, inputs: dict) -> StageResult:
     raise AssertionError("never reached: the deploy was killed")
 
 
-def test_a_busy_lane_worker_does_not_outlive_a_killed_deploy(tmp_path: Path) -> None:
+def test_a_busy_lane_worker_does_not_outlive_a_killeddeploy(tmp_path: Path) -> None:
     script = (
         "import os, signal, threading, time\n"
         "from pathlib import Path\n"
