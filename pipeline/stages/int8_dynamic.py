@@ -15,6 +15,7 @@ from typing import Any
 from pipeline import onnx_tools
 from pipeline.artifacts import ArtifactRecord
 from pipeline.errors import StageError
+from pipeline.graph_check import GraphRejected, check_graph
 from pipeline.recipe import Recipe
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.variants import Variant, parse
@@ -63,6 +64,10 @@ def _run(ctx: RunContext, config: Int8DynamicConfig, inputs: dict[str, ArtifactR
         except Exception as exc:  # noqa: BLE001 - this variant's failure, with the quantizer's message
             raise StageError(f"int8_dynamic: quantization failed: {type(exc).__name__}: {exc}") from exc
         model = onnx_tools.load(Path(tmp) / FILE)
+        try:
+            check_graph(model)
+        except GraphRejected as exc:
+            raise StageError(f"int8_dynamic: the quantized graph is unusable: {exc}") from exc
     onnx_tools.save(model, target)
     counts = onnx_tools.op_counts(model)
     details = {

@@ -1,5 +1,11 @@
 """ONNX Runtime-optimized graphs in FP32 and FP16: fused contrib ops (Attention, SkipLayerNormalization, BiasGelu).
 
+Each fused graph is checked before it is kept (pipeline/graph_check.py: the ONNX checker, an ONNX Runtime
+load, and a run beside the FP32 graph on sample feeds). The fusions are written for the models their authors
+tested; on another one a graph that fails its checks is replaced by the next safer option, and the record
+says why: the recipe's fusions, then the transformers optimizer alone, then ONNX Runtime's own graph
+optimizations alone (what a generic model gets by default).
+
 Two fusion passes, in order (export.optimize.fusions): onnxscript's ONNX Runtime rewriter
 (`onnxscript.rewriter.ort_fusions.optimize_for_ort`), which finds the attention pattern of a dynamo export,
 then ONNX Runtime's transformers optimizer, which fuses what is left (on a dynamo export it finds no Attention;
@@ -10,6 +16,7 @@ Runtime's own extended fusions for the CPU provider; level 1 leaves those to ses
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +25,14 @@ import onnx
 from pipeline import onnx_tools
 from pipeline.artifacts import ArtifactRecord
 from pipeline.errors import StageError
+from pipeline.graph_check import Feeds, check_graph
 from pipeline.recipe import Fp16Export, OptimizeExport, Recipe
-from pipeline.specs import ModelSpec
+from pipeline.specs import DataSpec, ModelSpec
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.variants import Variant, parse
+from pipeline.verdict import STAGE_WARNINGS
+
+CHECK_BATCH = 2  # the sample batch each fused graph is run on beside the FP32 graph
 
 
 class OptimizeConfig(StageConfig):
@@ -29,6 +40,7 @@ class OptimizeConfig(StageConfig):
     optimize: OptimizeExport
     fp16: Fp16Export | None  # the FP16 conversion of the fused graph (the FP16 variant only)
     model: ModelSpec  # the transformers optimizer reads the model's heads and hidden size
+    data: DataSpec  # the sample feeds each fused graph is checked on
 
     @classmethod
     def from_recipe(cls, recipe: Recipe, recipe_dir: Path, variant: Variant) -> OptimizeConfig:
@@ -37,7 +49,28 @@ class OptimizeConfig(StageConfig):
             optimize=recipe.export.optimize,
             fp16=recipe.export.fp16 if variant.precision == "fp16" else None,
             model=ModelSpec.from_recipe(recipe, recipe_dir),
+            data=DataSpec.from_recipe(recipe, recipe_dir),
         )
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One way to make the optimized graph: which fusion passes run, and whether the transformers optimizer
+    may fuse transformer patterns (False: ONNX Runtime's own graph optimizations only)."""
+
+    label: str
+    fusions: tuple[str, ...]
+    model_type: str | None
+
+
+def attempts(cfg: OptimizeExport) -> list[Attempt]:
+    """The recipe's fusions first, then each safer option that differs from what came before."""
+    chain = [Attempt("as configured", tuple(cfg.fusions), cfg.model_type)]
+    if cfg.model_type is not None and "transformers" in cfg.fusions and "onnxscript" in cfg.fusions:
+        chain.append(Attempt("the transformers optimizer alone", ("transformers",), cfg.model_type))
+    if cfg.model_type is not None or "onnxscript" in cfg.fusions:
+        chain.append(Attempt("ONNX Runtime's graph optimizations alone", ("transformers",), None))
+    return chain
 
 
 def onnxscript_fusions(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, int]]:
@@ -49,40 +82,96 @@ def onnxscript_fusions(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[st
     return ir.to_proto(fused), {k: int(v) for k, v in sorted(counts.items()) if v}
 
 
+def optimize_checked(
+    source: Path,
+    cfg: OptimizeExport,
+    config: dict[str, Any],
+    fp16: Fp16Export | None,
+    feeds: Feeds,
+    report: Any = lambda message: None,
+) -> tuple[onnx.ModelProto, dict[str, Any]]:
+    """The first attempt whose graph passes its checks, with the fusion statistics and, under `fallback`, why
+    the attempts before it were rejected. Raises StageError when none passes."""
+    rejected: list[dict[str, str]] = []
+    for attempt in attempts(cfg):
+        report(f"optimize: {attempt.label}")
+        try:
+            model, stats = optimize(source, cfg, config, fp16, attempt)
+            check_graph(model, source, feeds)
+        except Exception as exc:  # noqa: BLE001 - a failed attempt (GraphRejected included) falls back
+            rejected.append({"attempt": attempt.label, "reason": f"{type(exc).__name__}: {first_line(exc)}"})
+            continue
+        stats["applied"] = attempt.label
+        if rejected:
+            stats["fallback"] = rejected
+            stats[STAGE_WARNINGS] = [
+                f"used {attempt.label}: "
+                + "; ".join(f"{r['attempt']} was rejected ({r['reason']})" for r in rejected)
+            ]
+        return model, stats
+    raise StageError(
+        "optimize: no option gave a graph that passes its checks: "
+        + "; ".join(f"{r['attempt']}: {r['reason']}" for r in rejected)
+    )
+
+
+def sample_feeds(ctx: RunContext, data: DataSpec) -> Feeds:
+    """A small batch at the opt shape (CHECK_BATCH samples, within the batch dim's range) to check graphs on."""
+    batch = data.dims.get(data.batch_dim)
+    return ctx.dataset(data).corner_feeds("opt", batch=min(CHECK_BATCH, batch.max) if batch else None)
+
+
+def first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 300 else text[:299] + "…"
+
+
 def optimize(
-    source: Path, cfg: OptimizeExport, config: dict[str, Any], fp16: Fp16Export | None
+    source: Path,
+    cfg: OptimizeExport,
+    config: dict[str, Any],
+    fp16: Fp16Export | None,
+    attempt: Attempt | None = None,
 ) -> tuple[onnx.ModelProto, dict[str, Any]]:
     """Run the fusion passes (and the FP16 conversion, when `fp16` is given) on the graph of the model whose
-    transformers config is `config`; returns the graph and the fusion statistics."""
+    transformers config is `config`; returns the graph and the fusion statistics. Tools that write into the
+    working directory (symbolic shape inference does, when it cannot finish) run in a scratch one."""
+    attempt = attempt or attempts(cfg)[0]
+    with onnx_tools.scratch_cwd():
+        return _optimize(source.resolve(), cfg, config, fp16, attempt)
+
+
+def _optimize(
+    source: Path, cfg: OptimizeExport, config: dict[str, Any], fp16: Fp16Export | None, attempt: Attempt
+) -> tuple[onnx.ModelProto, dict[str, Any]]:
     try:
         from onnxruntime.transformers.optimizer import optimize_model
     except ImportError as exc:
         raise StageError(
             f"optimize_onnx: needs onnxruntime ({exc}); pip install 'deploy-pipeline[cpu]'"
         ) from exc
-    graph: str | onnx.ModelProto = str(source.resolve())
+    graph: str | onnx.ModelProto = str(source)
     report: dict[str, Any] = {}
-    if "onnxscript" in cfg.fusions:
+    if "onnxscript" in attempt.fusions:
         try:
             graph, report["onnxscript"] = onnxscript_fusions(onnx_tools.load(source))
         except Exception as exc:  # noqa: BLE001 - a rewriter failure leaves the transformers optimizer's graph
             report["onnxscript_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-    if "transformers" not in cfg.fusions:
+    if "transformers" not in attempt.fusions:
         model = graph if isinstance(graph, onnx.ModelProto) else onnx_tools.load(source)
         return _finish(model, fp16), report
-    with onnx_tools.scratch_cwd():
-        if isinstance(graph, onnx.ModelProto):  # the optimizer reads a file (given a proto, it writes one)
-            onnx_tools.save(graph, "fused.onnx")
-            graph = str(Path("fused.onnx").resolve())
-        optimized = optimize_model(
-            graph,
-            model_type=cfg.model_type or "bert",
-            num_heads=int(config.get("num_attention_heads", 0)),
-            hidden_size=int(config.get("hidden_size", 0)),
-            opt_level=cfg.opt_level,
-            use_gpu=False,
-            only_onnxruntime=cfg.model_type is None,  # no transformer fusions for other models
-        )
+    if isinstance(graph, onnx.ModelProto):  # the optimizer reads a file (given a proto, it writes one)
+        onnx_tools.save(graph, "fused.onnx")
+        graph = str(Path("fused.onnx").resolve())
+    optimized = optimize_model(
+        graph,
+        model_type=attempt.model_type or "bert",
+        num_heads=int(config.get("num_attention_heads", 0)),
+        hidden_size=int(config.get("hidden_size", 0)),
+        opt_level=cfg.opt_level,
+        use_gpu=False,
+        only_onnxruntime=attempt.model_type is None,  # no transformer fusions for other models
+    )
     report["transformers"] = {
         k: int(v) for k, v in sorted(optimized.get_fused_operator_statistics().items()) if v
     }
@@ -100,7 +189,6 @@ def _finish(model: onnx.ModelProto, fp16: Fp16Export | None) -> onnx.ModelProto:
         model = wrapped.model
     onnx_tools.ensure_opset_imports(model)
     onnx_tools.topological_sort(model.graph)
-    onnx.checker.check_model(model)
     return model
 
 
@@ -109,13 +197,23 @@ def _run(ctx: RunContext, config: OptimizeConfig, inputs: dict[str, ArtifactReco
     name = f"optimize_onnx_{variant.precision}"
     ctx.report(f"{name}: running the ONNX Runtime transformer optimizer")
     log = f"logs/{name}.log"
+    feeds = sample_feeds(ctx, config.data)
     with onnx_tools.captured(ctx.path(log)):
-        model, fusions = optimize(
-            inputs["onnx-fp32"].path, config.optimize, ctx.model(config.model).config, config.fp16
+        model, fusions = optimize_checked(
+            inputs["onnx-fp32"].path,
+            config.optimize,
+            ctx.model(config.model).config,
+            config.fp16,
+            feeds,
+            ctx.report,
         )
     onnx_tools.save(model, ctx.path(variant.file))
+    warnings = fusions.pop(STAGE_WARNINGS, [])
     details: dict[str, Any] = {
+        STAGE_WARNINGS: warnings,
         "target": "onnxruntime",
+        "applied": fusions.pop("applied"),
+        "fallback": fusions.pop("fallback", []),
         "fused_ops": fusions.get("transformers", {}),
         "fusions": fusions,
         "contrib_ops": {
@@ -137,7 +235,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name=f"optimize_onnx_{variant.precision}",
-            version=2,  # 2: onnxscript fusions first
+            version=3,  # 2: onnxscript fusions first; 3: checked, with fallbacks
             config=OptimizeConfig.from_recipe(recipe, recipe_dir, variant),
             run=_run,
             environment=onnx_tools.onnx_environment,

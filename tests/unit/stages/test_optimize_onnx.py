@@ -4,6 +4,7 @@ and agree with the eager model."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import onnx
 import pytest
@@ -11,7 +12,15 @@ import pytest
 from pipeline import onnx_tools
 from pipeline.artifacts import ArtifactRecord
 from pipeline.stages.base import Stage
-from tests.unit.stages.onnx_fixtures import lowest_cosine, reference, run_onnx, tiny_context, tiny_onnx
+from tests.stage_env import StageEnv
+from tests.unit.stages.onnx_fixtures import (
+    dynamo_export,
+    lowest_cosine,
+    reference,
+    run_onnx,
+    tiny_context,
+    tiny_onnx,
+)
 
 
 @pytest.fixture(scope="module")
@@ -88,3 +97,46 @@ def test_generic_models_get_onnxruntime_graph_optimizations_only(
     feeds = ctx.dataset().feeds_at({"batch": 2, "sequence": 12})
     got, want = run_onnx(tmp_path / out.path, feeds), reference(ctx, feeds)
     assert abs(got["hidden"] - want["hidden"]).max() < 1e-4
+
+
+GPT2 = Path(__file__).resolve().parents[2] / "zoo" / "recipes" / "gpt2.yaml"
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, ArtifactRecord]:
+    """GPT-2 (tiny, random weights) as a user writes its recipe: model_type gpt2, the default fusions."""
+    from pipeline.recipe_loader import load
+
+    folder = tmp_path_factory.mktemp("gpt2")
+    ctx = StageEnv(load(GPT2, []).recipe, GPT2.parent, folder)
+    return ctx, dynamo_export(
+        ctx, folder / "model.onnx", ctx.dataset().feeds_at({"batch": 2, "sequence": 16})
+    )
+
+
+@pytest.mark.parametrize("name", ["optimize_onnx_fp32", "optimize_onnx_fp16"])
+def test_a_fused_graph_that_fails_its_checks_falls_back_and_says_why(
+    name: str, gpt2: tuple[Any, ArtifactRecord], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On GPT-2 the onnxscript fusions give a Gemm of rank 3 that ONNX Runtime refuses to load, and the
+    transformers optimizer's GPT-2 pass crashes on bias-less Gemms: the stage keeps ONNX Runtime's own graph
+    optimizations, records both rejections, and the graph it keeps loads and agrees with the model. Nothing
+    the tools write lands in the working directory."""
+    ctx, source = gpt2
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    env = StageEnv(ctx.recipe, ctx.recipe_dir, tmp_path / "out")
+    out = env.run_named(name, {"onnx-fp32": source}, variants=OPTIMIZED).outputs[0]
+    details = out.details
+    assert details["applied"] == "ONNX Runtime's graph optimizations alone", details
+    assert [f["attempt"] for f in details["fallback"]] == [
+        "as configured",
+        "the transformers optimizer alone",
+    ]
+    assert "rank 2 but has rank 3" in details["fallback"][0]["reason"]
+    assert details["warnings"] and "was rejected" in details["warnings"][0]
+    feeds = env.dataset().feeds_at({"batch": 2, "sequence": 12})
+    got, want = run_onnx(tmp_path / "out" / out.path, feeds), reference(env, feeds)
+    assert lowest_cosine(got["logits"], want["logits"]) >= 0.999
+    assert list(work.iterdir()) == []
