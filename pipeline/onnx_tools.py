@@ -185,6 +185,67 @@ def matches(path: str | None, patterns: Iterable[str]) -> bool:
     return path is not None and any(fnmatch.fnmatchcase(path, p) for p in patterns)
 
 
+# ------------------------------------------------------------------ feed-forward layers
+
+# Ops a feed-forward block's value passes through between its two linears: elementwise math, activations, and
+# reshapes that keep each element where it is (GPT-2's Conv1D is a Gemm between two Reshapes). Anything else
+# (Transpose, Softmax, a normalization, a reduction) ends the walk: attention and residual paths stop there.
+FEED_FORWARD_PATH = frozenset(
+    {
+        "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Neg", "Exp", "Cast", "Identity", "Dropout",
+        "Reshape", "Flatten", "Squeeze", "Unsqueeze",
+    }
+)  # fmt: skip
+ACTIVATIONS = frozenset(
+    {
+        "Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "Gelu", "FastGelu", "BiasGelu", "QuickGelu",
+        "Erf", "Tanh", "Sigmoid", "HardSigmoid", "HardSwish", "Softplus", "Mish", "Clip",
+    }
+)  # fmt: skip
+FEED_FORWARD = "feed-forward layer (exclude_feed_forward)"
+_WALK_LIMIT = 64  # nodes visited from one linear: a block's activation is a handful of ops away
+
+
+def weight_ops(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """MatMul and Gemm nodes whose second input is a constant: the model's linear layers."""
+    constants = {i.name for i in model.graph.initializer} | {
+        o for n in model.graph.node if n.op_type == "Constant" for o in n.output
+    }
+    return [n for n in model.graph.node if n.op_type in ("MatMul", "Gemm") and n.input[1] in constants]
+
+
+def feed_forward_nodes(model: onnx.ModelProto) -> list[str]:
+    """The linears of every feed-forward block, found from the graph rather than from module names: a linear
+    whose output reaches another linear through elementwise ops and reshapes only, with an activation on
+    the way (BERT's intermediate/output, DistilBERT's lin1/lin2, GPT-2's c_fc/c_proj, T5's wi/wo, gated
+    wi_0/wi_1 included, ViT's and Whisper's fc1/fc2). Both linears of each pair, in graph order."""
+    linears = weight_ops(model)
+    is_linear = {id(n) for n in linears}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    reaches: dict[str, list[tuple[str, bool]]] = {}  # up-projection -> (down-projection, activation seen)
+    for linear in linears:
+        found: list[tuple[str, bool]] = []
+        stack = [(out, False) for out in linear.output]
+        seen: set[tuple[str, bool]] = set()
+        while stack and len(seen) < _WALK_LIMIT:
+            value, activated = stack.pop()
+            for node in consumers.get(value, []):
+                if id(node) in is_linear:
+                    found.append((node.name, activated))
+                elif node.op_type in FEED_FORWARD_PATH or node.op_type in ACTIVATIONS:
+                    step = (node.name, activated or node.op_type in ACTIVATIONS)
+                    if step not in seen:
+                        seen.add(step)
+                        stack += [(out, step[1]) for out in node.output]
+        reaches[linear.name] = found
+    down = {name for found in reaches.values() for name, activated in found if activated}
+    up = {a for a, found in reaches.items() if any(name in down for name, _ in found)}
+    return [n.name for n in linears if n.name in up or n.name in down]
+
+
 @dataclass
 class Selection:
     """Which nodes of the quantizable op types to quantize, and which the recipe's rules left out and why."""
@@ -197,8 +258,13 @@ class Selection:
         return self.paths.get(node_name) or node_name
 
     def by_pattern(self) -> list[str]:
-        """Labels of the nodes the recipe's include/exclude patterns left out (activation MatMuls aside)."""
+        """Labels of the nodes the recipe's rules left out (patterns and feed-forward layers; activation
+        MatMuls aside)."""
         return sorted(self.label(n) for n, why in self.excluded.items() if why != ACTIVATION_MATMUL)
+
+    def feed_forward(self) -> list[str]:
+        """Labels of the feed-forward linears kept in float (exclude_feed_forward)."""
+        return [self.label(n) for n, why in self.excluded.items() if why == FEED_FORWARD]
 
     def activation_matmuls(self) -> int:
         return sum(why == ACTIVATION_MATMUL for why in self.excluded.values())
@@ -210,13 +276,16 @@ def select_nodes(
     weights_only_matmul: bool,
     include: Iterable[str] = (),
     exclude: Iterable[str] = (),
+    exclude_feed_forward: bool = False,
 ) -> Selection:
     """Nodes to quantize: op type listed; for MatMul (when weights_only_matmul) a constant second input;
-    module path matching `include` (when given) and not matching `exclude`."""
+    not a feed-forward linear (when exclude_feed_forward); module path matching `include` (when given) and
+    not matching `exclude`."""
     op_types, include, exclude = set(op_types), list(include), list(exclude)
     constants = {i.name for i in model.graph.initializer} | {
         o for n in model.graph.node if n.op_type == "Constant" for o in n.output
     }
+    feed_forward = set(feed_forward_nodes(model)) if exclude_feed_forward else set()
     selection = Selection(paths=module_paths(model))
     for node in model.graph.node:
         if node.op_type not in op_types:
@@ -224,6 +293,8 @@ def select_nodes(
         path = selection.paths[node.name]
         if weights_only_matmul and node.op_type == "MatMul" and node.input[1] not in constants:
             selection.excluded[node.name] = ACTIVATION_MATMUL
+        elif node.name in feed_forward:
+            selection.excluded[node.name] = FEED_FORWARD
         elif include and not matches(path, include):
             selection.excluded[node.name] = "not matched by include"
         elif matches(path, exclude):

@@ -11,6 +11,7 @@ provider this graph is not meant to be fast; onnx-int8-dynamic is the CPU varian
 from __future__ import annotations
 
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from pipeline import onnx_tools
 from pipeline.artifacts import ArtifactRecord
 from pipeline.data import Dataset, Feeds
 from pipeline.errors import StageError
+from pipeline.graph_check import GraphRejected, check_graph
 from pipeline.recipe import Int8Export, Recipe
 from pipeline.specs import DataSpec
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
@@ -134,6 +136,17 @@ def quantize(source: Path, target: Path, reader: FeedsReader, cfg: Int8Export, n
     )
 
 
+def nothing_left(model: onnx.ModelProto, cfg: Int8Export, selection: onnx_tools.Selection) -> str:
+    """Why no node was selected, in the graph's own terms: which weight ops it has, and what left them out."""
+    weights = onnx_tools.op_counts(onnx.ModelProto(graph=onnx.GraphProto(node=onnx_tools.weight_ops(model))))
+    has = ", ".join(f"{n} {k}" for k, n in weights.items()) or "no MatMul or Gemm with a weight"
+    reasons = Counter(selection.excluded.values())
+    left_out = "; ".join(f"{n} {why}" for why, n in reasons.items())
+    return f"export.int8.op_types is {list(cfg.op_types)}; the graph has {has}" + (
+        f"; left out: {left_out}" if left_out else ""
+    )
+
+
 def quantized_nodes(model: onnx.ModelProto, op_types: list[str]) -> list[str]:
     """Names of the nodes of `op_types` that read a DequantizeLinear output: what really runs in INT8."""
     dq_outputs = {o for n in model.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
@@ -154,12 +167,10 @@ def _run(ctx: RunContext, config: Int8Config, inputs: dict[str, ArtifactRecord])
         model = onnx_tools.load(source)
         graph_inputs = onnx_tools.graph_inputs(model)
         selection = onnx_tools.select_nodes(
-            model, cfg.op_types, cfg.weights_only_matmul, cfg.include, cfg.exclude
+            model, cfg.op_types, cfg.weights_only_matmul, cfg.include, cfg.exclude, cfg.exclude_feed_forward
         )
         if not selection.quantize:
-            raise StageError(
-                f"int8: no {'/'.join(cfg.op_types)} node is left to quantize after include/exclude"
-            )
+            raise StageError(f"int8: nothing to quantize: {nothing_left(model, cfg, selection)}")
         feeds = calibration_feeds(dataset, graph_inputs)
         ctx.report(
             f"int8: {cfg.calibration} calibration on {len(feeds)} batches, {len(selection.quantize)} nodes"
@@ -171,6 +182,10 @@ def _run(ctx: RunContext, config: Int8Config, inputs: dict[str, ArtifactRecord])
                 f"int8: {cfg.calibration} calibration/quantization failed: {type(exc).__name__}: {exc}"
             ) from exc
         result = onnx_tools.load(Path(tmp) / FILE)
+        try:
+            check_graph(result)
+        except GraphRejected as exc:
+            raise StageError(f"int8: the quantized graph is unusable: {exc}") from exc
     onnx_tools.save(result, target)
     details = _details(dataset, result, selection, cfg, feeds, pre)
     return StageResult(
@@ -205,6 +220,7 @@ def _details(
         "quantize_linear": counts.get("QuantizeLinear", 0),
         "dequantize_linear": counts.get("DequantizeLinear", 0),
         "excluded": selection.by_pattern(),
+        "kept_float_feed_forward": selection.feed_forward(),
         "activation_matmuls_skipped": selection.activation_matmuls(),
         "preprocess": pre,
         "settings": SETTINGS,

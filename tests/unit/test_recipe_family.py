@@ -21,7 +21,7 @@ BERT_ONLY = FAMILY_DEFAULTS["transformer"]
 def _resolved(recipe) -> dict[str, object]:
     return {
         "export.int8.op_types": recipe.export.int8.op_types,
-        "export.int8.exclude": recipe.export.int8.exclude,
+        "export.int8.exclude_feed_forward": recipe.export.int8.exclude_feed_forward,
         "export.optimize.model_type": recipe.export.optimize.model_type,
     }
 

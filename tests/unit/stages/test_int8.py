@@ -39,8 +39,13 @@ def source(tmp_path_factory: pytest.TempPathFactory) -> ArtifactRecord:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory, source: ArtifactRecord) -> tuple[StageEnv, StageResult]:
-    """Exclude the second FFN projection ('inner.layers.N.output'), as the BERT default does."""
-    ctx = tiny_context(tmp_path_factory.mktemp("int8"), "export.int8.exclude=['*.output']")
+    """Exclude the second FFN projection ('inner.layers.N.output') by pattern, the graph's own feed-forward
+    detection off (test_the_family_default_keeps_each_feed_forward_block_in_float covers it)."""
+    ctx = tiny_context(
+        tmp_path_factory.mktemp("int8"),
+        "export.int8.exclude=['*.output']",
+        "export.int8.exclude_feed_forward=false",
+    )
     return ctx, ctx.run_named("int8", {"onnx-fp32": source}, variants=["onnx-int8"])
 
 
@@ -126,7 +131,7 @@ def test_close_to_the_eager_model(built: tuple[StageEnv, StageResult]) -> None:
 def test_output_is_byte_deterministic(
     built: tuple[StageEnv, StageResult], source: ArtifactRecord, tmp_path: Path
 ) -> None:
-    ctx = tiny_context(tmp_path, "export.int8.exclude=['*.output']")
+    ctx = tiny_context(tmp_path, "export.int8.exclude=['*.output']", "export.int8.exclude_feed_forward=false")
     ctx.run_named("int8", {"onnx-fp32": source}, variants=["onnx-int8"])
     assert (tmp_path / "model.int8.onnx").read_bytes() == (built[0].workdir / "model.int8.onnx").read_bytes()
 
@@ -153,10 +158,30 @@ def test_calibration_feeds_only_the_declared_inputs(tmp_path: Path) -> None:
     assert not set(calibration) & validation
 
 
-def test_nothing_left_to_quantize_is_an_error(source: ArtifactRecord, tmp_path: Path) -> None:
+def test_nothing_left_to_quantize_says_what_the_graph_has(source: ArtifactRecord, tmp_path: Path) -> None:
     ctx = tiny_context(tmp_path, "export.int8.include=['no.such.module']")
-    with pytest.raises(StageError, match="no MatMul node is left"):
+    with pytest.raises(StageError) as info:
         ctx.run_named("int8", {"onnx-fp32": source}, variants=["onnx-int8"])
+    assert str(info.value) == (
+        "int8: nothing to quantize: export.int8.op_types is ['MatMul', 'Gemm']; the graph has 12 MatMul; "
+        "left out: 8 not matched by include; 4 activation MatMul (weights_only_matmul); "
+        "4 feed-forward layer (exclude_feed_forward)"
+    )
+
+
+def test_the_family_default_keeps_each_feed_forward_block_in_float(
+    source: ArtifactRecord, tmp_path: Path
+) -> None:
+    """A transformer's default: the two linears around each block's activation stay in float, found from the
+    graph (the tiny encoder names them intermediate and output, which no BERT pattern matches)."""
+    ctx = tiny_context(tmp_path)
+    assert ctx.recipe.export.int8.exclude_feed_forward and ctx.recipe.export.int8.exclude == []
+    details = ctx.run_named("int8", {"onnx-fp32": source}, variants=["onnx-int8"]).outputs[0].details
+    kept = [f"inner.layers.{i}.{m}" for i in LAYERS for m in ("intermediate", "output")]
+    assert details["kept_float_feed_forward"] == kept
+    assert set(details["quantized_nodes"]) == {
+        f"inner.layers.{i}.{m}" for i in LAYERS for m in ("query", "key", "value", "attention_out")
+    }
 
 
 def _denormal_model(path: Path) -> ArtifactRecord:
