@@ -172,9 +172,9 @@ def choose(
     if not ranked:
         return None
     fastest = ranked[0]
-    noise = [r for r in ranked if tied(r, fastest, metric)]
+    noise = [r for r in ranked if tied(r, fastest, metric)]  # the tie group: within noise of the best
     winner = min(noise, key=lambda r: (simplicity(r), rank_key(r, metric)))
-    within = [r for r in ranked if r is not winner and tied(r, winner, metric)]
+    within = [r for r in noise if r is not winner]  # the reason names exactly the group it chose from
     others = [r for r in ranked if r is not winner]
     runner_up = others[0] if others else None
     reason = _reason(winner, fastest, within, runner_up, metric)
@@ -200,7 +200,7 @@ def choose(
         "accuracy": accuracy_record(entries.get(winner["artifact"]), winner),
         "runner_up": _peer(runner_up, metric, entries),
         "baseline": _peer(baseline, metric, entries),
-        "within_noise_of": [_label(r) for r in within],
+        "within_noise_of": [_label(r) for r in within],  # the tie group (within noise of the fastest)
         "reason": reason,
     }
 
@@ -268,8 +268,8 @@ def _reason(
         )
     return (
         f"{_label(fastest)} measured {_figure(fastest, metric)}, within noise of {_label(winner)} at "
-        f"{_figure(winner, metric)} (95% intervals overlap); the simplest of the tied candidates is chosen "
-        f"(within noise of the winner: {tied})"
+        f"{_figure(winner, metric)} (95% intervals overlap); the simplest of the candidates within noise of "
+        f"the fastest is chosen (tied with the winner: {tied})"
     )
 
 

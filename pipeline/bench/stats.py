@@ -77,8 +77,8 @@ def bootstrap_intervals(
     for name in STATISTICS:
         low, high = _interval(resampled[name], confidence)
         centre = estimates[name]
-        intervals[name] = [
-            min(low, centre - factor * (centre - low)),
+        intervals[name] = [  # a latency is positive: the widened interval never reaches below 0
+            max(0.0, min(low, centre - factor * (centre - low))),
             max(high, centre + factor * (high - centre)),
         ]
     return intervals, BLOCK

@@ -23,6 +23,7 @@ from pipeline.report.facts import (
     fmt_ci,
     fmt_metric,
     fmt_ms,
+    intervals_overlap,
     is_informational,
     key_checks,
     metrics_present,
@@ -33,6 +34,7 @@ from pipeline.report.facts import (
     sorted_results,
     where,
 )
+from pipeline.report.inputs import inputs_section
 from pipeline.report.record import artifacts_section, conditions_section, stages_section
 from pipeline.speed import figure_text, fmt_rate, is_winner_row
 
@@ -55,6 +57,7 @@ def build_document(
         _verdict(header),
         _winner(winner),
         _accuracy(accuracy, images.get("accuracy")),
+        inputs_section(accuracy),
         _speed(header, speed, winner, images.get("latency")),
         _flags(speed),
         _not_run(accuracy, speed),
@@ -154,16 +157,16 @@ def _winner(winner: Dict | None) -> Section:
 
 def _cost_line(winner: Dict, baseline: Dict | None) -> str | None:
     """'1.27× faster than onnx-fp32 (onnxruntime-cpu) at cosine 0.9891 vs 1.0000': the speed gain and what it
-    costs in accuracy, against the plain export a release manager would otherwise ship."""
+    costs in accuracy, against the plain export a release manager would otherwise ship. A gain is claimed only
+    where the two 95% intervals separate; otherwise the winner is 'within noise of' it."""
     if not baseline:
         return None
-    ratio = _speedup(winner.get("value"), baseline.get("value"), winner.get("unit"))
-    if ratio is None:
+    speed = _compared(winner, baseline)
+    if speed is None:
         return None
     mine = (winner.get("accuracy") or {}).get("figures") or {}
     theirs = baseline.get("accuracy") or {}
     metric = next((m for m in ("cosine", "max_abs") if m in mine and m in theirs), None)
-    speed = _relative(ratio, winner.get("unit"))
     text = f"{speed} {baseline.get('artifact')} ({baseline.get('runtime')})"
     if metric:
         text += f" at {metric} {fmt_metric(metric, mine[metric])} vs {fmt_metric(metric, theirs[metric])}"
@@ -176,22 +179,30 @@ def _speedup(value: Any, other: Any, unit: Any) -> float | None:
     return other / value if (unit or "ms") == "ms" else value / other
 
 
-def _relative(ratio: float, unit: Any) -> str:
-    """'1.27× faster than' for a latency; '1.27× the throughput of' for sequences/s."""
-    if (unit or "ms") != "ms":
+def _compared(winner: Dict, other: Dict) -> str | None:
+    """'1.27× faster than' / '1.27× the throughput of' / '1.27× slower than' where the 95% intervals of the
+    two figures separate; 'within noise of' where they overlap (no ratio: the difference is not measured)."""
+    ratio = _speedup(winner.get("value"), other.get("value"), winner.get("unit"))
+    if ratio is None:
+        return None
+    if intervals_overlap(winner.get("interval"), other.get("interval")):
+        return "within noise of"
+    if (winner.get("unit") or "ms") != "ms":
         return f"{ratio:.2f}× the throughput of"
     return f"{ratio:.2f}× faster than" if ratio >= 1 else f"{1 / ratio:.2f}× slower than"
 
 
 def _ratio(winner: Dict, runner_up: Dict) -> str:
-    ratio = _speedup(winner.get("value"), runner_up.get("value"), winner.get("unit"))
-    if not ratio:
+    compared = _compared(winner, runner_up)
+    if compared is None:
         return ""
+    if compared == "within noise of":  # a tie: the Why line says how the winner was picked among them
+        return " (within noise of the winner: 95% intervals overlap; see Why)"
     if (winner.get("unit") or "ms") != "ms":
-        return f" (the winner has {ratio:.2f}× its throughput)"
-    if ratio < 1:  # a simpler winner tied with a runner-up whose figure is better (the Why line says why)
-        return f" (the winner is {1 / ratio:.2f}× slower by p50; see Why)"
-    return f" (the winner is {ratio:.2f}× faster)"
+        return f" (the winner has {compared.split('×')[0]}× its throughput)"
+    if compared.endswith("slower than"):  # only a simpler winner chosen from a tie is slower (see Why)
+        return f" (the winner is {compared.removesuffix(' than')} by p50; see Why)"
+    return f" (the winner is {compared.removesuffix(' than')})"
 
 
 # ------------------------------------------------------------------ accuracy
@@ -238,9 +249,11 @@ def _accuracy(accuracy: Dict | None, image: str | None) -> Section:
     blocks: list[Block] = [
         Para(
             f"Every artifact against {reference}, on every runtime it is benchmarked on. Each figure is the worst "
-            "check of that metric over outputs and inputs (shape corners min/opt/max and the held-out data); "
-            "per-token outputs are compared on real tokens only. (info) marks a check that is reported but "
-            "does not gate; neighbours is the share of each held-out sample's nearest neighbours an embedding keeps."
+            "check of that metric over outputs and inputs (shape corners min/opt/max and the held-out data): the "
+            "one closest to its threshold, or the largest error where there is none; per-token outputs are "
+            "compared on real tokens only. Thresholds of max_abs and mean_abs are the recipe's tolerance times the "
+            "output's scale, max(1, largest |reference value|). (info) marks a check that is reported but does "
+            "not gate; neighbours is the share of each held-out sample's nearest neighbours an embedding keeps."
         ),
         Table(headers, rows, tones),
     ]

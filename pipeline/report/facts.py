@@ -79,8 +79,19 @@ def is_informational(check: Row) -> bool:
     return bool(check.get("informational"))
 
 
+def badness(check: Row) -> float:
+    """How bad a check's figure is on its own, higher is worse: the value for error metrics, its shortfall from
+    1 for lower bounds (cosine, neighbours); NaN is the worst. Ranks checks that have no threshold."""
+    value = _number(check.get("value"))
+    if math.isnan(value):
+        return math.inf
+    return 1.0 - value if check.get("metric") in LOWER_BOUNDS else value
+
+
 def key_checks(entry: Row) -> dict[str, Row]:
     """Per metric, the check that decides the artifact: the worst required one, else the worst informational.
+    Worst by the share of its threshold it uses, and among checks with no threshold (or the same share) by
+    the figure itself, so the table's "worst" is the worst for every metric.
 
     Ties keep the first check in file order, so the pick is deterministic.
     """
@@ -91,8 +102,8 @@ def key_checks(entry: Row) -> dict[str, Row]:
         if current is None:
             picked[metric] = check
             continue
-        rank_new = (not is_informational(check), margin(check))
-        rank_old = (not is_informational(current), margin(current))
+        rank_new = (not is_informational(check), margin(check), badness(check))
+        rank_old = (not is_informational(current), margin(current), badness(current))
         if rank_new > rank_old:
             picked[metric] = check
     return {m: picked[m] for m in sorted(picked, key=metric_sort_key)}

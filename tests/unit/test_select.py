@@ -236,3 +236,22 @@ def test_throughput_objective_ties_go_to_the_simpler_and_unstable_runs_are_provi
     assert winner["artifact"] == "onnx-fp32" and winner["within_noise_of"] == ["onnx-int8 (onnxruntime-cpu)"]
     assert "within noise" in winner["reason"] and winner["provisional"] and not winner["stable"]
     assert "throughput segments disagree" in winner["reason"]
+
+
+def test_the_reason_names_exactly_the_tie_group_it_chose_from() -> None:
+    """A plainer candidate that overlaps the winner but not the fastest is outside the tie group: listing it
+    as 'within noise of the winner' would say it should have won."""
+    speed = {
+        "results": [
+            _row("onnx-int8", 9.0, (8.8, 9.4)),  # the fastest
+            _row("onnx-optimized-fp32", 9.3, (9.1, 9.7)),  # tied with the fastest, and simpler: the winner
+            _row("onnx-fp32", 9.9, (9.6, 10.2)),  # overlaps the winner only: plainer, but not in the group
+        ]
+    }
+    winner = choose(_recipe(), speed, ACCURACY)
+    assert winner["artifact"] == "onnx-optimized-fp32"
+    assert winner["within_noise_of"] == ["onnx-int8 (onnxruntime-cpu)"]
+    assert "onnx-fp32 (onnxruntime-cpu)" not in winner["reason"]
+    assert winner["reason"].endswith(
+        "(tied with the winner: onnx-int8 (onnxruntime-cpu) 9.00 ms [8.80–9.40])"
+    )

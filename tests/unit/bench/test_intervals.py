@@ -99,3 +99,11 @@ def test_small_sample_widening_uses_students_t() -> None:
         assert t_two_sided(0.95, df) == pytest.approx(value, abs=1e-3)
     assert small_sample_factor(10) == pytest.approx((10 / 9) ** 0.5 * 2.262 / 1.960, rel=1e-3)
     assert small_sample_factor(1000) == pytest.approx(1.0, abs=0.01)
+
+
+def test_a_latency_interval_never_reaches_below_zero() -> None:
+    """Two windows far apart widen by t(1) = 12.7: the p99 interval reached [-93.9–678] ms."""
+    samples = [1.0] * 20 + [5.0, 6.0, 300.0, 600.0] * 5
+    intervals, method = bootstrap_intervals(samples, window_sizes=[20, 20])
+    assert method == "block-bootstrap"
+    assert all(low >= 0.0 for low, _ in intervals.values()), intervals

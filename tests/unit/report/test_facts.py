@@ -82,3 +82,18 @@ def test_rates_are_whole_and_a_missing_one_is_a_dash() -> None:
 
     assert [fmt_rate(v) for v in (107965.4, 93.6, None, float("nan"))] == ["107965", "94", "—", "—"]
     assert figure_text(None, "seq/s") == "— seq/s" and figure_text(0.02981, "ms") == "0.0298 ms"
+
+
+def test_worst_is_the_worst_for_metrics_without_a_threshold():
+    """max_rel has no threshold by default: the table showed the first check (99.4) where the worst was 728."""
+    entry = {
+        "checks": [
+            _check("max_rel", 99.4, None, True, info=True),
+            _check("max_rel", 728.0, None, True, info=True),
+            _check("max_rel", 3.0, None, True, info=True),
+            _check("neighbours", 0.9, None, True, info=True),
+            _check("neighbours", 0.6, None, True, info=True),
+        ]
+    }
+    picked = key_checks(entry)
+    assert picked["max_rel"]["value"] == 728.0 and picked["neighbours"]["value"] == 0.6

@@ -197,3 +197,15 @@ def test_a_simpler_winner_tied_with_a_faster_runner_up_is_not_called_faster(inpu
     winner = _section(render_markdown(**inputs), "Winner")
     assert "at 10.2 ms (the winner is 1.06× slower by p50; see Why)" in winner, winner
     assert "× faster)" not in winner
+
+
+def test_a_speed_ratio_is_claimed_only_where_the_intervals_separate(inputs):
+    """'1.28× faster than onnx-fp32' was printed while the two intervals overlapped."""
+    inputs["winner"]["baseline"] |= {"value": 13.8, "interval": [10.8, 16.0]}  # overlaps [10.7, 10.9]
+    inputs["winner"]["runner_up"] |= {"value": 11.0, "interval": [10.85, 11.2]}
+    winner = _section(render_markdown(**inputs), "Winner")
+    assert "× faster than onnx-fp32" not in winner and "within noise of onnx-fp32 (onnxruntime-cpu)" in winner
+    assert "(within noise of the winner: 95% intervals overlap; see Why)" in winner
+    inputs["winner"]["baseline"] |= {"interval": [13.5, 14.1]}
+    winner = _section(render_markdown(**inputs), "Winner")
+    assert "1.28× faster than onnx-fp32 (onnxruntime-cpu)" in winner
