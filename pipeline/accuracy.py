@@ -1,6 +1,12 @@
 """Accuracy of one artifact against the FP32 reference: small named metrics, Check records, and an
 ArtifactAccuracy object that is truthy when every required check passed.
 
+Absolute tolerances (max_abs, mean_abs) are written for outputs of unit magnitude: each is multiplied by the
+output's scale, max(1, largest |reference value|) on that input set, because float error grows with the
+values (a float32 logit of 200 carries about 1e-5 of absolute rounding per operation). The check records the
+scaled threshold it was judged against and the scale. Relative metrics (max_rel, cosine, neighbours) are
+scale-free and used as written.
+
 Pure numpy, no runtimes: the validate stage runs the models and hands the outputs here, so every rule of
 what "passed" means lives in one small, unit-testable place.
 """
@@ -24,6 +30,15 @@ LOWER_BOUNDS = frozenset(
 FINITE = "finite"  # the check counting NaN/inf in the artifact's output; always required, threshold 0
 COMPARABLE = "comparable"  # the check standing in for all others when outputs cannot be compared at all
 REL_EPSILON = 1e-6
+SCALED = frozenset({"max_abs", "mean_abs"})  # absolute metrics: their thresholds grow with the output's scale
+
+
+def output_scale(reference: np.ndarray) -> float:
+    """max(1, largest |value|) of a reference output: what an absolute tolerance is multiplied by."""
+    values = np.abs(np.asarray(reference, np.float64))
+    finite = values[np.isfinite(values)]
+    return max(1.0, float(finite.max())) if finite.size else 1.0
+
 
 # ---------------------------------------------------------------- metrics (one pair of arrays each)
 
@@ -89,6 +104,7 @@ class Measure:
     elements: int
     nonfinite: int = 0
     problem: str | None = None  # not comparable: missing output, shape mismatch, non-finite reference
+    scale: float = 1.0  # output_scale of the reference: absolute thresholds are multiplied by it
 
 
 def measure(reference: np.ndarray, actual: np.ndarray | None, mask: np.ndarray | None = None) -> Measure:
@@ -115,7 +131,7 @@ def measure(reference: np.ndarray, actual: np.ndarray | None, mask: np.ndarray |
         return Measure({}, 0, problem=f"the reference itself has {ref_nonfinite} NaN/inf values")
     if keep is None:
         values = {name: fn(reference, actual) for name, fn in METRICS.items()}
-        return Measure(values, int(actual.size), _nonfinite(actual))
+        return Measure(values, int(actual.size), _nonfinite(actual), scale=output_scale(reference))
     keep = np.broadcast_to(keep, reference.shape)
     ref_kept, act_kept = reference[keep], actual[keep]
     values = {
@@ -124,7 +140,7 @@ def measure(reference: np.ndarray, actual: np.ndarray | None, mask: np.ndarray |
         "max_rel": max_rel(ref_kept, act_kept),
         "cosine": cosine(reference, actual),  # padded positions are zero in both: they add nothing
     }
-    return Measure(values, int(act_kept.size), _nonfinite(act_kept))
+    return Measure(values, int(act_kept.size), _nonfinite(act_kept), scale=output_scale(ref_kept))
 
 
 def per_token_mask(output: np.ndarray, mask: np.ndarray | None) -> np.ndarray | None:
@@ -155,7 +171,8 @@ def combine(measures: list[Measure]) -> Measure:
         "cosine": min(m.values["cosine"] for m in measures),
         "mean_abs": sum(m.values["mean_abs"] * m.elements for m in measures) / elements if elements else 0.0,
     }
-    return Measure(values, elements, sum(m.nonfinite for m in measures))
+    scale = max(m.scale for m in measures)
+    return Measure(values, elements, sum(m.nonfinite for m in measures), scale=scale)
 
 
 # ---------------------------------------------------------------- tolerances and checks
@@ -178,6 +195,7 @@ class Check:
     passed: bool
     informational: bool
     reason: str | None = None
+    scale: float = 1.0  # the threshold is the recipe's tolerance times this (absolute metrics, see above)
 
     @property
     def blocking(self) -> bool:
@@ -217,6 +235,8 @@ class Check:
         }
         if self.reason is not None:
             out["reason"] = self.reason
+        if self.scale != 1.0:
+            out["scale"] = self.scale
         return out
 
 
@@ -251,16 +271,20 @@ def checks_for(output: str, inputs: str, m: Measure, tolerance: Tolerance) -> li
         return [Check(output, inputs, COMPARABLE, None, None, False, False, m.problem)]
     finite_reason = f"{m.nonfinite} NaN/inf values in the output" if m.nonfinite else None
     checks = [Check(output, inputs, FINITE, m.nonfinite, 0, m.nonfinite == 0, False, finite_reason)]
-    for metric, (threshold, informational) in thresholds_for(tolerance, output).items():
+    for metric, (tolerance_value, informational) in thresholds_for(tolerance, output).items():
         if metric not in METRIC_NAMES:
             continue  # measured over a whole input set, not per batch (neighbours)
+        scale = m.scale if metric in SCALED and tolerance_value is not None else 1.0
+        threshold = None if tolerance_value is None else tolerance_value * scale
         value = m.values.get(metric)
         if value is None or not math.isfinite(value) or m.nonfinite:
             reason = finite_reason or "not a finite number"
-            checks.append(Check(output, inputs, metric, None, threshold, False, informational, reason))
+            checks.append(
+                Check(output, inputs, metric, None, threshold, False, informational, reason, scale=scale)
+            )
             continue
         passed = True if threshold is None else _passes(metric, value, threshold)
-        checks.append(Check(output, inputs, metric, value, threshold, passed, informational))
+        checks.append(Check(output, inputs, metric, value, threshold, passed, informational, scale=scale))
     return checks
 
 

@@ -134,11 +134,27 @@ def _load(args: argparse.Namespace, defer: bool = False):
 def _validate(args: argparse.Namespace, console: Console) -> Result:
     from pipeline import preflight
     from pipeline.manifest import resolved_recipe
+    from pipeline.recipe.gates import gate_rows
 
     loaded = _load(args, defer=True)
     preflight.check(loaded)
+    gates = gate_rows(loaded.recipe)
+    console.print(_gate_table(gates))
     console.print(f"{loaded.path}: ok", highlight=False)
-    return 0, {"recipe": str(loaded.path), "name": loaded.recipe.name, "resolved": resolved_recipe(loaded)}
+    resolved = resolved_recipe(loaded)
+    return 0, {"recipe": str(loaded.path), "name": loaded.recipe.name, "resolved": resolved, "gates": gates}
+
+
+def _gate_table(gates: list[dict[str, Any]]) -> Any:
+    """The accuracy gates every artifact is judged by, per precision and output (scale: max(1, |reference|))."""
+    from rich.table import Table
+
+    table = Table(title="Accuracy gates (what fails an artifact)", title_justify="left")
+    for column in ("precision", "output", "gates", "informational"):
+        table.add_column(column, overflow="fold")
+    for row in gates:
+        table.add_row(row["precision"], row["output"], row["text"], row["informational_text"])
+    return table
 
 
 def _list(args: argparse.Namespace, console: Console) -> Result:

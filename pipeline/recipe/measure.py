@@ -3,9 +3,9 @@ execution modes measured as runtimes of their own."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from pipeline.recipe.base import (
     METRICS,
@@ -68,20 +68,54 @@ class Tolerance(Strict):
         return any(not info for o in outputs for _, info in self.resolved(o).values())
 
 
+DEFAULT_TOLERANCES: dict[str, dict[str, Any]] = {
+    "fp32": {"max_abs": 1e-3, "cosine": 0.9999},
+    "fp16": {"max_abs": 5e-2, "cosine": 0.999, "informational": ["max_abs"]},
+    "int8": {"max_abs": 1.0, "cosine": 0.98, "informational": ["max_abs"]},
+    # BF16 must be as accurate as FP16 to be chosen: the same gate by default
+    "bf16": {"max_abs": 5e-2, "cosine": 0.999, "informational": ["max_abs"]},
+}
+
+
 def _default_tolerances() -> dict[str, Tolerance]:
-    return {
-        "fp32": Tolerance(max_abs=1e-3, cosine=0.9999),
-        "fp16": Tolerance(max_abs=5e-2, cosine=0.999, informational=["max_abs"]),
-        "int8": Tolerance(max_abs=1.0, cosine=0.98, informational=["max_abs"]),
-        # BF16 must be as accurate as FP16 to be chosen: the same gate by default
-        "bf16": Tolerance(max_abs=5e-2, cosine=0.999, informational=["max_abs"]),
-    }
+    return {precision: Tolerance(**fields) for precision, fields in DEFAULT_TOLERANCES.items()}
+
+
+def merged_tolerances(given: Any) -> Any:
+    """The recipe's tolerances laid over the defaults key by key: a precision the recipe leaves out keeps its
+    default gates, and one it writes keeps every default field it does not name (a metric is dropped only
+    by writing it as null); a threshold it writes gates unless it lists the metric as informational itself.
+    Anything but a mapping is left for validation to report."""
+    if not isinstance(given, dict):
+        return given
+    merged: dict[Any, Any] = {p: dict(fields) for p, fields in DEFAULT_TOLERANCES.items()}
+    for precision, fields in given.items():
+        if isinstance(fields, dict) and precision in merged:
+            default = merged[precision]
+            if "informational" not in fields:  # a threshold the recipe writes gates unless it says otherwise
+                kept = [m for m in default.get("informational", []) if m not in fields]
+                default = {**default, "informational": kept}
+            merged[precision] = {**default, **fields}
+        else:
+            merged[precision] = fields
+    return merged
 
 
 class ValidationConfig(Strict):
     tolerances: dict[Precision, Tolerance] = Field(
-        default_factory=_default_tolerances, description="thresholds per precision (fp32, fp16, int8)"
+        default_factory=_default_tolerances,
+        description="thresholds per precision (fp32, fp16, int8, bf16), merged key by key into the defaults "
+        "(fp32 max_abs 1e-3 and cosine 0.9999; fp16 and bf16 cosine 0.999, max_abs 0.05 informational; int8 "
+        "cosine 0.98, max_abs 1.0 informational): write a metric as null to drop its gate",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _merge_tolerances(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "tolerances" in data:
+            return {**data, "tolerances": merged_tolerances(data["tolerances"])}
+        return data
+
     corners: list[Literal["min", "opt", "max"]] = Field(
         ["min", "opt", "max"],
         description="shape corners checked besides the held-out data; leaving out min or max warns that "

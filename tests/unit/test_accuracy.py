@@ -189,7 +189,23 @@ def test_checks_for_reports_every_metric() -> None:
         "threshold",
         "passed",
         "informational",
+        "scale",  # REF's largest |value| is above 1: the absolute threshold was scaled by it
     }
+
+
+def test_absolute_thresholds_scale_with_the_output() -> None:
+    """A logit of 200 carries float rounding of about 1e-5 per operation: max_abs 1e-3 is judged as 0.2 there,
+    while cosine and max_rel are scale-free."""
+    big = np.full((2, 3), 200.0)
+    close = big + 0.05
+    checks = {
+        c.metric: c for c in checks_for("y", "opt", measure(big, close), Tolerance(max_abs=1e-3, cosine=0.9))
+    }
+    assert checks["max_abs"].passed and checks["max_abs"].threshold == pytest.approx(0.2)
+    assert checks["max_abs"].scale == 200.0 and checks["max_abs"].to_json()["scale"] == 200.0
+    assert checks["cosine"].scale == 1.0 and checks["cosine"].threshold == 0.9
+    small = checks_for("y", "opt", measure(big / 400, close / 400), Tolerance(max_abs=1e-3))
+    assert next(c for c in small if c.metric == "max_abs").threshold == 1e-3  # below unit scale: as written
 
 
 def test_nan_in_one_data_batch_fails_the_aggregate() -> None:

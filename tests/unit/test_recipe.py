@@ -128,10 +128,10 @@ def test_a_recipe_that_is_not_text_is_a_user_error(tmp_path: Path) -> None:
 def test_a_tolerance_that_cannot_fail_anything_is_a_located_error(tmp_path: Path) -> None:
     text = TINY.replace(
         "validation:\n",
-        "validation:\n  tolerances:\n    fp16: {max_abs: 0.1, informational: [max_abs]}\n",
+        "validation:\n  tolerances:\n    fp16: {max_abs: 0.1, cosine: null, informational: [max_abs]}\n",
     )
     [line] = _problems(tmp_path, text)
-    line_no = text.splitlines().index("    fp16: {max_abs: 0.1, informational: [max_abs]}") + 1
+    line_no = text.splitlines().index("    fp16: {max_abs: 0.1, cosine: null, informational: [max_abs]}") + 1
     assert line.startswith(f"{tmp_path / 'r.yaml'}:{line_no}:11: validation.tolerances.fp16: no metric gates")
 
 

@@ -77,6 +77,12 @@ CHANGES = {
     "outputs[1]": ["outputs[1]=embedding", "validation.tolerances.fp16.outputs={embedding: {cosine: 0.99}}"],
     "benchmark.batch_dim": ["benchmark.batch_dim=other", "benchmark.batch_sizes=[1]"],  # then: unbatched
     "runtime.padding.mask_input": ["runtime.padding.mask_input=input_ids"],
+    **{  # precisions the recipe does not write hold their defaults (merged), with no per-output overrides
+        f"validation.tolerances.{p}.outputs": [
+            f"validation.tolerances.{p}.outputs={{pooled: {{cosine: 0.99}}}}"
+        ]
+        for p in ("fp32", "int8", "bf16")
+    },
     "validation.tolerances.fp16.outputs.pooled.outputs": [
         "validation.tolerances.fp16.outputs.pooled.outputs={pooled: {cosine: 0.5}}"
     ],
