@@ -41,9 +41,10 @@ def read_texts(path: Path, field: str) -> list[str]:
 class Dataset:
     """Samples are kept raw (texts or per-sample arrays) and turned into feeds at the shape asked for."""
 
-    def __init__(self, spec: DataSpec, tokenizer: Any = None):
+    def __init__(self, spec: DataSpec, tokenizer: Any = None, model_config: dict[str, Any] | None = None):
         self.spec = spec
         self.tokenizer = tokenizer
+        self.model_config = dict(model_config or {})
         data = spec.data
         source = data.samples
         if isinstance(source, TextData):
@@ -177,8 +178,31 @@ class Dataset:
         dims = {name: lengths[i % len(lengths)] for name, lengths in self._spread().items()}
         sample = {}
         for spec in self.spec.inputs:
-            sample[spec.name] = random_values(spec, self.spec.corner_shape(spec, "opt", dims)[1:], rng)
+            shape = self.spec.corner_shape(spec, "opt", dims)[1:]
+            sample[spec.name] = random_values(spec, shape, rng, value_range(spec, self.model_config))
         return sample
+
+    def value_coverage(self, feeds: list[Feeds]) -> dict[str, dict[str, Any]]:
+        """Per input, the values the given batches held: smallest, largest, how many distinct (up to
+        DISTINCT_CAP), and the shapes they came in. The report states it, so a degenerate range shows."""
+        coverage: dict[str, dict[str, Any]] = {}
+        for spec in self.spec.inputs:
+            arrays = [np.asarray(f[spec.name]) for f in feeds if spec.name in f]
+            if not arrays:
+                continue
+            values = np.concatenate([a.reshape(-1) for a in arrays])
+            finite = values[np.isfinite(values)] if values.dtype.kind == "f" else values
+            distinct = np.unique(finite[:DISTINCT_SCAN]).size if finite.size else 0
+            shapes = sorted({tuple(int(d) for d in a.shape) for a in arrays})
+            coverage[spec.name] = {
+                "dtype": spec.dtype,
+                "min": float(finite.min()) if finite.size else None,
+                "max": float(finite.max()) if finite.size else None,
+                "distinct": min(int(distinct), DISTINCT_CAP),
+                "distinct_capped": int(distinct) >= DISTINCT_CAP,
+                "shapes": [list(shapes[0]), list(shapes[-1])],
+            }
+        return coverage
 
     def _spread(self) -> dict[str, list[int]]:
         """Lengths drawn per dynamic dim: min, the quartiles of the range, opt and max."""
@@ -203,14 +227,47 @@ def _file(spec: DataSpec) -> Path:
     return path
 
 
-def random_values(spec: InputSpec, shape: list[int], rng: np.random.Generator) -> np.ndarray:
-    """Values drawn in the input's low..high range (both ends included for integers), in its dtype."""
+DISTINCT_CAP = 1000  # value_coverage counts distinct values up to this many
+DISTINCT_SCAN = 1_000_000  # ... among at most this many values per input
+
+
+def value_range(spec: InputSpec, model_config: dict[str, Any] | None = None) -> tuple[float, float]:
+    """The low..high random samples of this input are drawn in: the recipe's, else for a transformers model's
+    token inputs its vocabulary (input_ids), all ones (attention_mask) or its type vocabulary
+    (token_type_ids), else 0..1 (float inputs; integer inputs only where the recipe check lets them through:
+    pre-flight probes of npz or text data)."""
+    config = model_config or {}
+    low, high = spec.low, spec.high
+    if low is None or high is None:
+        vocab = config.get("vocab_size")
+        defaults = (
+            {
+                "input_ids": (0, vocab - 1) if isinstance(vocab, int) and vocab > 0 else None,
+                "decoder_input_ids": (0, vocab - 1) if isinstance(vocab, int) and vocab > 0 else None,
+                "attention_mask": (1, 1),
+                "token_type_ids": (0, max(int(config.get("type_vocab_size") or 1) - 1, 0)),
+            }.get(spec.name)
+            if spec.dtype in ("int64", "int32")
+            else None
+        )
+        d_low, d_high = defaults or (0.0, 1.0)
+        low = d_low if low is None else low
+        high = d_high if high is None else high
+    return float(low), float(high)
+
+
+def random_values(
+    spec: InputSpec, shape: list[int], rng: np.random.Generator, bounds: tuple[float, float] | None = None
+) -> np.ndarray:
+    """Values drawn in `bounds` (default: value_range of the input alone; both ends included for integers),
+    in the input's dtype."""
+    low, high = bounds or value_range(spec)
     if NUMPY_DTYPES[spec.dtype] in (np.int64, np.int32):
-        arr = rng.integers(int(spec.low), int(spec.high), size=shape, endpoint=True)
+        arr = rng.integers(int(low), int(high), size=shape, endpoint=True)
     elif spec.dtype == "bool":
         arr = rng.random(size=shape) < 0.5
     else:
-        arr = rng.uniform(spec.low, spec.high, size=shape)
+        arr = rng.uniform(low, high, size=shape)
     return arr.astype(NUMPY_DTYPES[spec.dtype])
 
 

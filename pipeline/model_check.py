@@ -6,6 +6,7 @@ something other than the recipe's `outputs` is a located user error before any w
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,20 +38,23 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool) -> list[Problem]:
     problems = _static_problems(loaded)
     if any(p.key.startswith("model.") for p in problems):
         return problems  # the factory cannot be called as the recipe says
-    from pipeline.models import load_model
+    from pipeline.models import BindingError, load_model
     from pipeline.specs import ModelSpec
 
     try:
         model = load_model(ModelSpec.from_recipe(recipe, recipe_dir))
+    except BindingError as exc:
+        return [loaded.problem(exc.key, str(exc))]
     except RecipeError as exc:
         return [loaded.problem(source_key(recipe), line) for line in exc.lines()]
     except Exception as exc:  # noqa: BLE001 - the user's model failing to build is the user's to fix
         return [loaded.problem(source_key(recipe), f"building the model failed: {_short(exc)}")]
     problems += _config_problems(loaded, model.config)
+    problems += pattern_problems(loaded, model.module)
     if problems:
         return problems
     min_dims = {name: rng.min for name, rng in recipe.dims.items()}
-    names, outputs, error = _run(model.module, recipe, _synthetic(recipe, min_dims))
+    names, outputs, error = _run(model.module, recipe, _synthetic(recipe, min_dims, model.config))
     if error:
         return problems + [loaded.problem("model", f"the model fails at the min shape {error}")]
     problems += _output_problems(loaded, names, outputs)
@@ -72,7 +76,7 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool) -> list[Problem]:
         probe = {**min_dims, dim: rng.max}
         if dim == recipe.benchmark.batch_dim or rng.max == rng.min or _elements(recipe, probe) > MAX_PROBE:
             continue  # the batch dim stays at its min; a huge max is left to the deploy, not probed here
-        _, at_max, error = _run(model.module, recipe, _synthetic(recipe, probe))
+        _, at_max, error = _run(model.module, recipe, _synthetic(recipe, probe, model.config))
         if error:
             problems.append(loaded.problem(key, f"the model fails when {dim} = {rng.max} {error}"))
         elif [getattr(o, "ndim", None) for o in at_max] != [o.ndim for o in outputs]:
@@ -129,17 +133,41 @@ def _config_problems(loaded: LoadedRecipe, config: dict[str, Any]) -> list[Probl
     return []
 
 
+def pattern_problems(loaded: LoadedRecipe, module: Any) -> list[Problem]:
+    """INT8 include/exclude patterns that match no module path of the model: a typo, or a pattern written for
+    another model's names, would otherwise quietly quantize what it meant to keep in float."""
+    int8 = loaded.recipe.export.int8
+    if "onnx-int8" not in loaded.recipe.variants.build or not (int8.include or int8.exclude):
+        return []
+    from pipeline.onnx_tools import matches
+
+    paths = [name for name, _ in module.named_modules() if name]
+    problems = []
+    for key, patterns in (("include", int8.include), ("exclude", int8.exclude)):
+        for i, pattern in enumerate(patterns):
+            if not any(matches(path, [pattern]) for path in paths):
+                examples = ", ".join(paths[1:4] or paths[:3])
+                problems.append(
+                    loaded.problem(
+                        f"export.int8.{key}[{i}]",
+                        f"'{pattern}' matches no module of the model (module paths read like: {examples})",
+                    )
+                )
+    return problems
+
+
 def _elements(recipe: Recipe, dims: dict[str, int]) -> int:
     return sum(int(np.prod(recipe.corner_shape(spec, "min", dims))) for spec in recipe.inputs)
 
 
-def _synthetic(recipe: Recipe, dims: dict[str, int]) -> dict[str, np.ndarray]:
-    """Seeded inputs in each input's low..high range at the given dims (int dims stay as declared)."""
-    from pipeline.data import random_values
+def _synthetic(recipe: Recipe, dims: dict[str, int], config: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Seeded inputs in each input's value range at the given dims (int dims stay as declared)."""
+    from pipeline.data import random_values, value_range
 
     rng = np.random.default_rng(0)
     return {
-        spec.name: random_values(spec, recipe.corner_shape(spec, "min", dims), rng) for spec in recipe.inputs
+        spec.name: random_values(spec, recipe.corner_shape(spec, "min", dims), rng, value_range(spec, config))
+        for spec in recipe.inputs
     }
 
 
@@ -155,16 +183,19 @@ def _run(module: Any, recipe: Recipe, feeds: dict[str, np.ndarray]) -> tuple[lis
     import torch
 
     args = tuple(torch.from_numpy(np.ascontiguousarray(feeds[s.name])) for s in recipe.inputs)
-    inner = getattr(module, "inner", module)  # the raw module under the tuple-making wrapper
+    call = getattr(module, "raw", module)  # what the user's module returns, before outputs are picked
     try:
         with torch.no_grad():
-            raw = inner(*args)
+            raw = call(*args)
     except Exception as exc:  # noqa: BLE001 - the user's model failing on its inputs is the user's to fix
         shapes = ", ".join(f"{s.name} {list(feeds[s.name].shape)}" for s in recipe.inputs)
         return None, [], f"({shapes}): {_short(exc)}"
     if isinstance(raw, torch.Tensor):
         return None, [raw], ""
-    if isinstance(raw, dict):
+    if isinstance(raw, Mapping):
+        declared = list(recipe.outputs)
+        if all(n in raw for n in declared):  # picked by name: extra entries are not deployed
+            return declared, [raw[n] for n in declared], ""
         return [str(k) for k in raw], list(raw.values()), ""
     if isinstance(raw, tuple | list):
         return None, list(raw), ""
@@ -175,29 +206,21 @@ def _output_problems(loaded: LoadedRecipe, names: list[str] | None, outputs: lis
     import torch
 
     declared = list(loaded.recipe.outputs)
-    if len(outputs) != len(declared):
-        given = f" ({', '.join(names)})" if names else ""
+    if names and names != declared:  # a dict: outputs are picked by name, so every name must be there
         return [
             loaded.problem(
-                "outputs",
-                f"the model returns {len(outputs)} output(s){given} but outputs names {len(declared)}",
+                f"outputs[{i}]", f"the model has no output '{name}' (it returns {', '.join(names)})"
+            )
+            for i, name in enumerate(declared)
+            if name not in names
+        ]
+    if len(outputs) != len(declared):
+        return [
+            loaded.problem(
+                "outputs", f"the model returns {len(outputs)} output(s) but outputs names {len(declared)}"
             )
         ]
     problems = []
-    if names and names != declared:
-        if set(names) == set(declared):
-            problems.append(
-                loaded.problem("outputs", f"the model returns its outputs in the order {', '.join(names)}")
-            )
-        else:
-            for i, name in enumerate(declared):
-                if name not in names:
-                    problems.append(
-                        loaded.problem(
-                            f"outputs[{i}]",
-                            f"the model has no output '{name}' (it returns {', '.join(names)})",
-                        )
-                    )
     for i, value in enumerate(outputs):
         if not isinstance(value, torch.Tensor):
             problems.append(

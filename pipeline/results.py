@@ -71,6 +71,7 @@ class AccuracyReport(TypedDict):
     not_run: list[dict[str, str]]
     reference_runtime: NotRequired[str | None]
     warnings: NotRequired[list[str]]
+    inputs: NotRequired[dict[str, Any]]  # per input: the values validation covered (min, max, distinct)
 
 
 class Winner(TypedDict):

@@ -134,13 +134,14 @@ class DataSpec(Spec):
     dims: dict[str, DimRange]
     batch_dim: str
     sequence_dim: str | None
-    model: ModelSpec | None  # text samples: the tokenizer comes with the model
+    model: ModelSpec | None  # text samples: the tokenizer; a huggingface model: its vocabulary
     digest: str
 
     @classmethod
     def from_recipe(cls, recipe: Recipe, recipe_dir: Path) -> DataSpec:
-        text = recipe.data.samples.source == "text"
-        model = ModelSpec.from_recipe(recipe, recipe_dir) if text else None
+        # text samples need the model's tokenizer; a huggingface model's random token ids its vocabulary
+        needs_model = recipe.data.samples.source == "text" or isinstance(recipe.model, HuggingFaceSource)
+        model = ModelSpec.from_recipe(recipe, recipe_dir) if needs_model else None
         fields = {
             "inputs": list(recipe.inputs),
             "dims": dict(recipe.dims),

@@ -34,10 +34,12 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[str, str]]:
         if n in recipe.outputs[:i]:
             problems.append((f"outputs[{i}]", f"duplicate output name '{n}'"))
     for i, spec in enumerate(recipe.inputs):
-        if spec.low > spec.high:
+        if spec.low is not None and spec.high is not None and spec.low > spec.high:
             problems.append((f"inputs[{i}].low", f"must not exceed high ({spec.low:g} > {spec.high:g})"))
         problems += _range_problems(i, spec)
     samples = recipe.data.samples
+    if isinstance(samples, RandomData):
+        problems += _random_range_problems(recipe)
     wanted = recipe.data.calibration + recipe.data.validation
     if isinstance(samples, RandomData) and samples.samples is not None and samples.samples < wanted:
         problems.append(
@@ -102,12 +104,40 @@ DTYPE_RANGES = {
 }
 
 
+INTEGER_DTYPES = ("int64", "int32")
+# Inputs a Hugging Face source fills itself when random samples name no range (pipeline/data.py value_range).
+HF_DEFAULT_RANGES = ("input_ids", "attention_mask", "token_type_ids", "decoder_input_ids")
+
+
+def _random_range_problems(recipe: Recipe) -> list[tuple[str, str]]:
+    """Random integer inputs need their range: drawn from the float default 0..1 they would be all 0 or 1,
+    and a model of token ids would be validated and calibrated on two embedding rows."""
+    hf = isinstance(recipe.model, HuggingFaceSource)
+    problems = []
+    for i, spec in enumerate(recipe.inputs):
+        if spec.dtype not in INTEGER_DTYPES or (spec.low is not None and spec.high is not None):
+            continue
+        if hf and spec.name in HF_DEFAULT_RANGES:
+            continue
+        missing = " and ".join(k for k in ("low", "high") if getattr(spec, k) is None)
+        problems.append(
+            (
+                f"inputs[{i}]",
+                f"an integer input of random samples needs {missing}: the values the model accepts "
+                "(token ids: 0 .. vocabulary size - 1; a mask: 1 .. 1)",
+            )
+        )
+    return problems
+
+
 def _range_problems(i: int, spec: InputSpec) -> list[tuple[str, str]]:
     """low and high must be finite and representable in the input's dtype (an int64 input cannot be drawn
     up to 1e30)."""
     lo, hi = DTYPE_RANGES[spec.dtype]
     problems = []
     for key, value in (("low", spec.low), ("high", spec.high)):
+        if value is None:
+            continue
         if value != value or value in (float("inf"), float("-inf")):
             problems.append((f"inputs[{i}].{key}", f"must be a finite number (got {value})"))
         elif not lo <= value <= hi:

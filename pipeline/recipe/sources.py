@@ -35,12 +35,18 @@ class HuggingFaceSource(ModelSourceBase):
         "mean", description="mean: add the sentence embedding (mean over the attention mask) as an output"
     )
     normalize: bool = Field(True, description="L2-normalize the pooled sentence embedding")
+    seed: Annotated[int, Field(ge=0)] = Field(
+        0, description="seed of any weight the checkpoint lacks (transformers initialises those at random)"
+    )
 
 
 class TorchvisionSource(ModelSourceBase):
     source: Literal["torchvision"] = Field(description="a torchvision model (needs the torchvision extra)")
     name: str = Field(description="torchvision.models.get_model name, e.g. resnet18")
     weights: str | None = Field(None, description="torchvision weights enum name; none: random init")
+    seed: Annotated[int, Field(ge=0)] = Field(
+        0, description="seed of the random initialisation (every process that builds the model gets the same)"
+    )
 
 
 class EntrypointSource(ModelSourceBase):
@@ -87,8 +93,15 @@ class InputSpec(Strict):
     shape: list[PositiveInt | Annotated[str, Field(pattern=r"^[A-Za-z_]\w*$")]] = Field(
         description="sizes: an integer for a fixed axis, a name for a dynamic one (its range under dims)"
     )
-    low: float = Field(0.0, description="smallest value of random samples (data.samples.source: random)")
-    high: float = Field(1.0, description="largest value of random samples (integers: inclusive)")
+    low: float | None = Field(
+        None,
+        description="smallest value of random samples (data.samples.source: random); default 0 for float "
+        "inputs; required for integer inputs (token ids, class indices), except a huggingface source's "
+        "input_ids, attention_mask and token_type_ids (its vocabulary, all ones, its type vocabulary)",
+    )
+    high: float | None = Field(
+        None, description="largest value of random samples (integers: inclusive); default 1 for float inputs"
+    )
 
 
 def corner_shape(

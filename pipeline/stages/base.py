@@ -93,8 +93,9 @@ class RunContext:
         if key not in self._loaded:
             from pipeline.data import Dataset
 
-            tokenizer = self.model(spec.model).tokenizer if spec.model is not None else None
-            self._loaded[key] = Dataset(spec, tokenizer)
+            model = self.model(spec.model) if spec.model is not None else None
+            tokenizer, config = (model.tokenizer, model.config) if model is not None else (None, None)
+            self._loaded[key] = Dataset(spec, tokenizer, config)
         return self._loaded[key]
 
     def path(self, relative: str) -> Path:

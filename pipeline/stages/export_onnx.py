@@ -20,6 +20,7 @@ from pipeline.recipe import InputSpec, OnnxExport, Recipe
 from pipeline.specs import DataSpec, ModelSpec
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.variants import Variant, parse
+from pipeline.verdict import WEIGHTS
 
 _DROPPED_NODE_METADATA = ("pkg.torch.onnx.stack_trace",)
 FILE = parse("onnx-fp32").file
@@ -111,6 +112,7 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
     cfg = config.onnx
     target = ctx.path(FILE)
     details: dict = {"exporter": cfg.exporter, "opset": cfg.opset}
+    details[WEIGHTS] = ctx.model(config.model).weights_digest()  # the weights this process exports
     with captured(ctx.path("logs/export_onnx.log")):
         if cfg.exporter == "dynamo":
             ctx.report("onnx: exporting with the dynamo exporter")
@@ -152,7 +154,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="export_onnx",
-            version=1,
+            version=2,  # 2: the weights digest of the exported model (details.weights)
             config=OnnxExportConfig.from_recipe(recipe, recipe_dir),
             run=_run,
             environment=lambda: {

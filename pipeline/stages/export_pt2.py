@@ -32,6 +32,7 @@ from pipeline.runners.loaders import no_cpu_isa_probe
 from pipeline.specs import DataSpec, ModelSpec
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.variants import Variant, parse
+from pipeline.verdict import WEIGHTS
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -133,6 +134,7 @@ def export_program(
     with torch.no_grad():
         program = torch.export.export(wrapped, example, dynamic_shapes=(dynamic,), strict=False)
     details: dict[str, Any] = {
+        WEIGHTS: ctx.model(spec).weights_digest(),
         "precision": precision,
         "attention": "sdpa" if sdpa else "model's own",
         "io_dtype": "float32 (floating inputs and outputs)",
@@ -271,7 +273,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
             out.append(
                 Stage(
                     name=f"export_pt2_{precision}",
-                    version=1,
+                    version=2,  # 2: the weights digest of the exported model (details.weights)
                     config=ExportConfig.from_recipe(recipe, recipe_dir, precision),
                     run=_export,
                     environment=lambda: {

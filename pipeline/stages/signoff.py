@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -102,7 +103,9 @@ def judge(
 def reproduce_script(release: Release, final: Path) -> str:
     """A script that re-runs this deploy on any machine with the project checkout and the recipe: it runs
     from $REPO (default: the folder the deploy ran from, relative to the version folder `final`), with the
-    recipe and overrides as given, into the store that holds this version (wherever that now lies)."""
+    recipe and overrides as given, into the store that holds this version (wherever that now lies). It
+    records what the deploy ran with besides the recipe: the interpreter, the working directory and the
+    PYTHONPATH (an entrypoint model's module may be importable only through them)."""
     cwd = Path.cwd().resolve()
     repo = os.path.relpath(cwd, final.resolve())
     recipe = (cwd / release.recipe_path).resolve()  # an absolute path stays absolute
@@ -110,17 +113,26 @@ def reproduce_script(release: Release, final: Path) -> str:
         recipe = recipe.relative_to(cwd)
     kept = [o for o in release.overrides if o.partition("=")[0].strip() != "output.root"]  # set below
     overrides = "".join(f" --set {shlex.quote(o)}" for o in kept)
+    python_path = os.environ.get("PYTHONPATH", "")
     return (
         "#!/usr/bin/env sh\n"
         "# Re-runs this deploy: the same recipe and --set overrides, from the project checkout, into the store that\n"
         "# holds this version, so fresh stages are reused (pass --rebench to measure again). Same code: git checkout\n"
-        "# the manifest's git_revision. REPO: the checkout (default: where the deploy ran, relative to this folder);\n"
-        "# PYTHON: the interpreter (default: the checkout's .venv, else python3).\n"
+        "# the manifest's git_revision. REPO: the checkout (default: where the deploy ran, relative to this folder,\n"
+        "# else the recorded working directory); PYTHON: the interpreter (default: the one the deploy ran with when\n"
+        "# it exists here, else the checkout's .venv, else python3); PYTHONPATH: as the deploy had it unless set.\n"
         "set -eu\n"
+        f"DEPLOYED_PYTHON={shlex.quote(sys.executable)}\n"
+        f"DEPLOYED_CWD={shlex.quote(str(cwd))}\n"
+        f"DEPLOYED_PYTHONPATH={shlex.quote(python_path)}\n"
         'here=$(cd "$(dirname "$0")" && pwd)\n'
-        f'cd "${{REPO:-$here/{repo}}}"\n'
+        f'repo="${{REPO:-$here/{repo}}}"\n'
+        'if [ -z "${REPO:-}" ] && [ ! -d "$repo" ]; then repo="$DEPLOYED_CWD"; fi\n'
+        'cd "$repo"\n'
+        'export PYTHONPATH="${PYTHONPATH-$DEPLOYED_PYTHONPATH}"\n'
         'if [ -z "${PYTHON:-}" ]; then\n'
-        "  if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi\n"
+        '  if [ -x "$DEPLOYED_PYTHON" ]; then PYTHON="$DEPLOYED_PYTHON"\n'
+        "  elif [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi\n"
         "fi\n"
         f'exec "$PYTHON" -m pipeline deploy {shlex.quote(str(recipe))}{overrides} --set "output.root=$here/../.." "$@"\n'
     )

@@ -29,6 +29,7 @@ from pipeline.runners.registry import runtime_environment
 from pipeline.specs import DataSpec, ModelSpec, RunnerSettings
 from pipeline.stages.base import Late, Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.variants import REFERENCE
+from pipeline.verdict import WEIGHTS
 
 REPORT = REPORTS["report:accuracy"]
 ERROR_CHARS = 400
@@ -319,9 +320,10 @@ def accuracy_report(
     not_run: list[NotRunnable],
     reference_runtime: str | None = None,
     warnings: list[str] | None = None,
+    inputs: dict[str, Any] | None = None,
 ) -> AccuracyReport:
     """accuracy.json per the contract, each artifact with its record per runtime (plus the reference's
-    runtime and what the validation does not cover)."""
+    runtime, the values each input covered, and what the validation does not cover)."""
     return {
         "schema_version": 1,
         "reference": REFERENCE,
@@ -329,7 +331,41 @@ def accuracy_report(
         "artifacts": {name: artifact_entry(records) for name, records in results.items()},
         "not_run": [{"artifact": n.artifact, "reason": n.reason} for n in not_run],
         "warnings": list(warnings or []),
+        "inputs": dict(inputs or {}),
     }
+
+
+class WeightsMismatch(RuntimeError):
+    """An artifact was exported from other weights than the reference's: a bug or a model that does not build
+    deterministically, never a validation failure of the artifact."""
+
+
+def check_weights(record: ArtifactRecord, reference: str) -> None:
+    """The export recorded the weights digest of the model it exported (in its own process); it must be the
+    reference's, else every comparison below would judge a different model."""
+    recorded = record.details.get(WEIGHTS)
+    if recorded and recorded != reference:
+        raise WeightsMismatch(
+            f"{record.name} was exported from weights {recorded[:16]}…, but the reference model has weights "
+            f"{reference[:16]}…: the processes that built the model did not build the same one (an unseeded "
+            "random initialisation, or a factory that reads changing state); the artifact is not validated"
+        )
+
+
+def input_coverage(dataset: Dataset, batches: list[Batch]) -> tuple[dict[str, Any], list[str]]:
+    """What each input's values covered over all validation batches, and a warning for each input whose
+    held-out split holds fewer than two distinct values (a degenerate sample: token ids all 0, say)."""
+    coverage = dataset.value_coverage([b.feeds for b in batches])
+    held_out = dataset.value_coverage([b.feeds for b in batches if b.inputs == "data"])
+    warnings = [
+        f"input {name}: the held-out validation split holds {found['distinct']} distinct value(s) "
+        f"({found['min']:g}); the artifacts were not checked on varied values of it"
+        for name, found in held_out.items()
+        if found["distinct"] < 2
+    ]
+    for name, found in coverage.items():
+        found["held_out_distinct"] = held_out.get(name, {}).get("distinct")
+    return coverage, warnings
 
 
 def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
@@ -344,8 +380,12 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
     not_run: list[NotRunnable] = []
     absent = [name for name in order if name not in inputs]
     reference_runtime = None
+    coverage: dict[str, Any] = {}
+    data_warnings: list[str] = []
     if present:
         batches = validation_batches(ctx.dataset(config.data), config.validation)
+        coverage, data_warnings = input_coverage(ctx.dataset(config.data), batches)
+        reference_weights = ctx.model(config.model).weights_digest()
         reference_runner = reference_runners(config.runners, lambda: ctx.model(config.model))[0]
         reference_runtime = reference_runner.runtime
         reference = run_batches(ctx, config.runners, reference_runner, batches, REFERENCE)
@@ -368,6 +408,7 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
                 if record is None:  # its build failed: absent, like any variant whose build failed
                     absent.append(item.name)
                     continue
+                check_weights(record, reference_weights)
                 for twin in hosts.ONNX_TWINS.get(record.name, ()):  # its runtimes depend on its twins
                     if twin in pending:
                         arrived(pending[twin])
@@ -383,8 +424,8 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
         del reference
         gc.collect()
     results = {name: results[name] for name in order if name in results}  # report order: the recipe's
-    warnings = coverage_warnings(config.validation, config.model.dims)
-    report = accuracy_report(results, not_run, reference_runtime, warnings)
+    warnings = coverage_warnings(config.validation, config.model.dims) + data_warnings
+    report = accuracy_report(results, not_run, reference_runtime, warnings, coverage)
     write_report(ctx.path(REPORT), report, allow_nan=False)
     entries = report["artifacts"]
     summary = {
@@ -392,7 +433,7 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
         "failed": {name: e["reason"] for name, e in entries.items() if not e["passed"]},
         "not_run": {n.artifact: n.reason for n in not_run},
         "absent": [name for name in order if name in absent],
-        "warnings": report["warnings"],
+        "accuracy_warnings": report["warnings"],  # in the report; not stage warnings (said once)
     }
     return StageResult(
         outputs=[Output(REPORT, "report", "report:accuracy", details=summary, value=report)], details=summary
@@ -403,10 +444,11 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     """The validate stage over whichever of `artifacts` were built (consumes_any)."""
     return Stage(
         name="validate",
-        version=5,  # 2: a record per runtime, masked per-token outputs, neighbours, divergence, coverage;
+        version=6,  # 2: a record per runtime, masked per-token outputs, neighbours, divergence, coverage;
         # 3: the pairs the new GPU host timing rule times, torch.compile with dynamic shapes;
         # 4: no CUDA provider for a graph with data nodes it has no kernel for (ort_placement)
         # 5: the pairs the benchmark times after the ONNX twins rule (pipeline/bench/hosts.py)
+        # 6: absolute tolerances scaled by the output, the weights digest checked, input coverage
         config=ValidateConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=_run,
         environment=lambda: {

@@ -252,3 +252,25 @@ def test_the_onnx_builds_on_a_lane_make_the_same_files_and_sign_off(first, tmp_p
     assert stages["fp16"]["status"] == stages["export_onnx"]["status"] == "ran"
     accuracy = json.loads((version / "reports/accuracy.json").read_text())["artifacts"]
     assert accuracy["onnx-fp32"]["passed"] and accuracy["onnx-fp16"]["passed"]
+
+
+def test_an_export_of_other_weights_than_the_reference_is_an_internal_error(tmp_path: Path) -> None:
+    """ResNet-50 on the H200: the lane worker built the unseeded model again with other random weights, and
+    every ONNX variant "failed validation" at cosine 0.067. The export records the digest of the weights it
+    exported; validation compares it with the reference's and stops the run naming both (exit 3)."""
+    result = cli(
+        "deploy",
+        str(TINY),
+        "--set",
+        "model.entrypoint=tests.reliability.bad_models:per_process",
+        "--set",
+        "model.kwargs={}",
+        "--set",
+        "variants.build=[onnx-fp32]",
+        root=tmp_path,
+        env={"PIPELINE_ONNX_LANE": "1"},
+    )
+    assert result.returncode == 3, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "WeightsMismatch: onnx-fp32 was exported from weights " in result.stderr
+    assert "but the reference model has weights " in result.stderr
+    assert not list((tmp_path / "tiny").glob("v0*"))  # nothing published

@@ -100,3 +100,14 @@ class _Empty(nn.Module):
 
 def empty_output(**kwargs: int) -> nn.Module:
     return _Empty()
+
+
+def per_process(**kwargs: int) -> nn.Module:
+    """Weights that depend on the process that builds the model (a factory seeding itself from its pid, or
+    reading a file another process rewrites): the lane worker's export is of another model."""
+    import os
+
+    model = TinyEncoder(hidden=32, layers=1)
+    with torch.no_grad():
+        model.embed.weight.add_(os.getpid() % 97)
+    return model

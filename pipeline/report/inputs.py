@@ -1,0 +1,50 @@
+"""The report's Inputs section: what values each input held across the validation batches, so that a reader
+sees what the artifacts were judged on (token ids over the whole vocabulary, or all 0 and 1)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pipeline.report.blocks import Cell, Para, Section, Table, Text
+
+Dict = Mapping[str, Any]
+
+
+def inputs_section(accuracy: Dict | None) -> Section:
+    covered = (accuracy or {}).get("inputs") or {}
+    if not covered:
+        return Section("Inputs", [])
+    rows: list[list[Text]] = []
+    tones = []
+    for name, found in covered.items():
+        distinct = f"{found.get('distinct')}{'+' if found.get('distinct_capped') else ''}"
+        held_out = found.get("held_out_distinct")
+        degenerate = isinstance(held_out, int) and held_out < 2
+        shapes = found.get("shapes") or []
+        rows.append(
+            [
+                name,
+                str(found.get("dtype") or "—"),
+                " … ".join("×".join(str(d) for d in s) for s in shapes) or "—",
+                _value(found.get("min")),
+                _value(found.get("max")),
+                Cell(distinct, "bad") if degenerate else distinct,
+            ]
+        )
+        tones.append("warn" if degenerate else "")
+    return Section(
+        "Inputs",
+        [
+            Para(
+                "What each input held over every validation batch (shape corners and the held-out data): the "
+                "artifacts were judged on these values only. Distinct values are counted up to 1000.",
+                tone="note",
+            ),
+            Table(["input", "dtype", "shapes (smallest … largest)", "min", "max", "distinct"], rows, tones),
+        ],
+    )
+
+
+def _value(value: Any) -> str:
+    return "—" if not isinstance(value, int | float) else f"{value:g}"
