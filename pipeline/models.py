@@ -240,10 +240,13 @@ def parameters_of(module: nn.Module) -> list[inspect.Parameter] | None:
 
 
 def keyword_binding(module: nn.Module, spec: ModelSpec) -> bool:
-    """True when the recipe's inputs are passed by name; False when forward names no parameters. Raises a
-    BindingError naming the recipe input (or the parameter) that does not fit."""
+    """True when the recipe's inputs are passed by name; False when forward names no parameters, or takes one
+    and the recipe has one input (nothing to mix up). Raises a BindingError naming the recipe input (or the
+    parameter) that does not fit."""
     params = parameters_of(module)
     if params is None:
+        return False
+    if len(params) == 1 and len(spec.inputs) == 1:  # one input, one parameter (nn.Sequential's `input`)
         return False
     names = {p.name for p in params}
     owner = f"{type(module).__name__}.forward({', '.join(p.name for p in params)})"

@@ -42,7 +42,8 @@ def test_the_run_signs_off_and_says_which_variant_failed(deployed) -> None:
     table = result.stdout[result.stdout.index("Deploy summary") :]
     assert "onnx-int8" in table and "FAILED (int8)" in table  # the closing table
     assert (
-        "failed onnx-int8 failed at int8: StageError: int8: no Conv node is left to quantize" in result.stdout
+        "failed onnx-int8 failed at int8: StageError: int8: nothing to quantize: export.int8.op_types is ['Conv']"
+        in result.stdout
     )
 
 
@@ -53,7 +54,9 @@ def test_manifest_and_signoff_page_list_the_failure(deployed) -> None:
     assert manifest["signed_off"] is True and headline(manifest) == "signed off, 1 of 3 variants failed"
     [failure] = manifest["failed"]
     assert failure["artifact"] == "onnx-int8" and failure["stage"] == "int8"
-    assert "no Conv node is left to quantize" in failure["error"]
+    assert (
+        "nothing to quantize: export.int8.op_types is ['Conv']; the graph has 12 MatMul" in failure["error"]
+    )
     assert manifest["requested"] == ["torchscript-fp32", "onnx-fp32", "onnx-int8"]
     page = (version / "reports" / "signoff.md").read_text()
     verdict = page[page.index("## Verdict") : page.index("## Winner")]
@@ -81,7 +84,7 @@ def test_list_and_plan_show_the_failure(deployed) -> None:
     line = next(
         line for line in plan.stdout.splitlines() if line.strip().endswith("int8") or " int8 " in line
     )
-    assert "fresh (failed: StageError: int8: no Conv node is left to quantize" in line
+    assert "fresh (failed: StageError: int8: nothing to quantize: export.int8.op_types is ['Conv']" in line
 
 
 def test_allow_failed_false_fails_the_same_run(deployed) -> None:

@@ -246,7 +246,15 @@ def test_per_runtime_records_and_coverage(validated) -> None:
     assert all(c["runtime"] == "onnxruntime-cpu" for c in entry["checks"])
     pooled = [c for c in entry["checks"] if c["metric"] == "neighbours"]
     assert [c["output"] for c in pooled] == ["pooled"] and pooled[0]["value"] == 1.0
-    assert pooled[0]["informational"] and report["warnings"] == []
+    assert pooled[0]["informational"]
+    # no shape coverage left out; the tiny recipe's mask is all ones (1..1), which the report says
+    assert report["warnings"] == [
+        "input attention_mask: the held-out validation split holds 1 distinct value(s) (1); the artifacts were "
+        "not checked on varied values of it"
+    ]
+    covered = report["inputs"]
+    assert covered["input_ids"]["distinct"] > 2 and 1 <= covered["input_ids"]["max"] <= 999
+    assert covered["attention_mask"]["held_out_distinct"] == 1
 
 
 def test_narrowed_corners_warn_for_every_dim() -> None:

@@ -495,8 +495,8 @@ CASES = [
     Case(
         "output names differ",
         "model",
-        "outputs: the model returns its outputs in the order states, embedding",
-        overrides=(f"model.entrypoint={BAD}:named_outputs", "outputs=[embedding, states]"),
+        "outputs[1]: the model has no output 'state' (it returns states, embedding)",
+        overrides=(f"model.entrypoint={BAD}:named_outputs", "outputs=[embedding, state]"),
     ),
     Case(
         "0-d output",
@@ -513,7 +513,7 @@ CASES = [
     Case(
         "forward takes fewer inputs",
         "model",
-        "model: the model fails at the min shape",
+        "inputs[1].name: 'attention_mask' is not a parameter of _OneInput.forward(input_ids)",
         overrides=(f"model.entrypoint={BAD}:one_input",),
     ),
     Case(

@@ -241,3 +241,10 @@ def tokens_and_features(**kwargs: int) -> nn.Module:
 
 def dict_output(**kwargs: int) -> nn.Module:
     return DictOutput(**kwargs)
+
+
+def bert_base() -> nn.Module:
+    """BERT-base at transformers' default config (110 M parameters): the GPU zoo's transformer."""
+    from transformers import BertConfig, BertModel
+
+    return BertModel(BertConfig())
