@@ -21,7 +21,9 @@ from tests.claims import problems  # noqa: E402
 
 
 def newest(store: Path) -> list[Path]:
-    return [sorted(name.glob("v[0-9]*"))[-1] for name in sorted(store.iterdir()) if list(name.glob("v[0-9]*"))]
+    return [
+        sorted(name.glob("v[0-9]*"))[-1] for name in sorted(store.iterdir()) if list(name.glob("v[0-9]*"))
+    ]
 
 
 def summary(version: Path) -> tuple[bool, str]:
@@ -40,7 +42,9 @@ def summary(version: Path) -> tuple[bool, str]:
     winner = version / "winner.json"
     if winner.exists():
         w = json.loads(winner.read_text())
-        lines.append(f"- winner {w['artifact']} on {w['runtime']} ({w['io']} I/O): {w['value']:.4g} {w['unit']}")
+        lines.append(
+            f"- winner {w['artifact']} on {w['runtime']} ({w['io']} I/O): {w['value']:.4g} {w['unit']}"
+        )
     lines += ["", table(speed, accuracy), ""]
     ok = manifest["signed_off"] and not failed and not claims and len(digests) <= 1
     return ok, "\n".join(lines)
