@@ -8,7 +8,7 @@ ARGS ?=
 # optional extras: triton (tritonclient, for the Triton config test), mlflow (mlflow-skinny, run records)
 EXTRAS ?= cpu,dev,tensorrt-rtx,triton,mlflow
 
-.PHONY: setup deploy plan validate test test-gpu lint clean
+.PHONY: setup deploy plan validate test test-quick test-gpu lint clean
 
 setup:
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,8 +30,15 @@ plan:
 validate:
 	$(PY) -m pipeline validate $(RECIPE) $(ARGS)
 
+# Two pytest workers, a test file each at a time (module fixtures deploy once): most tests wait on deploys in
+# child processes; the zoo runs two of its deploys at a time.
 test:
-	$(PY) -m pytest -q -m "not gpu" tests
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not gpu" tests
+
+# The unit tests and one deploy of the tiny recipe: a few minutes, for the daily loop.
+test-quick:
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not gpu and not slow" tests/unit \
+	  tests/integration/test_deploy_cli.py::test_first_deploy_signs_off_and_writes_the_contract
 
 test-gpu:
 	$(PY) -m pytest -q -m gpu tests

@@ -4,7 +4,9 @@ fused Gemm of rank 3) or that computes something else. A graph passes when
 
 1. the ONNX checker accepts it (ops ONNX has no schema for, such as ONNX Runtime's own default-domain
    `SimplifiedLayerNormalization`, are left to step 2: the checker cannot judge them);
-2. ONNX Runtime's CPU provider loads it;
+2. ONNX Runtime loads it on every provider this host runs ONNX graphs on: the CPU provider, and the CUDA
+   provider where a CUDA GPU is present (a graph fused for the CPU can hold kernels the CUDA provider refuses:
+   a FusedConv with a Clip activation, from a MobileNet's ReLU6);
 3. given the graph it was made from and sample feeds, its outputs are finite and keep the source's direction
    (cosine at least `min_cosine` per output). A loose bound on purpose: it catches a wrong rewrite, not the
    precision a conversion costs, which validation judges against the recipe's tolerances.
@@ -41,6 +43,8 @@ def check_graph(
     except Exception as exc:  # noqa: BLE001 - any checker complaint rejects the graph
         raise GraphRejected(f"ONNX checker: {_first_line(exc)}") from exc
     session = _session(model, "ONNX Runtime could not load it")
+    if cuda_provider():
+        _session(model, "ONNX Runtime's CUDA provider could not load it", CUDA_PROVIDERS)
     if source is None or feeds is None:
         return
     reference = _session(source, "ONNX Runtime could not load the source graph")
@@ -83,14 +87,27 @@ def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _session(model: onnx.ModelProto | Path, what: str):  # noqa: ANN202 - onnxruntime.InferenceSession
+CPU_PROVIDERS = ["CPUExecutionProvider"]
+CUDA_PROVIDERS = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+
+def cuda_provider() -> bool:
+    """Whether ONNX graphs run on ONNX Runtime's CUDA provider here: the provider is installed and a GPU is."""
+    import onnxruntime as ort
+
+    from pipeline.bench.hosts import has_cuda
+
+    return "CUDAExecutionProvider" in ort.get_available_providers() and has_cuda()
+
+
+def _session(model: onnx.ModelProto | Path, what: str, providers: list[str] = CPU_PROVIDERS):  # noqa: ANN202
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
     data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
     try:
-        return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(data, options, providers=providers)
     except Exception as exc:  # noqa: BLE001 - any load failure rejects the graph
         raise GraphRejected(f"{what}: {_first_line(exc)}") from exc
 

@@ -7,9 +7,10 @@ used CUDA, OpenMP or ONNX Runtime thread pools inherits their locks in whatever 
 the front goes on, and keeps one RunContext for all its stages, so the model and the data are loaded once (a
 child per stage loaded them again: 5-13 s each on that host). A job is a stage's run function, config and
 inputs, pickled over a socket pair; the answer is its StageResult, or its exception with the child's
-traceback. The child limits its thread pools to `threads` (the stages in front keep the other cores), never
-touches the GPU (these stages use ONNX Runtime's CPU provider), and exits within a fraction of a second of
-the deploy however the deploy ends, or when the run stops.
+traceback. The child limits its thread pools to `threads` (the stages in front keep the other cores), runs
+the ONNX tools on ONNX Runtime's CPU provider (it opens a CUDA session only to check that a rewritten graph
+loads there, pipeline/graph_check.py), and exits within a fraction of a second of the deploy however the
+deploy ends, or when the run stops.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import torch
 from pipeline.artifacts import ArtifactRecord
 from pipeline.data import Dataset
 from pipeline.models import positional
-from pipeline.onnx_tools import captured
+from pipeline.onnx_tools import captured, drop_initializer_value_info
 from pipeline.packages import package_version
 from pipeline.recipe import InputSpec, OnnxExport, Recipe
 from pipeline.specs import DataSpec, ModelSpec
@@ -131,6 +131,9 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
     model = onnx.load(str(target))
     name_dynamic_axes(model, config.model.inputs)
     _strip_location_metadata(model)
+    # value_info restating initializers: ONNX Runtime 1.31's quantizer re-infers a Gemm's per-channel weights
+    # against them and fails ("Inferred shape and existing shape differ"); the initializers say it all
+    drop_initializer_value_info(model)
     onnx.checker.check_model(model, full_check=False)
     onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
     onnx.save(model, str(target))
@@ -154,7 +157,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="export_onnx",
-            version=2,  # 2: the weights digest of the exported model (details.weights)
+            version=3,  # 2: the weights digest (details.weights); 3: no value_info restating initializers
             config=OnnxExportConfig.from_recipe(recipe, recipe_dir),
             run=_run,
             environment=lambda: {

@@ -61,15 +61,22 @@ class Attempt:
     label: str
     fusions: tuple[str, ...]
     model_type: str | None
+    opt_level: int | None = None  # None: the recipe's
 
 
 def attempts(cfg: OptimizeExport) -> list[Attempt]:
-    """The recipe's fusions first, then each safer option that differs from what came before."""
+    """The recipe's fusions first, then each safer option that differs from what came before, down to ONNX
+    Runtime's basic optimizations (level 1: no provider-specific fused kernels, so the graph loads on every
+    provider; a session applies the rest itself when it loads the graph)."""
     chain = [Attempt("as configured", tuple(cfg.fusions), cfg.model_type)]
     if cfg.model_type is not None and "transformers" in cfg.fusions and "onnxscript" in cfg.fusions:
         chain.append(Attempt("the transformers optimizer alone", ("transformers",), cfg.model_type))
     if cfg.model_type is not None or "onnxscript" in cfg.fusions:
         chain.append(Attempt("ONNX Runtime's graph optimizations alone", ("transformers",), None))
+    if cfg.opt_level > 1:
+        chain.append(
+            Attempt("ONNX Runtime's basic graph optimizations (level 1)", ("transformers",), None, 1)
+        )
     return chain
 
 
@@ -168,7 +175,7 @@ def _optimize(
         model_type=attempt.model_type or "bert",
         num_heads=int(config.get("num_attention_heads", 0)),
         hidden_size=int(config.get("hidden_size", 0)),
-        opt_level=cfg.opt_level,
+        opt_level=cfg.opt_level if attempt.opt_level is None else attempt.opt_level,
         use_gpu=False,
         only_onnxruntime=attempt.model_type is None,  # no transformer fusions for other models
     )

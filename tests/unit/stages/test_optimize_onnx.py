@@ -140,3 +140,24 @@ def test_a_fused_graph_that_fails_its_checks_falls_back_and_says_why(
     got, want = run_onnx(tmp_path / "out" / out.path, feeds), reference(env, feeds)
     assert lowest_cosine(got["logits"], want["logits"]) >= 0.999
     assert list(work.iterdir()) == []
+
+
+def test_the_last_resort_is_onnx_runtimes_basic_optimizations() -> None:
+    """Level 2 fuses kernels for the provider the optimizer ran on (a MobileNet's Conv+ReLU6 becomes a FusedConv
+    with a Clip activation, which ONNX Runtime's CUDA provider refuses to load); level 1 holds none."""
+    from pipeline.recipe import OptimizeExport
+    from pipeline.stages.optimize_onnx import attempts
+
+    generic = attempts(OptimizeExport(model_type=None, fusions=["transformers"]))
+    assert [(a.label, a.model_type, a.opt_level) for a in generic] == [
+        ("as configured", None, None),
+        ("ONNX Runtime's basic graph optimizations (level 1)", None, 1),
+    ]
+    labels = [a.label for a in attempts(OptimizeExport(model_type="bert"))]
+    assert labels == [
+        "as configured",
+        "the transformers optimizer alone",
+        "ONNX Runtime's graph optimizations alone",
+        "ONNX Runtime's basic graph optimizations (level 1)",
+    ]
+    assert len(attempts(OptimizeExport(model_type=None, fusions=["transformers"], opt_level=1))) == 1
