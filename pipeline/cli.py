@@ -12,7 +12,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console
 
@@ -158,7 +158,10 @@ def _gate_table(gates: list[dict[str, Any]]) -> Any:
 
 
 def _list(args: argparse.Namespace, console: Console) -> Result:
-    from pipeline.store import Store, read_json
+    """Every version with its verdict, each verified against its manifest first: a damaged version is marked
+    damaged (with why), never shown as signed off, whatever its files say."""
+    from pipeline.store import Store, verify_folder
+    from pipeline.stored import Damaged, read_stored
 
     loaded = _load(args)
     store = Store(Path(loaded.recipe.output.root), loaded.recipe.name)
@@ -166,22 +169,30 @@ def _list(args: argparse.Namespace, console: Console) -> Result:
     rows = []
     for version in store.versions():
         folder = store.base / version
-        manifest = read_json(folder / "manifest.json") or {}
-        winner = read_json(folder / "winner.json")
+        damage = verify_folder(folder)
+        try:
+            manifest = (read_stored(folder / "manifest.json") or {}) if not damage else {}
+            winner = read_stored(folder / "winner.json") if not damage else None
+        except Damaged as exc:
+            damage, manifest, winner = [str(exc)], {}, None
         rows.append(
             {
                 "version": version,
                 "path": str(folder.resolve()),
                 "created": manifest.get("created"),
                 "signed_off": bool(manifest.get("signed_off")),
-                "headline": manifest.get("headline"),
+                "headline": manifest.get("headline") if not damage else None,
                 "failed": manifest.get("failed") or [],
                 "provisional": bool(manifest.get("provisional")),
                 "winner": winner["artifact"] if winner else None,
                 "latest": bool(latest and latest.name == version),
+                "damaged": damage,
             }
         )
-        state = rows[-1]["headline"] or ("signed off" if rows[-1]["signed_off"] else "NOT signed off")
+        if damage:
+            state = f"DAMAGED ({len(damage)}: {damage[0][:60]})"
+        else:
+            state = rows[-1]["headline"] or ("signed off" if rows[-1]["signed_off"] else "NOT signed off")
         mark = " (latest)" if rows[-1]["latest"] else ""
         console.print(
             f"{version}  {manifest.get('created', '?')}  {state:<32}  winner {winner['artifact'] if winner else '-'}{mark}",
@@ -206,8 +217,23 @@ def _deploy(args: argparse.Namespace, console: Console) -> Result:
     from pipeline import deploy
 
     loaded = _load(args, defer=True)
-    outcome = deploy.run_deploy(loaded, console, args.rebench, args.retry_failed)
+    outcome = _settled(deploy.run_deploy(loaded, console, args.rebench, args.retry_failed))
     return outcome.exit_code, outcome.document(loaded.recipe.name)
+
+
+def _settled(outcome: Any) -> Any:
+    """A deploy's exit code is trusted only from an Outcome that names an existing version: the one it
+    published, or the one it found up to date. A deploy that returned anything else is a bug (exit 3 with
+    this message), never an exit 0 that nothing backs."""
+    from pipeline.deploy import Outcome
+
+    if not isinstance(outcome, Outcome):
+        raise RuntimeError(
+            f"the deploy returned {type(outcome).__name__} without publishing a version or saying up to date"
+        )
+    if not outcome.version.is_dir():
+        raise RuntimeError(f"the deploy's outcome names {outcome.version}, which is no version folder")
+    return outcome
 
 
 def _compare(args: argparse.Namespace, console: Console) -> Result:
@@ -247,34 +273,60 @@ def _console(as_json: bool) -> Console:
     )  # logs, CI: no wrapping
 
 
-def _emit(args: argparse.Namespace, code: int, doc: dict[str, Any] | None, errors: list[str]) -> None:
-    if getattr(args, "json", False):
-        payload = {"command": args.command, "exit_code": code, **(doc or {})}
-        if errors:
-            payload["errors"] = errors
-        sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
+def _emit(
+    stream: TextIO, args: argparse.Namespace, code: int, doc: dict[str, Any] | None, errors: list[str]
+) -> None:
+    payload = {"command": args.command, "exit_code": code, **(doc or {})}
+    if errors:
+        payload["errors"] = errors
+    stream.write(json.dumps(payload, indent=2, default=str) + "\n")
+
+
+INTERRUPTED = "interrupted: nothing was published (the work folder may be resumed by the next deploy)"
+BUG = "internal error: this is a bug in the pipeline (exit 3)"
 
 
 def main(argv: list[str] | None = None) -> int:
+    from pipeline.json_stdout import json_stdout
+    from pipeline.user_code import interrupts_watched
+
     args = _parser().parse_args(argv)
-    console = _console(getattr(args, "json", False))
+    as_json = getattr(args, "json", False)
+    with json_stdout(as_json) as stdout, interrupts_watched():
+        code, doc, errors = _run(args, _console(as_json))
+        if as_json:
+            _emit(stdout, args, code, doc, errors)
+    return code
+
+
+def _run(args: argparse.Namespace, console: Console) -> tuple[int, dict[str, Any] | None, list[str]]:
+    """The command's exit code, JSON document and error lines. Whatever ends it, it ends here with a message:
+    a user error (2), a Ctrl-C (130), or a bug (3), which includes a sys.exit or a KeyboardInterrupt that no
+    boundary around the model's code turned into that code's failure (pipeline/user_code.py)."""
+    from pipeline.user_code import interrupted_by_signal
+
     try:
         code, doc = COMMANDS[args.command](args, console)
     except PipelineError as exc:
         for line in exc.lines():
             print(line, file=sys.stderr)
-        _emit(args, exc.exit_code, None, exc.lines())
-        return exc.exit_code
+        return exc.exit_code, None, exc.lines()
     except KeyboardInterrupt:
-        print(
-            "interrupted: nothing was published (the work folder may be resumed by the next deploy)",
-            file=sys.stderr,
-        )
-        return 130
+        if not interrupted_by_signal():
+            return _bug(f"KeyboardInterrupt raised during `{args.command}` without a Ctrl-C")
+        print(INTERRUPTED, file=sys.stderr)
+        return 130, None, [INTERRUPTED]
+    except SystemExit as exc:
+        return _bug(f"sys.exit({'' if exc.code is None else repr(exc.code)}) called during `{args.command}`")
     except Exception:  # noqa: BLE001 - the top-level boundary: a bug, shown with its traceback
-        traceback.print_exc()
-        print("internal error: this is a bug in the pipeline (exit 3)", file=sys.stderr)
-        _emit(args, 3, None, ["internal error: this is a bug in the pipeline (exit 3)"])
-        return 3
-    _emit(args, code, doc, [])
-    return code
+        return _bug(None)
+    return code, doc, []
+
+
+def _bug(what: str | None) -> tuple[int, None, list[str]]:
+    traceback.print_exc()
+    lines = [f"internal error: {what}: the command did not finish (exit 3)"] if what else []
+    lines.append(BUG)
+    for line in lines:
+        print(line, file=sys.stderr)
+    return 3, None, lines

@@ -24,6 +24,7 @@ from pipeline.accuracy import tolerance_share
 from pipeline.errors import PipelineError
 from pipeline.recipe import RegressionBudget
 from pipeline.speed import Interval, interval, is_winner_row, maximized, unit_of, value
+from pipeline.stored import Damaged, read_stored
 from pipeline.tracking import flatten
 
 IGNORED_RECIPE_KEYS = ("output.root",)
@@ -61,21 +62,30 @@ def resolve_version(ref: str, recipe: str | None) -> Path:
     raise PipelineError(f"compare: '{ref}' is ambiguous ({where}); pass --recipe or NAME/{ref}")
 
 
-def _read(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
 def _version(folder: Path) -> dict[str, Any]:
-    manifest = _read(folder / "manifest.json")
-    if not manifest:
+    """A version's reports, once its files verify against its manifest: compare judges releases, so a damaged
+    one (a report edited after publication, say) is refused, never judged."""
+    from pipeline.store import verify_folder
+
+    if not (folder / "manifest.json").is_file():
         raise PipelineError(f"compare: {folder} has no manifest.json (not a version folder)")
-    return {
-        "folder": folder,
-        "manifest": manifest,
-        "speed": _read(folder / "reports/speed.json"),
-        "accuracy": _read(folder / "reports/accuracy.json"),
-        "winner": _read(folder / "winner.json") or None,
-    }
+    damage = verify_folder(folder)
+    if damage:
+        more = f" (and {len(damage) - 1} more)" if len(damage) > 1 else ""
+        raise PipelineError(
+            f"compare: {folder} is damaged: {damage[0]}{more}; a damaged version is not judged "
+            f"(python -m pipeline verify shows every damaged file)"
+        )
+    try:
+        return {
+            "folder": folder,
+            "manifest": read_stored(folder / "manifest.json") or {},
+            "speed": read_stored(folder / "reports/speed.json") or {},
+            "accuracy": read_stored(folder / "reports/accuracy.json") or {},
+            "winner": read_stored(folder / "winner.json"),
+        }
+    except Damaged as exc:  # sealed, yet not of the contract's shape: made by something else
+        raise PipelineError(f"compare: {exc}; a damaged version is not judged") from None
 
 
 # ---------------------------------------------------------------- speed

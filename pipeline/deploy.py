@@ -14,17 +14,18 @@ from rich.console import Console
 from rich.markup import escape
 
 from pipeline import preflight
-from pipeline.errors import PipelineError
+from pipeline.errors import Interrupted, PipelineError
 from pipeline.executor import Executor, Freshness
 from pipeline.manifest import resolved_recipe, write_manifest
 from pipeline.plan import plan_stages
 from pipeline.progress import StageProgress
 from pipeline.recipe_loader import LoadedRecipe
+from pipeline.report.plots import settle_matplotlib_dirs
 from pipeline.run_record import StageRecord, read_records
 from pipeline.speed import figure_text
 from pipeline.stages.base import Release, RunContext, Stage
 from pipeline.stages.signoff import VERDICT, SignOff
-from pipeline.store import Store, storage_failure
+from pipeline.store import Store, sha256_file, storage_failure
 from pipeline.tracking import log_run
 
 
@@ -155,6 +156,7 @@ def run_deploy(
         executor.previous = _reuse_candidates(store, latest)
         work = store.new_work_dir()
         _keep_compiler_cache()
+        settle_matplotlib_dirs()  # before the temp folder moves into the store: it must outlive the deploy
         try:
             with store.temp_dir():
                 version = store.next_version()
@@ -166,6 +168,13 @@ def run_deploy(
                 signoff: SignOff = executor.values[VERDICT]
                 write_manifest(work, loaded, signoff)
                 verdict = signoff.verdict
+                lost = missing_from_version(work, records, verdict.signed_off)
+                if lost:
+                    raise Interrupted(
+                        f"interrupted: the work folder {work} lost what the version must hold before it was "
+                        f"published ({'; '.join(lost[:5])}{'; …' if len(lost) > 5 else ''}): nothing was "
+                        "published (run the deploy again to build it)"
+                    )
                 target = store.publish(work, version, verdict.signed_off)
         except PipelineError:
             shutil.rmtree(work, ignore_errors=True)  # a user error found mid-run: nothing half-made stays
@@ -183,6 +192,27 @@ def run_deploy(
     return Outcome(
         0 if verdict.signed_off else 1, target, False, verdict.signed_off, verdict.reasons, records, tracked
     )
+
+
+VERSION_FILES = ("stages.json", "recipe.yaml", "reproduce.sh", "manifest.json")
+
+
+def missing_from_version(work: Path, records: list[StageRecord], signed_off: bool) -> list[str]:
+    """What the version must hold and the work folder does not, as `path: why`: every output a stage recorded
+    (artifacts, reports, logs) with the sha256 it recorded, the run record, the resolved recipe, reproduce.sh,
+    the manifest, and winner.json when signed off. A work folder emptied under the deploy would otherwise be
+    published as a version holding only what sign-off wrote after it (the manifest lists what exists)."""
+    lost = []
+    for record in records:
+        for out in record.outputs:
+            path = work / out["path"]
+            if not path.is_file():
+                lost.append(f"{out['path']} ({record.name}): missing")
+            elif out.get("sha256") and sha256_file(path) != out["sha256"]:
+                lost.append(f"{out['path']} ({record.name}): changed since it was recorded")
+    required = [*VERSION_FILES, *(["winner.json"] if signed_off else [])]
+    lost += [f"{rel}: missing" for rel in required if not (work / rel).is_file()]
+    return lost
 
 
 def _keep_compiler_cache() -> None:

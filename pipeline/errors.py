@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
+
+
+def one_line(text: str) -> str:
+    """Control characters (a newline in a --set value, in a path, in a quoted value) written as escapes: a
+    problem is one line on stderr, whatever the user's text held."""
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) == "Cc" else ch for ch in text
+    )
 
 
 @dataclass(frozen=True)
@@ -14,7 +23,8 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.where}: {self.key}: {self.message}" if self.key else f"{self.where}: {self.message}"
+        text = f"{self.where}: {self.key}: {self.message}" if self.key else f"{self.where}: {self.message}"
+        return one_line(text)
 
 
 class PipelineError(Exception):
@@ -30,7 +40,7 @@ class PipelineError(Exception):
     def lines(self, limit: int = 20) -> list[str]:
         if self.problems:
             return [str(p) for p in self.problems[:limit]]
-        return [str(self.message)]
+        return [one_line(str(self.message))]
 
 
 class RecipeError(PipelineError):
@@ -39,6 +49,14 @@ class RecipeError(PipelineError):
 
 class LockHeldError(PipelineError):
     """Another deploy of the same recipe name holds the lock."""
+
+
+class Interrupted(PipelineError):
+    """The run stopped before publishing for a reason that is neither the recipe's nor a variant's: files it
+    made vanished from its work folder (a cleaner, another process, a full reset of the folder). Nothing is
+    published and nothing is recorded as failed, so the next deploy builds it again (exit 130, as Ctrl-C)."""
+
+    exit_code = 130
 
 
 class StageError(Exception):

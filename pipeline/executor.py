@@ -18,11 +18,20 @@ from typing import Any
 
 from pipeline.artifacts import ArtifactRecord
 from pipeline.children import POLL_S, Cancelled
+from pipeline.errors import Interrupted
 from pipeline.lane_worker import LaneWorker
 from pipeline.results import read_report
 from pipeline.run_record import RUN_RECORD, StageRecord
 from pipeline.stages.base import RUN_STAGES, Late, Output, RunContext, Stage, StageResult
-from pipeline.store import Store, kill_point, sha256_file, storage_failure, write_json_atomic
+from pipeline.store import (
+    Store,
+    kill_point,
+    lose_point,
+    sha256_file,
+    storage_failure,
+    write_json_atomic,
+)
+from pipeline.user_code import StoppedByModel, UserCodeExit, contained
 
 STOP_WAIT_S = 30.0  # how long a stopping run waits for a background stage to kill its child and end
 
@@ -368,6 +377,7 @@ class Executor:
         )
         run.on_done(record)
         kill_point(f"stage:{stage.name}")
+        lose_point(f"stage:{stage.name}", run.ctx.workdir)
 
     @staticmethod
     def _run_stages(workdir: Path, records: list[StageRecord]) -> ArtifactRecord:
@@ -432,14 +442,26 @@ class Executor:
         shas: dict[str, str],
         call: Callable[[], StageResult] | None = None,
     ) -> StageRecord:
-        """Run the stage (in this process, or through `call`: its lane's worker) and record how it went."""
+        """Run the stage (in this process, or through `call`: its lane's worker) and record how it went.
+
+        A sys.exit or KeyboardInterrupt the model's code raised itself (user_code.UserCodeExit) is that
+        stage's failure, like any other exception the model raises there: the stage alone cannot build its
+        variant, the variants that do not need it are still worth building and judging, and the sign-off
+        weighs the failure (exit 1 when a required variant is lost). It is not a user error of the recipe:
+        pre-flight has built and run the same model, so only a model that behaves differently while a stage
+        runs it gets here. In a critical stage, whose failure stops the run, it is the user's error (exit 2,
+        nothing published), not a bug of the pipeline's (exit 3). A real Ctrl-C still stops the run."""
         env = self.environment(stage)
         fp = fingerprint(stage, shas, env)
         started = time.perf_counter()
         record = StageRecord(stage.name, stage.version, fp, "ran", stage.config.fingerprinted(), env, shas)
+        ensure_inputs(stage, inputs)
         try:
-            result = call() if call is not None else stage.run(ctx, stage.config, inputs)
+            with contained():
+                result = call() if call is not None else stage.run(ctx, stage.config, inputs)
         except Exception as exc:
+            if stage.critical and isinstance(exc, UserCodeExit):
+                raise StoppedByModel(stage.name, exc) from exc
             if stage.critical or storage_failure(exc):
                 raise  # a bug, or a full / read-only disk: the run stops (and can be resumed), no variant failed
             record.status = "failed"
@@ -449,6 +471,7 @@ class Executor:
             log.write_text(traceback.format_exc())
             record.outputs = [self._describe(ctx.workdir, f"logs/{stage.name}.error.txt", {"kind": "log"})]
         else:
+            ensure_inputs(stage, inputs)  # what it judged may have vanished under it: its results neither
             record.details = result.details
             record.outputs = [self._output(ctx.workdir, o) for o in result.outputs]
             self.values.update(result.values)
@@ -473,6 +496,23 @@ class Executor:
         if not full.is_file():
             raise RuntimeError(f"stage declared output {path} but did not write it")
         return {**meta, "path": path, "sha256": sha256_file(full), "bytes": full.stat().st_size}
+
+
+def ensure_inputs(stage: Stage, inputs: dict[str, Any]) -> None:
+    """Stop the run when a file the stage consumes is gone from the work folder (deleted by something else
+    while the deploy ran): the stage would record a failure (or, for validation, a failed artifact) that is
+    not the variant's and that the next deploy would reuse. Interrupted publishes and records nothing, so
+    the next deploy builds the files again."""
+    gone = [
+        f"{name} ({record.path})"
+        for name, record in inputs.items()
+        if isinstance(record, ArtifactRecord) and record.value is None and not record.path.exists()
+    ]
+    if gone:
+        raise Interrupted(
+            f"interrupted: {stage.name}: its input {', '.join(gone)} vanished from the work folder while the "
+            "deploy ran; nothing was published or recorded as failed (run the deploy again to rebuild it)"
+        )
 
 
 @dataclass

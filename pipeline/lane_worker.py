@@ -31,6 +31,7 @@ from typing import Any
 
 from pipeline.children import POLL_S, Cancelled, child_env, how_it_ended, last_lines
 from pipeline.store import storage_failure
+from pipeline.user_code import contained, ignore_interrupts
 
 Job = tuple[Any, Any, dict[str, Any]]  # (run function, config, inputs): picklable, the function by its name
 PARENT_POLL_S = 0.2
@@ -140,7 +141,8 @@ def _serve(conn: Connection, threads: int, workdir: Path, cache_dir: Path | None
             if job is None:
                 return
             run, config, inputs = job
-            answer: tuple[bool, Any] = (True, run(ctx, config, inputs))
+            with contained():  # the model's own sys.exit or KeyboardInterrupt: the stage's failure
+                answer: tuple[bool, Any] = (True, run(ctx, config, inputs))
         except BaseException as exc:  # noqa: BLE001 - every error goes back to the parent
             answer = (False, (_picklable(exc), traceback.format_exc()))
         try:
@@ -194,6 +196,7 @@ def _watch(parent: int) -> None:
 
 def main(argv: list[str]) -> int:
     parent, fd, threads, workdir, cache_dir = argv
+    ignore_interrupts()  # a Ctrl-C is the deploy's, which stops this worker: here, only code raises it
     threading.Thread(target=_watch, args=(int(parent),), daemon=True).start()
     _serve(Connection(int(fd)), int(threads), Path(workdir), Path(cache_dir) if cache_dir else None)
     return 0

@@ -1,7 +1,8 @@
 """Pre-flight model check: instantiate the model from its source and run it on the CPU, once at the min shape
 and once per dynamic dim at its max, so that a model that cannot be built, rejects its inputs or returns
 something other than the recipe's `outputs` is a located user error before any work starts. Cheap by design
-(batch at its min); the deploy loads the model again but never repeats this."""
+(batch at its min); the deploy loads the model again but never repeats this. Pre-flight calls it in a child
+process bounded in time (pipeline/model_child.py): this is the user's code, which may hang or crash."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 from pipeline.errors import Problem, RecipeError
 from pipeline.recipe import EntrypointSource, HuggingFaceSource, Recipe, TorchScriptSource
 from pipeline.recipe_loader import LoadedRecipe
+from pipeline.user_code import contained
 
 HF_OUTPUTS = ("last_hidden_state", "sentence_embedding")
 MAX_PROBE = 1 << 24  # input elements of one probe run at a dim's max (16 M: an image batch of 1 at 2k x 2k)
@@ -71,17 +73,104 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool) -> list[Problem]:
         error = _run(model.module, recipe, feeds)[2]
         if error:
             return [loaded.problem("data.samples", f"the model fails on the recipe's samples {error}")]
+    available = available_memory()
     for dim, rng in recipe.dims.items():
         key = f"dims.{dim}.max"
         probe = {**min_dims, dim: rng.max}
-        if dim == recipe.benchmark.batch_dim or rng.max == rng.min or _elements(recipe, probe) > MAX_PROBE:
-            continue  # the batch dim stays at its min; a huge max is left to the deploy, not probed here
+        if dim == recipe.benchmark.batch_dim or rng.max == rng.min:
+            continue  # the batch dim stays at its min
+        if _elements(recipe, probe) > MAX_PROBE:  # too large to probe: the inputs alone must fit
+            problems += _input_memory_problems(loaded, key, dim, rng.max, probe, available)
+            continue
+        peak = _peak_rss()
         _, at_max, error = _run(model.module, recipe, _synthetic(recipe, probe, model.config))
+        grown = max(_peak_rss() - peak, 0)
         if error:
             problems.append(loaded.problem(key, f"the model fails when {dim} = {rng.max} {error}"))
         elif [getattr(o, "ndim", None) for o in at_max] != [o.ndim for o in outputs]:
             problems.append(loaded.problem(key, f"the model's output ranks change when {dim} = {rng.max}"))
+        else:
+            problems += _run_memory_problems(loaded, key, dim, rng.max, grown, available)
     return problems
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this machine has available now (MemAvailable), None where it cannot be read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _peak_rss() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
+
+
+def largest_batch(recipe: Recipe) -> int:
+    """The largest batch a deploy runs the model at: the benchmark's, or a validation corner's."""
+    return max([*recipe.benchmark.batch_sizes, *recipe.validation.corner_batches.values(), 1])
+
+
+def _gib(value: float) -> str:
+    return f"{value / 2**30:.1f} GiB"
+
+
+def _run_memory_problems(
+    loaded: LoadedRecipe, key: str, dim: str, size: int, grown: int, available: int | None
+) -> list[Problem]:
+    """The probe at this dim's max ran at the batch dim's min; the deploy runs larger batches, and memory grows
+    about in proportion: refuse a max whose estimate is beyond what this machine has available."""
+    recipe = loaded.recipe
+    batch_rng = recipe.dims.get(recipe.benchmark.batch_dim)
+    probed = batch_rng.min if batch_rng else 1
+    biggest = largest_batch(recipe) if batch_rng else 1
+    estimate = grown * biggest / probed
+    if available is None or estimate <= available:
+        return []
+    return [
+        loaded.problem(
+            key,
+            f"running the model when {dim} = {size} took {_gib(grown)} at batch {probed}; at batch {biggest} "
+            f"(the largest the deploy runs) that is about {_gib(estimate)}, more than this machine's available "
+            f"memory ({_gib(available)})",
+        )
+    ]
+
+
+def _input_memory_problems(
+    loaded: LoadedRecipe, key: str, dim: str, size: int, probe: dict[str, int], available: int | None
+) -> list[Problem]:
+    """A max too large to probe: its inputs alone, at the largest batch, must take at most a quarter of the
+    memory available (the outputs, copies per runtime and activations take the rest)."""
+    from pipeline.data import NUMPY_DTYPES
+
+    recipe = loaded.recipe
+    batch = (
+        {recipe.benchmark.batch_dim: largest_batch(recipe)}
+        if recipe.benchmark.batch_dim in recipe.dims
+        else {}
+    )
+    shape_dims = {**probe, **batch}
+    size_bytes = sum(
+        int(np.prod(recipe.corner_shape(spec, "min", shape_dims), dtype=np.float64))
+        * np.dtype(NUMPY_DTYPES[spec.dtype]).itemsize
+        for spec in recipe.inputs
+    )
+    if available is None or size_bytes * 4 <= available:
+        return []
+    return [
+        loaded.problem(
+            key,
+            f"the inputs alone take {_gib(size_bytes)} when {dim} = {size} at batch "
+            f"{shape_dims.get(recipe.benchmark.batch_dim, 1)}: more than a quarter of this machine's "
+            f"available memory ({_gib(available)})",
+        )
+    ]
 
 
 def _static_problems(loaded: LoadedRecipe) -> list[Problem]:
@@ -185,7 +274,7 @@ def _run(module: Any, recipe: Recipe, feeds: dict[str, np.ndarray]) -> tuple[lis
     args = tuple(torch.from_numpy(np.ascontiguousarray(feeds[s.name])) for s in recipe.inputs)
     call = getattr(module, "raw", module)  # what the user's module returns, before outputs are picked
     try:
-        with torch.no_grad():
+        with torch.no_grad(), contained():
             raw = call(*args)
     except Exception as exc:  # noqa: BLE001 - the user's model failing on its inputs is the user's to fix
         shapes = ", ".join(f"{s.name} {list(feeds[s.name].shape)}" for s in recipe.inputs)

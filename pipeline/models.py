@@ -29,6 +29,7 @@ from torch import nn
 from pipeline.errors import RecipeError
 from pipeline.recipe import EntrypointSource, HuggingFaceSource, TorchScriptSource, TorchvisionSource
 from pipeline.specs import ModelSpec, huggingface_dir, resolve
+from pipeline.user_code import contained
 
 
 class BindingError(RecipeError):
@@ -90,7 +91,14 @@ class SentenceEncoder(nn.Module):
 
 
 def load_model(spec: ModelSpec) -> LoadedModel:
-    """The model as the pipeline runs it: the recipe's inputs positionally in, its outputs as a tuple out."""
+    """The model as the pipeline runs it: the recipe's inputs positionally in, its outputs as a tuple out.
+    Importing the user's module and calling its factory run the user's code: a sys.exit or KeyboardInterrupt
+    of its own is raised as UserCodeExit, which its caller reports as that code's failure."""
+    with contained():
+        return _load_model(spec)
+
+
+def _load_model(spec: ModelSpec) -> LoadedModel:
     src, recipe_dir = spec.source, spec.recipe_dir
     if isinstance(src, HuggingFaceSource):
         return _load_huggingface(src, spec)

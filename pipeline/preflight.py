@@ -8,6 +8,7 @@ import importlib.util
 from pathlib import Path
 
 from pipeline.errors import Problem, RecipeError
+from pipeline.model_child import Findings, check_model
 from pipeline.recipe import (
     EntrypointSource,
     HuggingFaceSource,
@@ -17,7 +18,10 @@ from pipeline.recipe import (
     TorchvisionSource,
 )
 from pipeline.recipe_loader import LoadedRecipe
+from pipeline.user_code import contained
 from pipeline.variants import parse
+
+PACKAGE = Path(__file__).resolve().parent  # the pipeline's own code, wherever it is installed
 
 
 def _installed(module: str) -> bool:
@@ -64,8 +68,6 @@ def _model_problems(loaded: LoadedRecipe, base: Path) -> list[Problem]:
             )
     elif isinstance(src, TorchScriptSource) and not (base / src.path).is_file():
         out.append(loaded.problem("model.path", f"no such TorchScript file: {base / src.path}"))
-    elif isinstance(src, EntrypointSource):
-        out += _entrypoint_problems(loaded, src)
     elif isinstance(src, TorchvisionSource) and not _installed("torchvision"):
         out.append(
             loaded.problem(
@@ -75,12 +77,15 @@ def _model_problems(loaded: LoadedRecipe, base: Path) -> list[Problem]:
     return out
 
 
-def _entrypoint_problems(loaded: LoadedRecipe, src: EntrypointSource) -> list[Problem]:
+def entrypoint_problems(loaded: LoadedRecipe, src: EntrypointSource) -> list[Problem]:
+    """The entrypoint's module imports and has the factory. Importing runs the user's code: pre-flight calls
+    this in its model check's child process (pipeline/model_child.py), never in the tool's."""
     module_name, _, factory = src.entrypoint.partition(":")
     if not _installed(module_name):
         return [loaded.problem("model.entrypoint", f"cannot import module '{module_name}'")]
     try:
-        module = importlib.import_module(module_name)
+        with contained():
+            module = importlib.import_module(module_name)
     except Exception as exc:  # noqa: BLE001 - the user's module failing to import is the user's to fix
         return [
             loaded.problem(
@@ -119,6 +124,9 @@ def _root_problems(loaded: LoadedRecipe) -> list[Problem]:
     makes of them (or do not exist yet): a file where a folder goes is the user's to move."""
     root = Path(loaded.recipe.output.root)
     base = root / loaded.recipe.name
+    mixed = _code_problem(base.resolve())
+    if mixed:
+        return [loaded.problem("output.root", mixed)]
     for path in [*reversed(root.parents), root, base, base / ".work", base / ".cache"]:
         if path.exists() and not path.is_dir():
             return [loaded.problem("output.root", f"{path} is a file, not a folder")]
@@ -130,11 +138,20 @@ def _root_problems(loaded: LoadedRecipe) -> list[Problem]:
     return []
 
 
+def _code_problem(base: Path) -> str | None:
+    """The store folder must lie apart from the pipeline's own code: versions, work folders and caches written
+    in the package, or in a folder that holds it, would be mixed into the code (and shipped with it)."""
+    if base == PACKAGE or PACKAGE in base.parents:
+        return f"{base} is inside the pipeline's own package folder {PACKAGE}; versions written there would be mixed into the code (choose a root outside it)"
+    if base in PACKAGE.parents:
+        return f"{base} holds the pipeline's own package folder {PACKAGE}; versions written there would be mixed into the code (choose a root outside it)"
+    return None
+
+
 def check(loaded: LoadedRecipe) -> None:
     """Raise RecipeError listing, in one pass, every problem the recipe has on this machine: the cross-field
     problems the loader deferred, the output root, the model (built and run once), the data, the packages."""
     from pipeline.data_check import sample_file_problems
-    from pipeline.model_check import model_problems
 
     base = loaded.path.parent
     problems = list(loaded.deferred) + _root_problems(loaded)
@@ -148,8 +165,17 @@ def check(loaded: LoadedRecipe) -> None:
             data_problems.append(loaded.problem("data.samples.path", f"{what}: {path}"))
         else:
             data_problems += sample_file_problems(loaded, path)
-    problems += static + data_problems + _package_problems(loaded)
-    if not static and not loaded.deferred:  # building and running the model needs a consistent recipe
-        problems += model_problems(loaded, data_ok=not data_problems)
+    code = _code_findings(loaded, data_ok=not data_problems) if not static else Findings()
+    problems += static + code.entrypoint + data_problems + _package_problems(loaded) + code.model
     if problems:
         raise RecipeError(problems=problems)
+
+
+def _code_findings(loaded: LoadedRecipe, data_ok: bool) -> Findings:
+    """What running the model's code finds, in a child process bounded by model.build_timeout_s: the entrypoint's
+    module imported, then, when the recipe is consistent (building the model needs it), the model built and
+    run (pipeline/model_check.py)."""
+    build = not loaded.deferred
+    if not build and not isinstance(loaded.recipe.model, EntrypointSource):
+        return Findings()
+    return check_model(loaded, data_ok, build)

@@ -22,7 +22,7 @@ from pipeline.recipe import (
     dotted,
     split_dotted,
 )
-from pipeline.yaml_source import Positions, read_text, yaml_problem
+from pipeline.yaml_source import YamlLimit, not_a_file, parse, parse_value, read_text, yaml_problem
 
 Loc = tuple
 
@@ -141,6 +141,12 @@ def _message(err: dict, raw: dict, loc: Loc) -> str:
         return f"must be one of {ctx.get('expected')} (got {got!r})"
     if kind in ("too_short", "string_too_short") and ctx.get("min_length") == 1:
         return "must not be empty"
+    if kind == "finite_number":
+        return f"must be a finite number (got {got})"
+    if kind == "string_too_long" and isinstance(got, str):
+        return f"must be at most {ctx.get('max_length')} characters (got {len(got)})"
+    if kind == "too_long":
+        return f"must have at most {ctx.get('max_length')} items (got {ctx.get('actual_length')})"
     if kind == "union_tag_invalid":
         return f"must be one of {ctx.get('expected_tags')} (got {ctx.get('tag')!r})"
     msg = err["msg"][0].lower() + err["msg"][1:]
@@ -162,7 +168,9 @@ def _apply_override(raw: dict, text: str) -> tuple[str, list[str | int]]:
         raise RecipeError(problems=[Problem(f"--set {text}", "", "expected dotted.key=value")])
     try:
         parts = split_dotted(key)
-        parsed = yaml.safe_load(value) if value else None
+        parsed = parse_value(value) if value else None
+    except YamlLimit as exc:
+        raise RecipeError(problems=[Problem(f"--set {text}", key, exc.message)]) from None
     except (ValueError, yaml.YAMLError) as exc:
         raise RecipeError(
             problems=[Problem(f"--set {text}", key, f"cannot parse: {exc}".splitlines()[0])]
@@ -200,8 +208,7 @@ def load(
     except OSError as exc:
         raise RecipeError(problems=[Problem(shown, "", f"cannot read recipe: {exc.strerror}")]) from None
     try:
-        raw = yaml.safe_load(text)
-        positions = Positions(text)
+        raw, positions = parse(text)
     except yaml.YAMLError as exc:
         raise RecipeError(problems=[yaml_problem(exc, shown, text)]) from None
     if not isinstance(raw, dict):
@@ -330,10 +337,14 @@ def _unique(problems: list[Problem]) -> list[Problem]:
 
 
 def resolve_recipe_path(name: str) -> Path:
-    """A path if it exists; else recipes/NAME, then recipes/NAME.yaml (as the CLI contract says)."""
-    for candidate in (Path(name), Path("recipes") / name, Path("recipes") / f"{name}.yaml"):
+    """A path if it exists; else recipes/NAME, then recipes/NAME.yaml (as the CLI contract says). A path that
+    is there but is no file (a folder, a FIFO, a device) is said to be what it is, and never opened."""
+    candidates = (Path(name), Path("recipes") / name, Path("recipes") / f"{name}.yaml")
+    for candidate in candidates:
         if candidate.is_file():
             return candidate
-    if Path(name).is_dir():
-        raise RecipeError(problems=[Problem(name, "", "is a directory; a recipe is a YAML file")])
+    for candidate in candidates:
+        kind = not_a_file(candidate)
+        if kind:
+            raise RecipeError(problems=[Problem(str(candidate), "", kind)])
     raise RecipeError(problems=[Problem(name, "", "no such recipe (also looked in recipes/)")])

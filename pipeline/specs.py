@@ -46,6 +46,9 @@ class Spec(BaseModel):
 # ---------------------------------------------------------------- the model
 
 
+PREFLIGHT_ONLY = 1  # what a stage's copy of the source holds for pre-flight's own settings
+
+
 class ModelSpec(Spec):
     """Where the model comes from and its I/O signature: the inputs in the order it takes them, the dims
     their dynamic axes range over, and the outputs in the order it returns them."""
@@ -60,7 +63,8 @@ class ModelSpec(Spec):
     @classmethod
     def from_recipe(cls, recipe: Recipe, recipe_dir: Path) -> ModelSpec:
         return cls(
-            source=recipe.model.model_copy(update={"family": None}),  # the family only picks defaults
+            # the family only picks defaults; the build timeout bounds pre-flight alone
+            source=recipe.model.model_copy(update={"family": None, "build_timeout_s": PREFLIGHT_ONLY}),
             recipe_dir=recipe_dir,
             inputs=list(recipe.inputs),
             dims=dict(recipe.dims),
@@ -103,7 +107,8 @@ def model_digest(source: ModelSource, recipe_dir: Path) -> str:
 def _model_digest(source_json: str, recipe_dir_text: str) -> str:
     recipe_dir = Path(recipe_dir_text)
     src = TypeAdapter(ModelSource).validate_json(source_json)
-    h = hashlib.sha256(src.model_dump_json(exclude={"path", "package", "family"}).encode())
+    # where the files lie, the defaults family and pre-flight's time bound do not change the weights
+    h = hashlib.sha256(src.model_dump_json(exclude={"path", "package", "family", "build_timeout_s"}).encode())
     folder: Path | None = None
     if isinstance(src, HuggingFaceSource):
         location = Path(huggingface_dir(src, recipe_dir))

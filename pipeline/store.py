@@ -25,6 +25,7 @@ from typing import Any
 import filelock
 
 from pipeline.errors import LockHeldError, PipelineError
+from pipeline.stored import Damaged, read_or_none, read_stored
 
 VERSION_RE = re.compile(r"^v(\d{4,})$")
 MANIFEST = "manifest.json"
@@ -40,6 +41,20 @@ def kill_point(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+LOSE_AT = "PIPELINE_TEST_LOSE_AT"  # test hook: empty the work folder at the named point (README, Development)
+
+
+def lose_point(point: str, folder: Path) -> None:
+    """Test hook: remove everything in `folder` at `point` when PIPELINE_TEST_LOSE_AT names it, as a cleaner
+    (or another process) emptying a running deploy's work folder would."""
+    if os.environ.get(LOSE_AT) == point:
+        for path in folder.iterdir():
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+
+
 def warn(message: str) -> None:
     """One `warning:` line on stderr, once per message (damaged files found while reading old versions)."""
     if message not in _warned:
@@ -48,15 +63,10 @@ def warn(message: str) -> None:
 
 
 def read_json(path: Path) -> Any | None:
-    """A JSON file of an earlier run or version: None when absent, and None with a warning naming the path
-    when it cannot be read or parsed (stored data is never trusted)."""
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_bytes())
-    except (OSError, ValueError) as exc:
-        warn(f"{path}: unreadable ({type(exc).__name__}: {str(exc).splitlines()[0][:120]}); ignored")
-        return None
+    """A contract file of an earlier run or version (pipeline/stored.py: bounded, and of the shape its readers
+    rely on): None when absent, and None with a warning naming the path when damaged (stored data is never
+    trusted)."""
+    return read_or_none(path, warn)
 
 
 def storage_failure(exc: BaseException) -> OSError | None:
@@ -304,35 +314,7 @@ class Store:
         """Re-hash a version against its manifest: one `path: problem` per damaged, missing or unlisted file
         (a manifest that cannot be read, or whose seal does not match, is itself damage); [] when intact."""
         folder = version if isinstance(version, Path) else self.base / version
-        manifest_path = folder / MANIFEST
-        if not manifest_path.is_file():
-            return [f"{MANIFEST}: missing"]
-        try:
-            manifest = json.loads(manifest_path.read_bytes())
-            entries = [*manifest["artifacts"], *manifest["files"]]
-            listed = {str(e["path"]): str(e["sha256"]) for e in entries}
-        except (ValueError, KeyError, TypeError) as exc:
-            return [f"{MANIFEST}: unreadable ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"]
-        damage = []
-        seal = manifest.get(SEAL)
-        if seal is not None and seal != manifest_digest(manifest):
-            damage.append(f"{MANIFEST}: its content does not match its seal ({SEAL})")
-        if manifest.get("version", folder.name) != folder.name:
-            damage.append(f"{MANIFEST}: names version {manifest.get('version')}, the folder is {folder.name}")
-        root = folder.resolve()
-        for rel, sha in listed.items():
-            path = folder / rel
-            if not path.resolve().is_relative_to(root):
-                damage.append(f"{rel}: outside the version folder")
-            elif not path.is_file():
-                damage.append(f"{rel}: missing")
-            elif (actual := sha256_file(path)) != sha:
-                damage.append(f"{rel}: sha256 {actual[:12]}…, the manifest says {sha[:12]}…")
-        for path in sorted(folder.rglob("*")):
-            rel = path.relative_to(folder).as_posix()
-            if (path.is_file() or path.is_symlink()) and rel != MANIFEST and rel not in listed:
-                damage.append(f"{rel}: not in the manifest")
-        return damage
+        return verify_folder(folder)
 
     def discard_work(self, keep: Path | None = None) -> None:
         """Remove folders of earlier killed runs once their reusable outputs are in the cache."""
@@ -380,6 +362,44 @@ class Store:
                 self.cache_put(target, sha)  # a dropped (or never made) entry is made again from a good copy
             return None
         return "; ".join(problems) or "no cached copy"
+
+
+def verify_folder(folder: Path) -> list[str]:
+    """Re-hash a version folder against its manifest: one `path: problem` per damaged, missing or unlisted file
+    or folder (a manifest that cannot be read, or whose seal does not match, is itself damage); [] when
+    intact."""
+    try:
+        manifest = read_stored(folder / MANIFEST)
+    except Damaged as exc:
+        return [f"{MANIFEST}: {exc.reason}"]
+    if manifest is None:
+        return [f"{MANIFEST}: missing"]
+    listed = {str(e["path"]): str(e["sha256"]) for e in [*manifest["artifacts"], *manifest["files"]]}
+    damage = []
+    seal = manifest.get(SEAL)
+    if seal is None:
+        damage.append(f"{MANIFEST}: unsealed (publication adds {SEAL}; an edited manifest loses it)")
+    elif seal != manifest_digest(manifest):
+        damage.append(f"{MANIFEST}: its content does not match its seal ({SEAL})")
+    if manifest.get("version", folder.name) != folder.name:
+        damage.append(f"{MANIFEST}: names version {manifest.get('version')}, the folder is {folder.name}")
+    root = folder.resolve()
+    for rel, sha in listed.items():
+        path = folder / rel
+        if not path.resolve().is_relative_to(root):
+            damage.append(f"{rel}: outside the version folder")
+        elif not path.is_file():
+            damage.append(f"{rel}: missing")
+        elif (actual := sha256_file(path)) != sha:
+            damage.append(f"{rel}: sha256 {actual[:12]}…, the manifest says {sha[:12]}…")
+    holders = {parent.as_posix() for rel in listed for parent in Path(rel).parents}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if (path.is_file() or path.is_symlink()) and rel != MANIFEST and rel not in listed:
+            damage.append(f"{rel}: not in the manifest")
+        elif path.is_dir() and not path.is_symlink() and rel not in holders:
+            damage.append(f"{rel}/: a folder not in the manifest")
+    return damage
 
 
 def manifest_digest(manifest: dict[str, Any]) -> str:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+
+from pipeline.recipe.base import MAX_ELEMENTS
 from pipeline.recipe.root import Recipe
 from pipeline.recipe.sources import HuggingFaceSource, InputSpec, RandomData
 
@@ -37,6 +40,7 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[str, str]]:
         if spec.low is not None and spec.high is not None and spec.low > spec.high:
             problems.append((f"inputs[{i}].low", f"must not exceed high ({spec.low:g} > {spec.high:g})"))
         problems += _range_problems(i, spec)
+    problems += _size_problems(recipe)
     samples = recipe.data.samples
     if isinstance(samples, RandomData):
         problems += _random_range_problems(recipe)
@@ -127,6 +131,38 @@ def _random_range_problems(recipe: Recipe) -> list[tuple[str, str]]:
                 "(token ids: 0 .. vocabulary size - 1; a mask: 1 .. 1)",
             )
         )
+    return problems
+
+
+def _largest(recipe: Recipe, spec: InputSpec) -> list[int]:
+    """An input's shape with every dim at its max (a dim without a range counts 1: reported above)."""
+    return [d if isinstance(d, int) else (recipe.dims[d].max if d in recipe.dims else 1) for d in spec.shape]
+
+
+def _size_problems(recipe: Recipe) -> list[tuple[str, str]]:
+    """Sizes pass their bounds one by one, but what is allocated is their product: each input at its largest
+    shape must fit one tensor, and random samples (drawn up to the dims' max) at most as many elements."""
+    problems = []
+    for i, spec in enumerate(recipe.inputs):
+        elements = math.prod(_largest(recipe, spec))
+        if elements > MAX_ELEMENTS:
+            problems.append(
+                (
+                    f"inputs[{i}].shape",
+                    f"holds {elements} elements with every dim at its max; one tensor holds at most {MAX_ELEMENTS}",
+                )
+            )
+    samples, data = recipe.data.samples, recipe.data
+    if isinstance(samples, RandomData) and not problems:
+        count = samples.samples or data.calibration + data.validation
+        each = sum(math.prod(_largest(recipe, spec)[1:]) for spec in recipe.inputs)
+        if count * each > MAX_ELEMENTS:
+            problems.append(
+                (
+                    "data.samples.samples" if samples.samples else "data.samples",
+                    f"{count} samples of up to {each} elements each are more than {MAX_ELEMENTS} elements to draw",
+                )
+            )
     return problems
 
 

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from pipeline.recipe.base import PositiveFloat, PositiveInt, Strict, VariantName
+from pipeline.recipe.base import BuildSeconds, ErrorBound, Strict, VariantName
 from pipeline.recipe.sources import DimRange
 
 
@@ -14,10 +14,10 @@ class TorchScriptExport(Strict):
     check_corners: list[Literal["min", "opt", "max"]] = Field(
         ["min", "opt", "max"], description="shape corners at which the traced module is checked against eager"
     )
-    check_atol: PositiveFloat = Field(
+    check_atol: ErrorBound = Field(
         1e-4,
         description="largest absolute difference the trace check allows at unit scale: multiplied by "
-        "max(1, largest |output|), and by 10 on a CUDA device (TF32 off)",
+        "max(1, largest |output|), and by 10 on a CUDA device (TF32 off); at most 1e6",
     )
     freeze: bool = Field(True, description="torch.jit.freeze the traced module")
 
@@ -99,14 +99,21 @@ class TensorRTExport(Strict):
         "auto", description="auto: tensorrt if installed, else tensorrt-rtx"
     )
     optimization_level: Annotated[int, Field(ge=0, le=5)] = Field(3, description="builder optimization level")
-    workspace_mb: PositiveInt = Field(2048, description="builder workspace memory limit, MiB")
+    workspace_mb: Annotated[int, Field(gt=0, le=262_144)] = Field(
+        2048,
+        description="builder workspace memory limit, MiB; at most 262144 (256 GiB, above any GPU's memory)",
+    )
     compute_capabilities: list[Annotated[str, Field(pattern=r"^sm\d{2,3}$")]] = Field(
         ["sm89"], description="TensorRT-RTX ahead-of-time targets (sm75 ... sm121)"
     )
-    profiles: list[EngineProfile] = Field(
-        [EngineProfile()], description="optimization profiles (one by default: the recipe's dims)"
+    profiles: Annotated[list[EngineProfile], Field(max_length=16)] = Field(
+        [EngineProfile()],
+        description="optimization profiles (one by default: the recipe's dims); at most 16, as each one "
+        "multiplies the builder's tactic search",
     )
-    build_timeout_s: PositiveInt = Field(900, description="a build running longer fails its variant")
+    build_timeout_s: BuildSeconds = Field(
+        900, description="a build running longer fails its variant; at most 86400 (a day)"
+    )
 
 
 class Pt2Export(Strict):
@@ -125,8 +132,8 @@ class Pt2Export(Strict):
     fuse_projections: bool = Field(
         True, description="one GEMM for linears reading one tensor (Q, K, V): fewer kernel launches"
     )
-    compile_timeout_s: PositiveInt = Field(
-        1800, description="an AOTInductor compile running longer fails its variant"
+    compile_timeout_s: BuildSeconds = Field(
+        1800, description="an AOTInductor compile running longer fails its variant; at most 86400 (a day)"
     )
 
 

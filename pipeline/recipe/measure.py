@@ -8,15 +8,26 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 
 from pipeline.recipe.base import (
+    MAX_BENCH_S,
+    MAX_DIM,
     METRICS,
+    Batch,
+    BenchSeconds,
     CompileMode,
+    Dim,
+    ErrorBound,
+    Iterations,
     Metric,
-    PositiveFloat,
-    PositiveInt,
     Precision,
+    Ratio,
     Runtime,
     Strict,
+    Threads,
 )
+
+# Benchmark shapes, each list at most this long: every entry multiplies the rows timed (per artifact and
+# runtime, each up to benchmark.max_s), so 32 batch sizes by 32 lengths is already a day of measuring.
+MAX_SHAPES = 32
 
 
 class Tolerance(Strict):
@@ -25,9 +36,11 @@ class Tolerance(Strict):
     `neighbours` is the lowest acceptable nearest-neighbour agreement of an embedding output over the held-out
     data (the share of each sample's top-k neighbours that the candidate's embeddings keep)."""
 
-    max_abs: PositiveFloat | None = Field(None, description="largest absolute difference to the reference")
-    mean_abs: PositiveFloat | None = Field(None, description="largest mean absolute difference")
-    max_rel: PositiveFloat | None = Field(None, description="largest relative difference")
+    max_abs: ErrorBound | None = Field(
+        None, description="largest absolute difference to the reference (at most 1e6: past it nothing fails)"
+    )
+    mean_abs: ErrorBound | None = Field(None, description="largest mean absolute difference (at most 1e6)")
+    max_rel: ErrorBound | None = Field(None, description="largest relative difference (at most 1e6)")
     cosine: Annotated[float, Field(gt=0, le=1)] | None = Field(
         None, description="smallest cosine similarity to the reference (per sample, flattened)"
     )
@@ -121,45 +134,57 @@ class ValidationConfig(Strict):
         description="shape corners checked besides the held-out data; leaving out min or max warns that "
         "those dims are not validated",
     )
-    corner_batches: dict[Literal["min", "opt", "max"], PositiveInt] = Field(
-        {"min": 2, "opt": 2, "max": 1}, description="batch size used at each corner"
+    corner_batches: dict[Literal["min", "opt", "max"], Batch] = Field(
+        {"min": 2, "opt": 2, "max": 1}, description="batch size used at each corner (at most 65536)"
     )
-    data_batch: PositiveInt = Field(8, description="batch size for the held-out validation split")
+    data_batch: Batch = Field(8, description="batch size for the held-out validation split (at most 65536)")
     padding_mask: str | None = Field(
         "attention_mask",
         description="the input whose zeros mark padded positions: per-token outputs are compared on real "
         "tokens only (no masking when no input has this name; null turns masking off)",
     )
-    neighbours_k: PositiveInt = Field(5, description="top-k of the nearest-neighbour agreement of embeddings")
+    neighbours_k: Annotated[int, Field(gt=0, le=1024)] = Field(
+        5, description="top-k of the nearest-neighbour agreement of embeddings (at most 1024 neighbours)"
+    )
 
 
 class BenchmarkConfig(Strict):
-    batch_sizes: list[PositiveInt] = Field([1, 8], description="batch sizes to measure")
-    sequence_lengths: list[PositiveInt] | Literal["data"] = Field(
+    batch_sizes: Annotated[list[Batch], Field(max_length=MAX_SHAPES)] = Field(
+        [1, 8], description="batch sizes to measure (at most 32 of them, each at most 65536)"
+    )
+    sequence_lengths: Annotated[list[Dim], Field(max_length=MAX_SHAPES)] | Literal["data"] = Field(
         [],
-        description="sequence lengths to measure, or 'data' (median and p90 of the data's token lengths); "
-        "default: the opt of the sequence dim",
+        description="sequence lengths to measure (at most 32), or 'data' (median and p90 of the data's token "
+        "lengths); default: the opt of the sequence dim",
     )
     batch_dim: str = Field("batch", description="the dim (under dims) that is the batch axis")
     sequence_dim: str | None = Field(
         "sequence", description="the dim (under dims) that is the sequence axis; null: none"
     )
-    intra_op_threads: PositiveInt | None = Field(
-        None, description="CPU threads per runtime (default: the available cores)"
+    intra_op_threads: Threads | None = Field(
+        None, description="CPU threads per runtime, at most 1024 (default: the available cores)"
     )
-    warmup_iters: PositiveInt = Field(10, description="warm-up iterations at least (first call discarded)")
-    warmup_s: PositiveFloat = Field(0.2, description="warm-up seconds at least")
-    window_s: PositiveFloat = Field(0.2, description="length of one measurement window, seconds")
-    stable_windows: Annotated[int, Field(ge=2)] = Field(
-        3, description="consecutive window medians that must agree"
+    warmup_iters: Iterations = Field(
+        10, description="warm-up iterations at least (first call discarded), at most 1000000"
+    )
+    warmup_s: BenchSeconds = Field(0.2, description="warm-up seconds at least (at most 600: minutes per row)")
+    window_s: BenchSeconds = Field(0.2, description="length of one measurement window, seconds (at most 600)")
+    stable_windows: Annotated[int, Field(ge=2, le=100)] = Field(
+        3, description="consecutive window medians that must agree (at most 100)"
     )
     stable_within: Annotated[float, Field(gt=0, lt=1)] = Field(
         0.05, description="relative spread within which window medians agree"
     )
-    min_iters: PositiveInt = Field(20, description="timed iterations at least, per row")
-    min_s: PositiveFloat = Field(1.0, description="timed seconds at least, per row")
-    max_windows: PositiveInt = Field(10, description="windows at most, per row (then stable: false)")
-    max_s: PositiveFloat = Field(15.0, description="timed seconds at most, per row (then stable: false)")
+    min_iters: Iterations = Field(20, description="timed iterations at least, per row (at most 1000000)")
+    min_s: BenchSeconds = Field(1.0, description="timed seconds at least, per row (at most 600)")
+    max_windows: Annotated[int, Field(gt=0, le=1000)] = Field(
+        10, description="windows at most, per row (then stable: false); at most 1000"
+    )
+    max_s: BenchSeconds = Field(
+        15.0,
+        description="timed seconds at most, per row (then stable: false); at most 600, as every row is timed "
+        "up to this long",
+    )
     include_reference: bool = Field(True, description="also time the eager PyTorch reference")
     runtimes: list[Runtime] | None = Field(
         None,
@@ -168,10 +193,10 @@ class BenchmarkConfig(Strict):
         "whose faster twin of the same artifact is timed) plus the CPU reference at the smallest batch, on a "
         "CPU host the CPU runtimes",
     )
-    throughput_s: PositiveFloat = Field(
+    throughput_s: BenchSeconds = Field(
         0.3,
         description="per GPU row (every row under a sequences_per_s objective): seconds of back-to-back "
-        "requests for sequences/s, in 5 synchronized segments whose rates give its 95% interval",
+        "requests for sequences/s, in 5 synchronized segments whose rates give its 95% interval (at most 600)",
     )
 
 
@@ -181,8 +206,8 @@ class Objective(Strict):
         description="latency statistic to minimize, or sequences_per_s: throughput (from the benchmark's "
         "throughput run of each row, back-to-back requests) to maximize; pair it with a large batch",
     )
-    batch: PositiveInt = Field(1, description="batch size the winner is chosen at")
-    sequence_length: PositiveInt | None = Field(
+    batch: Batch = Field(1, description="batch size the winner is chosen at")
+    sequence_length: Dim | None = Field(
         None, description="sequence length the winner is chosen at (default: the shortest measured)"
     )
     io: Literal["host", "device"] | None = Field(
@@ -193,23 +218,27 @@ class Objective(Strict):
 class RegressionBudget(Strict):
     """What `compare A B` counts as a regression of B against A (exit 1)."""
 
-    max_slowdown: Annotated[float, Field(ge=0)] = Field(
+    max_slowdown: Ratio = Field(
         0.1,
         description="largest relative slowdown of the shipped objective value (B's winner against A's "
         "winner: a longer latency, or for sequences_per_s a lower throughput, relative to A's) tolerated when "
-        "their confidence intervals do not overlap; 0.1 = 10 %",
+        "their confidence intervals do not overlap; 0.1 = 10 %, at most 100 (a hundredfold)",
     )
-    max_accuracy_loss: Annotated[float, Field(ge=0)] = Field(
+    max_accuracy_loss: Ratio = Field(
         0.25,
         description="largest growth, per required accuracy check of the shipped artifact, of the share of "
         "its tolerance it uses (error/threshold, or (1 - cosine)/(1 - threshold)); 0.25 = a quarter of the "
-        "tolerance",
+        "tolerance; at most 100",
     )
 
 
 class SelectionConfig(Strict):
     objective: Objective = Field(Objective(), description="what the winner is best at")
-    max_p99_ms: PositiveFloat | None = Field(None, description="rows with a higher p99 cannot win")
+    max_p99_ms: Annotated[float, Field(gt=0, le=MAX_BENCH_S * 1000)] | None = Field(
+        None,
+        description="rows with a higher p99 cannot win; at most 600000 (a call longer than a row's longest "
+        "timing, benchmark.max_s, is never measured)",
+    )
     runtimes: list[Runtime] = Field([], description="runtimes allowed to win (default: all)")
     regression: RegressionBudget = Field(
         RegressionBudget(), description="regression budget for `compare` (CI release gates)"
@@ -226,10 +255,14 @@ class PaddingConfig(Strict):
     per_token_outputs: list[str] = Field(
         [], description="outputs with one value per token (scattered back to the padded layout)"
     )
-    multiple: PositiveInt = Field(16, description="trimmed lengths are rounded up to this multiple")
-    max_groups: PositiveInt = Field(4, description="at most this many length groups per batch")
-    group_overhead_tokens: Annotated[int, Field(ge=0)] = Field(
-        512, description="the fixed cost of one more call, in tokens (when splitting a batch pays)"
+    multiple: Dim = Field(16, description="trimmed lengths are rounded up to this multiple")
+    max_groups: Annotated[int, Field(gt=0, le=1024)] = Field(
+        4, description="at most this many length groups per batch (1024 at most)"
+    )
+    group_overhead_tokens: Annotated[int, Field(ge=0, le=MAX_DIM)] = Field(
+        512,
+        description="the fixed cost of one more call, in tokens (when splitting a batch pays); at most a "
+        "dim's largest size",
     )
 
 

@@ -7,10 +7,14 @@ from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
-from pipeline.recipe.base import Strict
+from pipeline.recipe.base import MAX_BUILD_S, Strict
 from pipeline.recipe.export import ExportConfig, VariantsConfig
 from pipeline.recipe.measure import BenchmarkConfig, RuntimeConfig, SelectionConfig, ValidationConfig
 from pipeline.recipe.sources import DataConfig, DimRange, InputSpec, ModelSource, corner_shape
+
+# A name is a folder name (the store's, Triton's model folder) and part of file names beside it: at most 100
+# ASCII characters, well within the 255 bytes a file system allows a name.
+MAX_NAME = 100
 
 
 class OutputConfig(Strict):
@@ -19,8 +23,8 @@ class OutputConfig(Strict):
         description="store root: versions go to <root>/<name>/vNNNN; a relative root is taken from the "
         "working directory the command starts in (data and model paths: from the recipe's folder)",
     )
-    lock_timeout_s: Annotated[float, Field(ge=0)] = Field(
-        0, description="seconds to wait for another deploy of the same name"
+    lock_timeout_s: Annotated[float, Field(ge=0, le=MAX_BUILD_S)] = Field(
+        0, description="seconds to wait for another deploy of the same name; at most 86400 (a day)"
     )
 
 
@@ -40,8 +44,8 @@ class TrackingConfig(Strict):
 
 
 class Recipe(Strict):
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")] = Field(
-        description="release name: the store folder <output.root>/<name>"
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=MAX_NAME)] = Field(
+        description="release name: the store folder <output.root>/<name>; at most 100 characters"
     )
     model: ModelSource = Field(description="where the PyTorch model comes from")
     inputs: Annotated[list[InputSpec], Field(min_length=1)] = Field(

@@ -6,9 +6,10 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from pipeline.recipe.base import PositiveInt, Strict
+from pipeline.recipe.base import Dim, FiniteData, Samples, Seed, Strict, Value
 
 Family = Literal["transformer", "generic"]
+MAX_MODEL_BUILD_S = 3600  # importing, building and running a model once at a few shapes: an hour is plenty
 
 
 class ModelSourceBase(Strict):
@@ -17,6 +18,12 @@ class ModelSourceBase(Strict):
         description="Model family whose defaults apply (INT8 op types and exclusions, optimizer model type): "
         "transformer (BERT-style encoder defaults) or generic; default transformer for a huggingface source, "
         "generic for every other source",
+    )
+    build_timeout_s: Annotated[int, Field(gt=0, le=MAX_MODEL_BUILD_S)] = Field(
+        300,
+        description="seconds pre-flight may take to import, build and run the model (in a child process: "
+        "a model that hangs or kills its process is a located error, not a stuck or dead tool); read by "
+        "pre-flight only, never part of a stage's fingerprint",
     )
 
 
@@ -35,7 +42,7 @@ class HuggingFaceSource(ModelSourceBase):
         "mean", description="mean: add the sentence embedding (mean over the attention mask) as an output"
     )
     normalize: bool = Field(True, description="L2-normalize the pooled sentence embedding")
-    seed: Annotated[int, Field(ge=0)] = Field(
+    seed: Seed = Field(
         0, description="seed of any weight the checkpoint lacks (transformers initialises those at random)"
     )
 
@@ -44,7 +51,7 @@ class TorchvisionSource(ModelSourceBase):
     source: Literal["torchvision"] = Field(description="a torchvision model (needs the torchvision extra)")
     name: str = Field(description="torchvision.models.get_model name, e.g. resnet18")
     weights: str | None = Field(None, description="torchvision weights enum name; none: random init")
-    seed: Annotated[int, Field(ge=0)] = Field(
+    seed: Seed = Field(
         0, description="seed of the random initialisation (every process that builds the model gets the same)"
     )
 
@@ -56,10 +63,10 @@ class EntrypointSource(ModelSourceBase):
     entrypoint: Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")] = Field(
         description="'package.module:factory', importable from the working directory or PYTHONPATH"
     )
-    kwargs: dict[str, object] = Field({}, description="keyword arguments passed to the factory")
-    seed: Annotated[int, Field(ge=0)] = Field(
-        0, description="torch.manual_seed before the factory runs (reproducible random init)"
+    kwargs: dict[str, FiniteData] = Field(
+        {}, description="keyword arguments passed to the factory (data: numbers finite)"
     )
+    seed: Seed = Field(0, description="torch.manual_seed before the factory runs (reproducible random init)")
 
 
 class TorchScriptSource(ModelSourceBase):
@@ -76,11 +83,12 @@ ModelSource = Annotated[
 
 
 class DimRange(Strict):
-    min: PositiveInt = Field(description="smallest size the artifacts must accept")
-    opt: PositiveInt = Field(
-        description="the typical size (export example, engine optimum, default benchmark)"
-    )
-    max: PositiveInt = Field(description="largest size the artifacts must accept")
+    """Sizes of one dynamic axis, each at most 4194304 (2**22, some millions: base.MAX_DIM says why); an
+    input's largest shape, the product of its sizes, is bounded as a whole too (checks.py)."""
+
+    min: Dim = Field(description="smallest size the artifacts must accept")
+    opt: Dim = Field(description="the typical size (export example, engine optimum, default benchmark)")
+    max: Dim = Field(description="largest size the artifacts must accept")
 
 
 class InputSpec(Strict):
@@ -90,16 +98,16 @@ class InputSpec(Strict):
     dtype: Literal["float32", "float16", "int64", "int32", "bool"] = Field(
         "float32", description="element type"
     )
-    shape: list[PositiveInt | Annotated[str, Field(pattern=r"^[A-Za-z_]\w*$")]] = Field(
+    shape: list[Dim | Annotated[str, Field(pattern=r"^[A-Za-z_]\w*$")]] = Field(
         description="sizes: an integer for a fixed axis, a name for a dynamic one (its range under dims)"
     )
-    low: float | None = Field(
+    low: Value | None = Field(
         None,
         description="smallest value of random samples (data.samples.source: random); default 0 for float "
         "inputs; required for integer inputs (token ids, class indices), except a huggingface source's "
         "input_ids, attention_mask and token_type_ids (its vocabulary, all ones, its type vocabulary)",
     )
-    high: float | None = Field(
+    high: Value | None = Field(
         None, description="largest value of random samples (integers: inclusive); default 1 for float inputs"
     )
 
@@ -135,8 +143,8 @@ class RandomData(Strict):
     calibration and validation splits need unless `samples` says more."""
 
     source: Literal["random"] = Field(description="seeded synthetic samples in each input's low..high")
-    samples: PositiveInt | None = Field(
-        None, description="number of samples to draw (default: calibration + validation)"
+    samples: Samples | None = Field(
+        None, description="number of samples to draw, at most 100000 (default: calibration + validation)"
     )
 
 
@@ -144,6 +152,10 @@ class DataConfig(Strict):
     samples: Annotated[TextData | NpzData | RandomData, Field(discriminator="source")] = Field(
         description="where representative inputs come from"
     )
-    calibration: PositiveInt = Field(64, description="samples in the calibration split (INT8 only)")
-    validation: PositiveInt = Field(32, description="samples in the held-out validation split")
-    seed: Annotated[int, Field(ge=0)] = Field(0, description="seed of the deterministic, disjoint split")
+    calibration: Samples = Field(
+        64, description="samples in the calibration split (INT8 only), at most 100000 (hours of CPU already)"
+    )
+    validation: Samples = Field(
+        32, description="samples in the held-out validation split, at most 100000 (hours of CPU already)"
+    )
+    seed: Seed = Field(0, description="seed of the deterministic, disjoint split")

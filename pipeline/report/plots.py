@@ -7,6 +7,7 @@ version or date, so the same inputs give the same file.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 from collections.abc import Mapping, Sequence
@@ -51,6 +52,15 @@ def write_plots(
         _save(acc, reports / "accuracy.png")
         written.append("reports/accuracy.png")
     return written
+
+
+def settle_matplotlib_dirs() -> None:
+    """Let matplotlib choose its config and cache folder now. It chooses on first import, and where HOME
+    cannot be written makes a temporary folder that an atexit handler removes; a deploy draws the plots
+    inside its own temp folder (Store.temp_dir), which is gone by then, and that removal printed a traceback
+    at exit. Called before the deploy enters its temp folder, the temporary one lands in the system's."""
+    with contextlib.suppress(ImportError):  # _figure says how to get it back, if a plot is drawn
+        import matplotlib  # noqa: F401
 
 
 def _figure(width: float, height: float, **kwargs: Any):

@@ -20,7 +20,7 @@ from pipeline.results import REPORTS, AccuracyReport, Selection, SpeedReport, Wi
 from pipeline.run_record import StageRecord
 from pipeline.specs import resolved_variant
 from pipeline.stages.base import RUN_STAGES, Output, Release, RunContext, Stage, StageConfig, StageResult
-from pipeline.store import read_json, write_json_atomic, write_text_atomic
+from pipeline.store import read_json, verify_folder, write_json_atomic, write_text_atomic
 from pipeline.triton import ServingSpec, write_model_repository
 from pipeline.variants import FORMATS
 from pipeline.verdict import Verdict, decide, shape_warnings, stage_warnings, variant_failures
@@ -139,8 +139,9 @@ def reproduce_script(release: Release, final: Path) -> str:
 
 
 def _previous(folder: Path | None) -> dict[str, Any] | None:
-    """The latest version's reports, for the report's "changes since" (a damaged one is left out)."""
-    if folder is None:
+    """The latest version's reports, for the report's "changes since"; none from a damaged version (its
+    reports could say anything: the deploy builds as if there were no latest)."""
+    if folder is None or verify_folder(folder):
         return None
     return {
         "version": folder.name,

@@ -111,3 +111,105 @@ def per_process(**kwargs: int) -> nn.Module:
     with torch.no_grad():
         model.embed.weight.add_(os.getpid() % 97)
     return model
+
+
+# ---------------------------------------------------------------- hostile code: exits, hangs, crashes, prints
+# Each must end the tool with a message and the exit code that says what happened (tests/reliability/
+# test_user_code.py), never with the model's own exit code, silence, or a stuck process.
+
+
+def exits(**kwargs: int) -> nn.Module:
+    import sys
+
+    sys.exit(0)
+
+
+def interrupts(**kwargs: int) -> nn.Module:
+    raise KeyboardInterrupt
+
+
+def hard_exit(**kwargs: int) -> nn.Module:
+    import os
+
+    os._exit(7)
+
+
+def segfault(**kwargs: int) -> nn.Module:
+    import ctypes
+
+    ctypes.string_at(0)
+    return TinyEncoder(hidden=32, layers=1)
+
+
+def hangs(**kwargs: int) -> nn.Module:
+    """Never returns; with BAD_MODEL_MARKER set, first writes its pid there (the test then knows it runs)."""
+    import os
+    import time
+
+    marker = os.environ.get("BAD_MODEL_MARKER")
+    if marker:
+        with open(marker, "w") as f:
+            f.write(str(os.getpid()))
+    while True:
+        time.sleep(1)
+
+
+class _ExitsWhenTraced(nn.Module):
+    """Runs eagerly (pre-flight passes), calls sys.exit(0) while TorchScript traces it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = TinyEncoder(hidden=32, layers=1)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if torch.jit.is_tracing():
+            import sys
+
+            sys.exit(0)
+        return self.inner(input_ids, attention_mask)
+
+
+def exits_when_traced(**kwargs: int) -> nn.Module:
+    return _ExitsWhenTraced()
+
+
+class _InterruptsOnBatches(nn.Module):
+    """Runs eagerly at batch 1 (all pre-flight runs), raises KeyboardInterrupt on an eager batch larger than
+    one (validation's batches), exports cleanly (tracing and exporting are not eager)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = TinyEncoder(hidden=32, layers=1)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        exporting = torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting()
+        if input_ids.shape[0] > 1 and not exporting:
+            raise KeyboardInterrupt
+        return self.inner(input_ids, attention_mask)
+
+
+def interrupts_on_batches(**kwargs: int) -> nn.Module:
+    return _InterruptsOnBatches()
+
+
+class _Chatty(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = TinyEncoder(hidden=32, layers=1)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        print("chatty: forward")
+        return self.inner(input_ids, attention_mask)
+
+
+def chatty(**kwargs: int) -> nn.Module:
+    """Prints to stdout every way code can: print, a write to fd 1, C stdio (buffered until exit), at exit."""
+    import atexit
+    import ctypes
+    import os
+
+    print("chatty: factory {")
+    os.write(1, b"chatty: fd 1\n")
+    ctypes.CDLL(None).puts(b"chatty: C stdio")
+    atexit.register(print, "chatty: atexit")
+    return _Chatty()

@@ -52,10 +52,19 @@ def run_cli(
 def run_inprocess(*args: str) -> Result:
     """The CLI's main() in this process: the same code path, without a second start-up of torch."""
     from pipeline import cli
+    from pipeline.model_child import IN_PROCESS
 
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(list(args))
+    saved = os.environ.get(IN_PROCESS)
+    os.environ[IN_PROCESS] = "1"  # the model check in this process too (the child is tested by run_cli)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli.main(list(args))
+    finally:
+        if saved is None:
+            os.environ.pop(IN_PROCESS, None)
+        else:
+            os.environ[IN_PROCESS] = saved
     return Result(code, out.getvalue(), err.getvalue())
 
 

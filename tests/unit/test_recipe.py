@@ -165,3 +165,15 @@ def test_schema_and_cross_field_problems_are_reported_in_one_pass(tmp_path: Path
     assert any(line.endswith("data.calibration: must be an integer (got 'many')") for line in lines)
     assert any("benchmark.batch_sizes[1]: must lie within dims.batch 1..8 (got 16)" in line for line in lines)
     assert len(lines) == 2
+
+
+def test_an_aliased_mapping_keeps_its_merged_keys(tmp_path: Path) -> None:
+    """Aliases are copies (to be located where they stand); each copy still folds in its own merge keys."""
+    text = TINY.replace(
+        "  sequence: {min: 4, opt: 16, max: 32}", "  sequence: &s {<<: {min: 4}, opt: 16, max: 32}"
+    ).replace("variants:\n", "export:\n  tensorrt: {profiles: [{dims: {sequence: *s}}]}\nvariants:\n")
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    recipe = load(path).recipe
+    assert recipe.dims["sequence"].min == 4
+    assert recipe.export.tensorrt.profiles[0].dims["sequence"] == recipe.dims["sequence"]

@@ -60,6 +60,7 @@ FULL = [
 NOT_READ = {
     "output.root": "where the store lies",
     "output.lock_timeout_s": "how long a deploy waits for the store's lock",
+    "model.build_timeout_s": "pre-flight's bound on importing, building and running the model",
     "tracking.mlflow.uri": "run tracking, after sign-off",
     "tracking.mlflow.experiment": "run tracking, after sign-off",
     "selection.regression.max_slowdown": "compare's release gate",
