@@ -288,7 +288,10 @@ BUG = "internal error: this is a bug in the pipeline (exit 3)"
 
 def main(argv: list[str] | None = None) -> int:
     from pipeline.json_stdout import json_stdout
+    from pipeline.model_child import allow_fork
     from pipeline.user_code import interrupts_watched
+
+    allow_fork()
 
     args = _parser().parse_args(argv)
     as_json = getattr(args, "json", False)

@@ -4,9 +4,9 @@ fused Gemm of rank 3) or that computes something else. A graph passes when
 
 1. the ONNX checker accepts it (ops ONNX has no schema for, such as ONNX Runtime's own default-domain
    `SimplifiedLayerNormalization`, are left to step 2: the checker cannot judge them);
-2. ONNX Runtime loads it on every provider this host runs ONNX graphs on: the CPU provider, and the CUDA
-   provider where a CUDA GPU is present (a graph fused for the CPU can hold kernels the CUDA provider refuses:
-   a FusedConv with a Clip activation, from a MobileNet's ReLU6);
+2. ONNX Runtime loads it on the CPU provider, and for the optimized graphs (which have a safer option to fall
+   back to) also on the CUDA provider where a CUDA GPU is present: a graph fused for the CPU can hold kernels
+   the CUDA provider refuses (a FusedConv with a Clip activation, from a MobileNet's ReLU6);
 3. given the graph it was made from and sample feeds, its outputs are finite and keep the source's direction
    (cosine at least `min_cosine` per output). A loose bound on purpose: it catches a wrong rewrite, not the
    precision a conversion costs, which validation judges against the recipe's tolerances.
@@ -36,14 +36,16 @@ def check_graph(
     source: onnx.ModelProto | Path | None = None,
     feeds: Feeds | None = None,
     min_cosine: float = 0.99,
+    every_provider: bool = False,
 ) -> None:
-    """Raise GraphRejected unless `model` passes the checks above (3 only when `source` and `feeds` are given)."""
+    """Raise GraphRejected unless `model` passes the checks above (3 only when `source` and `feeds` are given;
+    the CUDA provider's load only with `every_provider`, for a stage that has a safer graph to fall back to)."""
     try:
         onnx.checker.check_model(_checkable(model))
     except Exception as exc:  # noqa: BLE001 - any checker complaint rejects the graph
         raise GraphRejected(f"ONNX checker: {_first_line(exc)}") from exc
     session = _session(model, "ONNX Runtime could not load it")
-    if cuda_provider():
+    if every_provider and cuda_provider():
         _session(model, "ONNX Runtime's CUDA provider could not load it", CUDA_PROVIDERS)
     if source is None or feeds is None:
         return

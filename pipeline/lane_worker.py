@@ -8,7 +8,7 @@ the front goes on, and keeps one RunContext for all its stages, so the model and
 child per stage loaded them again: 5-13 s each on that host). A job is a stage's run function, config and
 inputs, pickled over a socket pair; the answer is its StageResult, or its exception with the child's
 traceback. The child limits its thread pools to `threads` (the stages in front keep the other cores), runs
-the ONNX tools on ONNX Runtime's CPU provider (it opens a CUDA session only to check that a rewritten graph
+the ONNX tools on ONNX Runtime's CPU provider (it opens a CUDA session only to check that an optimized graph
 loads there, pipeline/graph_check.py), and exits within a fraction of a second of the deploy however the
 deploy ends, or when the run stops.
 """

@@ -125,12 +125,31 @@ def _run_child(job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     return _reaped(proc, answers, answered)
 
 
+class _Process:
+    """Whether this process began as a command of the CLI before torch was imported (allow_fork): then no torch
+    op can have run before pre-flight, so no OpenMP pool exists whose locks a fork would copy. A process that
+    had torch before the CLI ran (a test runner, a notebook) may have run ops: a fork of it can deadlock in
+    the child's first parallel region, so it gets a fresh interpreter."""
+
+    fork_allowed = False
+
+
+def allow_fork() -> None:
+    """Called by the CLI first thing: a fork may serve the model check if torch is not imported yet."""
+    _Process.fork_allowed = "torch" not in sys.modules
+
+
 def _fork_safe() -> bool:
-    """A fork of this process may run the check: torch is imported already (a deploy has imported its stages;
-    the fork spares the child importing it again, 3 s of every deploy) and no other thread runs (a fork copies
-    the locks other threads hold; pre-flight runs before the deploy starts any, and before any torch op has
-    started an OpenMP pool). Otherwise a fresh interpreter."""
-    return "torch" in sys.modules and threading.active_count() == 1 and hasattr(os, "fork")
+    """A fork of this process may run the check: the CLI started it fresh (_Process), torch is imported now (a
+    deploy has imported its stages: the fork spares the child importing it again, 3 s of every deploy), and no
+    other thread runs (a fork copies the locks other threads hold; pre-flight runs before the deploy starts
+    any). Otherwise a fresh interpreter."""
+    return (
+        _Process.fork_allowed
+        and "torch" in sys.modules
+        and threading.active_count() == 1
+        and hasattr(os, "fork")
+    )
 
 
 def _spawn(write_fd: int) -> subprocess.Popen:

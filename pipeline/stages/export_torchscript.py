@@ -119,6 +119,7 @@ def _run(ctx: RunContext, config: TorchScriptConfig, inputs: dict[str, ArtifactR
         _save(traced_cuda, ctx.path(CUDA_FILE))
         details["devices"] = {"cpu": FILE, "cuda": CUDA_FILE}
         details["cuda_check_max_abs"] = cuda_details["check_max_abs"]
+        details["cuda_check_tolerance"] = cuda_details["check_tolerance"]
         outputs.append(Output(CUDA_FILE, "torchscript"))
     return StageResult(outputs=outputs, details=details)
 

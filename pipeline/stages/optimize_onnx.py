@@ -104,7 +104,7 @@ def optimize_checked(
         report(f"optimize: {attempt.label}")
         try:
             model, stats = optimize(source, cfg, config, fp16, attempt)
-            check_graph(model, source, feeds)
+            check_graph(model, source, feeds, every_provider=True)
         except Exception as exc:  # noqa: BLE001 - a failed attempt (GraphRejected included) falls back
             rejected.append({"attempt": attempt.label, "reason": f"{type(exc).__name__}: {first_line(exc)}"})
             continue
