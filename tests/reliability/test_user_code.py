@@ -161,21 +161,16 @@ def test_keyboard_interrupt_from_the_model_in_validation_is_a_user_error(tmp_pat
 
 @pytest.mark.slow
 def test_what_the_model_prints_never_reaches_the_json_document(tmp_path: Path) -> None:
-    result = deploy(tmp_path, f"{BAD}:chatty")
+    """One deploy for two promises: a model that prints every way it can (Python, fd 1, C stdio, in forward,
+    at exit) leaves stdout one JSON document; and with an unwritable HOME, matplotlib's temporary config folder
+    outlives the deploy's temp folder (its atexit cleanup printed a traceback)."""
+    unset = dict.fromkeys(("MPLCONFIGDIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"), "")
+    result = deploy(tmp_path, f"{BAD}:chatty", env={"HOME": "/proc", **unset})
     doc = document(result)
     assert result.returncode == 0 and doc["status"] == "signed_off", result.stderr[-3000:]
     for said in ("factory {", "fd 1", "C stdio", "forward", "atexit"):
         assert f"chatty: {said}" in result.stderr, said
     assert "chatty" not in result.stdout
-
-
-@pytest.mark.slow
-def test_an_unwritable_home_ends_the_deploy_without_a_traceback(tmp_path: Path) -> None:
-    """matplotlib's temporary config folder (HOME cannot be written) must outlive the deploy's temp folder."""
-    unset = dict.fromkeys(("MPLCONFIGDIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME"), "")
-    result = deploy(tmp_path, None, env={"HOME": "/proc", **unset})
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert document(result)["status"] == "signed_off"
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
 
 
@@ -221,3 +216,36 @@ def test_a_deploy_without_an_outcome_exits_3(
     assert result.returncode == 3, result.stderr[-3000:]
     assert message in result.stderr
     assert document(result)["exit_code"] == 3
+
+
+def test_the_readme_names_everything_a_deploy_writes_outside_its_root(tmp_path: Path) -> None:
+    """With an empty HOME and temp folder, what appears there after a deploy is what the README's trust-model
+    paragraph lists (the list missed ONNX Runtime's ~/.cache/Microsoft/DeveloperTools and ~/.config/matplotlib)."""
+    home, temp = tmp_path / "home", tmp_path / "tmp"
+    home.mkdir()
+    temp.mkdir()
+    unset = dict.fromkeys(
+        ("MPLCONFIGDIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "TORCHINDUCTOR_CACHE_DIR"), ""
+    )
+    result = deploy(tmp_path, None, env={"HOME": str(home), "TMPDIR": str(temp), **unset})
+    assert result.returncode == 0, result.stderr[-2000:]
+    readme = (ROOT / "README.md").read_text()
+    paragraph = readme[readme.index("Outside it, only caches") : readme.index("Temporary files (INT8")]
+    written = sorted(
+        "~/" + p.relative_to(home).as_posix()
+        for p in home.rglob("*")
+        if p.is_dir() and p.parent.relative_to(home).parts in {(), (".cache",), (".config",)}
+    )
+    written += sorted(
+        p.name for p in temp.iterdir()
+    )  # the system temp folder: named by pattern in the README
+    named = {
+        "~/.cache": "~/.cache/",
+        "~/.config": "~/.config/",
+        "~/.cache/matplotlib": "~/.cache/matplotlib",
+        "~/.config/matplotlib": "~/.config/matplotlib",
+        "~/.cache/Microsoft": "~/.cache/Microsoft/DeveloperTools",
+    }
+    for path in written:
+        text = named.get(path, "torchinductor_<user>" if path.startswith("torchinductor_") else path)
+        assert text in paragraph, f"{path} was written but the README does not name it"
