@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from rich.console import Console
 
 from pipeline import __version__
-from pipeline.errors import PipelineError
+from pipeline.core.errors import PipelineError
 
 Result = tuple[int, dict[str, Any] | None]  # exit code, JSON document (for --json)
 
@@ -97,8 +97,8 @@ def _add_verify(sub: argparse._SubParsersAction) -> None:
 
 
 def _verify(args: argparse.Namespace, console: Console) -> Result:
-    from pipeline.errors import Problem
-    from pipeline.store import VERSION_RE, Store
+    from pipeline.core.errors import Problem
+    from pipeline.release.store import VERSION_RE, Store
 
     loaded = _load(args)
     store = Store(Path(loaded.recipe.output.root), loaded.recipe.name)
@@ -126,15 +126,15 @@ def _verify(args: argparse.Namespace, console: Console) -> Result:
 
 def _load(args: argparse.Namespace, defer: bool = False):
     """defer: leave cross-field problems to the pre-flight check, which reports them with its own."""
-    from pipeline.recipe_loader import load, resolve_recipe_path
+    from pipeline.recipe.loader import load, resolve_recipe_path
 
     return load(resolve_recipe_path(args.recipe), args.overrides, defer_cross_field=defer)
 
 
 def _validate(args: argparse.Namespace, console: Console) -> Result:
-    from pipeline import preflight
-    from pipeline.manifest import resolved_recipe
+    from pipeline.preflight import checks as preflight
     from pipeline.recipe.gates import gate_rows
+    from pipeline.release.manifest import resolved_recipe
 
     loaded = _load(args, defer=True)
     preflight.check(loaded)
@@ -160,8 +160,8 @@ def _gate_table(gates: list[dict[str, Any]]) -> Any:
 def _list(args: argparse.Namespace, console: Console) -> Result:
     """Every version with its verdict, each verified against its manifest first: a damaged version is marked
     damaged (with why), never shown as signed off, whatever its files say."""
-    from pipeline.store import Store, verify_folder
-    from pipeline.stored import Damaged, read_stored
+    from pipeline.core.stored import Damaged, read_stored
+    from pipeline.release.store import Store, verify_folder
 
     loaded = _load(args)
     store = Store(Path(loaded.recipe.output.root), loaded.recipe.name)
@@ -205,7 +205,7 @@ def _list(args: argparse.Namespace, console: Console) -> Result:
 
 
 def _plan(args: argparse.Namespace, console: Console) -> Result:
-    from pipeline import deploy
+    from pipeline.run import deploy
 
     loaded = _load(args, defer=True)
     verdicts = deploy.plan(loaded, console, rebench=args.rebench, retry_failed=args.retry_failed)
@@ -214,7 +214,7 @@ def _plan(args: argparse.Namespace, console: Console) -> Result:
 
 
 def _deploy(args: argparse.Namespace, console: Console) -> Result:
-    from pipeline import deploy
+    from pipeline.run import deploy
 
     loaded = _load(args, defer=True)
     outcome = _settled(deploy.run_deploy(loaded, console, args.rebench, args.retry_failed))
@@ -225,7 +225,7 @@ def _settled(outcome: Any) -> Any:
     """A deploy's exit code is trusted only from an Outcome that names an existing version: the one it
     published, or the one it found up to date. A deploy that returned anything else is a bug (exit 3 with
     this message), never an exit 0 that nothing backs."""
-    from pipeline.deploy import Outcome
+    from pipeline.run.deploy import Outcome
 
     if not isinstance(outcome, Outcome):
         raise RuntimeError(
@@ -237,19 +237,21 @@ def _settled(outcome: Any) -> Any:
 
 
 def _compare(args: argparse.Namespace, console: Console) -> Result:
-    from pipeline.compare import compare_command
+    from pipeline.release.compare import compare_command
 
     return compare_command(args.a, args.b, args.recipe, console)
 
 
 def _schema(args: argparse.Namespace, console: Console) -> Result:
-    from pipeline.schema import schema_text
+    from pipeline.recipe.json_schema import schema_text
+    from pipeline.runners.registry import runtimes
 
+    text = schema_text(list(runtimes()))
     if args.output:
-        Path(args.output).write_text(schema_text())
+        Path(args.output).write_text(text)
         console.print(f"wrote {args.output}", highlight=False)
     else:
-        sys.stdout.write(schema_text())
+        sys.stdout.write(text)
     return 0, None
 
 
@@ -287,9 +289,9 @@ BUG = "internal error: this is a bug in the pipeline (exit 3)"
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipeline.json_stdout import json_stdout
-    from pipeline.model_child import allow_fork
-    from pipeline.user_code import interrupts_watched
+    from pipeline.core.json_stdout import json_stdout
+    from pipeline.core.user_code import interrupts_watched
+    from pipeline.preflight.model_child import allow_fork
 
     allow_fork()
 
@@ -305,8 +307,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace, console: Console) -> tuple[int, dict[str, Any] | None, list[str]]:
     """The command's exit code, JSON document and error lines. Whatever ends it, it ends here with a message:
     a user error (2), a Ctrl-C (130), or a bug (3), which includes a sys.exit or a KeyboardInterrupt that no
-    boundary around the model's code turned into that code's failure (pipeline/user_code.py)."""
-    from pipeline.user_code import interrupted_by_signal
+    boundary around the model's code turned into that code's failure (pipeline/core/user_code.py)."""
+    from pipeline.core.user_code import interrupted_by_signal
 
     try:
         code, doc = COMMANDS[args.command](args, console)

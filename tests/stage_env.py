@@ -7,15 +7,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.plan import plan_stages
+from pipeline.inputs.specs import DataSpec, ModelSpec, RunnerSettings
 from pipeline.recipe import Recipe
-from pipeline.specs import DataSpec, ModelSpec, RunnerSettings
+from pipeline.run.plan import plan_stages
 from pipeline.stages.base import RunContext, Stage, StageResult
 
 if TYPE_CHECKING:
-    from pipeline.artifacts import ArtifactRecord
-    from pipeline.data import Dataset
-    from pipeline.models import LoadedModel
+    from pipeline.core.artifacts import ArtifactRecord
+    from pipeline.inputs.data import Dataset
+    from pipeline.inputs.models import LoadedModel
 
 
 @dataclass

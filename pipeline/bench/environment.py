@@ -15,7 +15,7 @@ import socket
 import subprocess
 from typing import Any
 
-from pipeline.packages import package_version
+from pipeline.core.packages import package_version
 
 # Distribution names per TensorRT flavour, looked up before importing anything (importing a TensorRT
 # module loads native libraries that the build stage keeps to child processes).

@@ -4,11 +4,12 @@ A GPU deploy should not spend minutes timing rows that cannot win. By default a 
 - the GPU runtimes with device I/O at every batch, and with host I/O (copies included) at the smallest batch
   and the selection objective's batch only: what serving from host memory adds, without a second row per
   runtime at every batch;
-- not the pairs whose faster twin is timed. A mode's twin is a mode of the same artifact (TWINS: the
+- not the pairs whose faster twin is timed, as each runtime declares it (pipeline/core/runtimes.py, Runtime's
+  mode_twins and artifact_twins). A mode's twin is a mode of the same artifact (the
   AOTInductor package launched kernel by kernel, plain or padding-aware, when its CUDA-graph capture is timed;
   the ExportedProgram run eagerly when a torch.compile mode of it is timed: the same kernels with more launch
   overhead): only its device-I/O rows go, since the twin has no host-I/O mode. An ONNX graph's twin is another
-  artifact on the same ONNX Runtime CUDA runtime (ONNX_TWINS: ONNX Runtime's own fusions of a plain graph at
+  artifact on the same ONNX Runtime CUDA runtime (ONNX Runtime's own fusions of a plain graph at
   the same precision; for the static Q/DQ INT8 graph, which the CUDA provider runs as dequantize plus float
   MatMul, since ONNX Runtime fuses Q/DQ MatMuls for its CPU provider only (that graph is built for TensorRT),
   its float graph): its rows go in both I/O modes, since the twin has its own host-I/O row. Each was measured
@@ -16,22 +17,21 @@ A GPU deploy should not spend minutes timing rows that cannot win. By default a 
   Validation still checks an artifact left with no timed row (left_for_twin), so every built artifact carries
   an accuracy verdict; speed.json names each pair left out under conditions.runtimes_timed.not_timed (a
   runtime listed under selection.runtimes is never left out);
-- the CPU reference (torch-cpu of torch-fp32) at the smallest batch only, as a yardstick.
-A CPU host times the CPU runtimes. A recipe that lists `benchmark.runtimes` times exactly those, at every
+- the CPU reference (torch-fp32 on the CPU) at the smallest batch only, as a yardstick.
+A CPU host times the CPU runtimes. Either host leaves out an opt-in runtime the recipe does not list. A recipe that lists `benchmark.runtimes` times exactly those, at every
 batch and in both I/O modes.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.runtimes import is_gpu_runtime
-from pipeline.variants import REFERENCE
+from pipeline.core.runtimes import Twin
+from pipeline.core.variants import REFERENCE
+from pipeline.runners import registry
 
 if TYPE_CHECKING:
     from pipeline.recipe import Recipe
@@ -58,68 +58,30 @@ class HostTiming(BaseModel):
         )
 
 
-@functools.cache
-def has_cuda() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    try:
-        return bool(torch.cuda.is_available())
-    except Exception:  # noqa: BLE001 - a broken CUDA setup reads as no GPU
-        return False
-
-
-# mode -> the faster twins of the same artifact that, when timed, leave its device-I/O rows untimed by default
-TWINS: dict[str, tuple[str, ...]] = {
-    "torch-aoti-cuda": ("torch-aoti-cuda-graph",),
-    "torch-aoti-cuda-bucketed": ("torch-aoti-cuda-graph-bucketed",),
-}
-COMPILED = "torch-compile-cuda"  # the runtimes torch.compile makes of an ExportedProgram on CUDA
-# ONNX artifact -> the artifacts (first found wins) whose rows on the same ONNX Runtime CUDA runtime, when timed,
-# leave its rows there untimed by default. On the H200 (MiniLM, batch 1/32/256) the optimized graphs beat their
-# plain ones by 1.16-2.9x in all 12 pairs, and the Q/DQ graph was slower than the plain FP32 one at every batch
-# (1.96/4.48/27.1 ms against 1.52/3.98/25.0).
-ONNX_TWINS: dict[str, tuple[str, ...]] = {
-    "onnx-fp32": ("onnx-optimized-fp32",),
-    "onnx-fp16": ("onnx-optimized-fp16",),
-    "onnx-int8": ("onnx-optimized-fp32", "onnx-fp32"),
-}
-ONNX_CUDA = ("onnxruntime-cuda", "onnxruntime-cuda-graph")
-WHY_SLOWER = {  # what makes an ONNX artifact slower than its twin, for the reports
-    "onnx-fp32": "the same graph without ONNX Runtime's fusions",
-    "onnx-fp16": "the same graph without ONNX Runtime's fusions",
-    "onnx-int8": "ONNX Runtime fuses Q/DQ MatMuls into INT8 kernels for its CPU provider only: the CUDA provider "
-    "dequantizes and multiplies in float",
-}
-
 Pair = tuple[str, str]  # (artifact, runtime)
 
 
-@dataclass(frozen=True)
-class Twin:
-    """The timed pair that makes another not worth timing by default."""
-
-    name: str  # a runtime of the same artifact, or "<artifact> on <runtime>"
-    every_io: bool  # left out in both I/O modes (the twin has host-I/O rows of its own), else device I/O only
-    why: str = ""
-
-
 def faster_twin(artifact: str, runtime: str, pairs: Collection[Pair]) -> Twin | None:
-    """The timed twin that makes this pair not worth timing by default, if any; `pairs` are the (artifact,
-    runtime) pairs this host has. A mode's twin (a CUDA graph, a torch.compile mode) has no host-I/O mode, so
-    the mode keeps its host-I/O rows; another artifact's twin on the same runtime has its own."""
-    others = sorted({r for a, r in pairs if a == artifact} - {runtime})
-    if runtime in TWINS:
-        found = next((t for t in TWINS[runtime] if t in others), None)
-        return Twin(found, every_io=False) if found else None
-    if artifact.startswith("exported-") and runtime == "torch-cuda":
-        found = next((t for t in others if t.startswith(COMPILED)), None)
-        return Twin(found, every_io=False) if found else None
-    if runtime in ONNX_CUDA:
-        found = next((a for a in ONNX_TWINS.get(artifact, ()) if (a, runtime) in pairs), None)
-        return Twin(f"{found} on {runtime}", every_io=True, why=WHY_SLOWER[artifact]) if found else None
-    return None
+    """The timed twin that makes this pair not worth timing by default, if any, as the runtime declares it
+    (pipeline/core/runtimes.py); `pairs` are the (artifact, runtime) pairs this host has."""
+    return registry.runtime(runtime).faster_twin(artifact, pairs)
+
+
+def twin_artifacts(artifact: str) -> tuple[str, ...]:
+    """The artifacts whose presence decides whether this one is timed (its faster twins on some runtime):
+    validation waits for them before it chooses this artifact's runtimes."""
+    found = (t for r in registry.runtimes().values() for t in r.artifact_twins.get(artifact, ()))
+    return tuple(dict.fromkeys(found))
+
+
+def _on_gpu(runtime: str) -> bool:
+    return registry.runtime(runtime).on_gpu
+
+
+def opted_out(timing: HostTiming, runtime: str) -> bool:
+    """An opt-in runtime the recipe lists neither under benchmark.runtimes nor under selection.runtimes."""
+    listed = [*(timing.runtimes or []), *timing.winner_runtimes]
+    return registry.runtime(runtime).opt_in and runtime not in listed
 
 
 def _left_for_twin(timing: HostTiming, artifact: str, runtime: str, pairs: Collection[Pair]) -> Twin | None:
@@ -139,8 +101,10 @@ def timed(
     """Whether this (artifact, runtime) is timed at this batch in this I/O mode on this host."""
     if timing.runtimes is not None:
         return runtime in timing.runtimes
+    if opted_out(timing, runtime):
+        return False
     smallest = batch == min(timing.batch_sizes)
-    if is_gpu_runtime(runtime):
+    if _on_gpu(runtime):
         if not gpu_host:
             return False
         twin = _left_for_twin(timing, artifact, runtime, pairs)
@@ -149,7 +113,7 @@ def timed(
         return (smallest or batch == timing.objective_batch) and not (twin and twin.every_io)
     if not gpu_host:
         return True
-    return artifact == REFERENCE and runtime == "torch-cpu" and smallest
+    return artifact == REFERENCE and smallest  # the CPU reference, a yardstick
 
 
 def left_for_twin(
@@ -158,7 +122,7 @@ def left_for_twin(
     """Whether this host's default leaves the pair untimed in every I/O mode for a faster twin: validation
     still checks such an artifact (on one of those runtimes) when nothing of it is timed, so that every built
     artifact carries an accuracy verdict."""
-    if timing.runtimes is not None or not gpu_host or not is_gpu_runtime(runtime):
+    if timing.runtimes is not None or not gpu_host or not _on_gpu(runtime):
         return False
     twin = _left_for_twin(timing, artifact, runtime, pairs)
     return bool(twin and twin.every_io)
@@ -173,14 +137,19 @@ def timed_anywhere(
 
 
 def not_timed(timing: HostTiming, pairs: Iterable[Pair], gpu_host: bool) -> list[dict[str, str]]:
-    """The (artifact, runtime) pairs this host leaves untimed because a faster twin is timed, with why and in
-    which I/O mode: device (a mode whose twin has no host I/O keeps its host-I/O rows) or any."""
+    """The (artifact, runtime) pairs this host leaves untimed by default, with why and in which I/O mode: an
+    opt-in runtime the recipe does not list (any), or a pair whose faster twin is timed: device (a mode whose
+    twin has no host I/O keeps its host-I/O rows) or any."""
     pairs = list(dict.fromkeys(pairs))
-    if timing.runtimes is not None or not gpu_host:
+    if timing.runtimes is not None:
         return []
     out = []
     for artifact, runtime in pairs:
-        twin = _left_for_twin(timing, artifact, runtime, pairs) if is_gpu_runtime(runtime) else None
+        if opted_out(timing, runtime):
+            reason = "an opt-in runtime; list it under benchmark.runtimes or selection.runtimes to time it"
+            out.append({"artifact": artifact, "runtime": runtime, "io": "any", "reason": reason})
+            continue
+        twin = _left_for_twin(timing, artifact, runtime, pairs) if gpu_host and _on_gpu(runtime) else None
         if twin:
             why = f" ({twin.why})" if twin.why else ""
             out.append(
@@ -205,7 +174,7 @@ def policy(timing: HostTiming, gpu_host: bool) -> dict[str, Any]:
         rule = (
             f"GPU runtimes at every batch with device I/O, with host I/O at batch {', '.join(map(str, host))} "
             "only, except pairs whose faster twin is timed (not_timed); the CPU reference "
-            f"({REFERENCE} on torch-cpu) at batch {smallest} only"
+            f"({REFERENCE} on the CPU) at batch {smallest} only"
         )
     else:
         rule = "CPU runtimes (no CUDA GPU on this host)"

@@ -9,8 +9,8 @@ from typing import Any
 from pipeline.bench.stats import latency_stats
 from pipeline.bench.timer import CudaEventTimer, Timer, on_gpu
 from pipeline.bench.windows import Measurement, WindowPolicy
+from pipeline.check.speed import interval_or_point, overlap
 from pipeline.runners.base import Runner
-from pipeline.speed import interval_or_point, overlap
 
 HOST_BOUND_RATIO = 0.5  # GPU time below half the wall time: the host, not the GPU, sets the pace
 

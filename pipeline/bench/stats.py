@@ -32,18 +32,6 @@ BLOCK = "block-bootstrap"  # whole windows resampled with replacement
 IID = "iid-bootstrap"  # single calls resampled with replacement (one window, or no window boundaries)
 
 
-def bootstrap_median_ci(
-    samples_ms: Sequence[float], confidence: float = 0.95, resamples: int = RESAMPLES, seed: int = 0
-) -> tuple[float, float]:
-    """Percentile-bootstrap interval of the median over iid calls; seeded so that a report re-renders
-    identically."""
-    data = _samples(samples_ms)
-    if data.size == 1:
-        return float(data[0]), float(data[0])
-    low, high = _interval(_iid_resampled(data, resamples, seed)["p50"], confidence)
-    return low, high
-
-
 def bootstrap_intervals(
     samples_ms: Sequence[float],
     window_sizes: Sequence[int] | None = None,

@@ -12,8 +12,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pipeline.core import host
+from pipeline.runners import registry
 from pipeline.runners.base import Runner
-from pipeline.runtimes import is_gpu_runtime
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ class CudaEventTimer:
 
 def on_gpu(runner: Runner) -> bool:
     """Whether the runtime computes on a CUDA device (its numbers then come from CUDA events)."""
-    return runner.io == "device" or is_gpu_runtime(runner.runtime)
+    return runner.io == "device" or registry.on_gpu(runner.runtime)
 
 
 def timer_for(runner: Runner) -> Timer:
@@ -90,11 +91,7 @@ def timer_for(runner: Runner) -> Timer:
 
 
 def _cuda_events_available() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
+    return host.has_cuda()
 
 
 def _torch_stream(stream: Any) -> Any:

@@ -9,13 +9,12 @@ a tighter bound says so with its own type."""
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from pydantic_core import PydanticCustomError
 
-from pipeline.runtimes import RUNTIMES
-from pipeline.variants import PRECISIONS, VARIANTS
+from pipeline.core.variants import PRECISIONS, VARIANTS
 
 MAX_COUNT = 2**31 - 1  # the default ceiling of a count: what a 32-bit signed integer holds
 MAX_DIM = 4_194_304  # 2**22 per axis: a 4 M-sample audio clip, a 2048 x 2048 image flattened; one int64
@@ -78,7 +77,20 @@ FiniteData = Annotated[object, AfterValidator(_finite)]
 Precision = Literal[PRECISIONS]  # type: ignore[valid-type]
 Metric = Literal["max_abs", "mean_abs", "max_rel", "cosine", "neighbours"]
 METRICS: tuple[str, ...] = ("max_abs", "mean_abs", "max_rel", "cosine", "neighbours")
-Runtime = Literal[RUNTIMES]  # type: ignore[valid-type]
+
+
+class _RuntimeName:
+    """Marks a runtime's name in the JSON Schema (x-runtime): the runtimes are declared by the runner modules
+    installed (pipeline/runners/registry.py), so pre-flight checks the names, and the schema command lists
+    them (pipeline/recipe/json_schema.py)."""
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> dict[str, Any]:
+        return {**handler(core_schema), RUNTIME_MARK: True}
+
+
+RUNTIME_MARK = "x-runtime"
+Runtime = Annotated[str, Field(min_length=1, max_length=100), _RuntimeName]
 CompileMode = Literal["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
 VariantName = Literal[VARIANTS]  # type: ignore[valid-type]

@@ -109,7 +109,7 @@ DTYPE_RANGES = {
 
 
 INTEGER_DTYPES = ("int64", "int32")
-# Inputs a Hugging Face source fills itself when random samples name no range (pipeline/data.py value_range).
+# Inputs a Hugging Face source fills itself when random samples name no range (pipeline/inputs/data.py value_range).
 HF_DEFAULT_RANGES = ("input_ids", "attention_mask", "token_type_ids", "decoder_input_ids")
 
 

@@ -68,7 +68,7 @@ class Recipe(Strict):
     @model_validator(mode="before")
     @classmethod
     def _family_defaults(cls, data: Any) -> Any:
-        from pipeline.recipe_family import with_family_defaults
+        from pipeline.recipe.family import with_family_defaults
 
         return with_family_defaults(data)
 

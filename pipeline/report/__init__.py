@@ -23,11 +23,11 @@ def write_signoff(
     Writes nothing outside out_dir/reports/. `previous` is {"version", "accuracy", "speed", "winner"} of the
     last signed-off version, for the "changes since" section. Same inputs give the same bytes.
     """
+    from pipeline.core.files import write_text_atomic
     from pipeline.report.document import build_document
     from pipeline.report.html import html_from
     from pipeline.report.markdown import markdown_from
     from pipeline.report.plots import write_plots
-    from pipeline.store import write_text_atomic
 
     out_dir = Path(out_dir)
     plots = write_plots(out_dir, accuracy, speed, winner)

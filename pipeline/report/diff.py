@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pipeline.check.speed import figure_text
 from pipeline.report.facts import (
     artifacts_of,
     cis_overlap,
@@ -22,7 +23,6 @@ from pipeline.report.facts import (
     row_key,
     shape_text,
 )
-from pipeline.speed import figure_text
 
 Version = Mapping[str, Any]
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
+from pipeline.check.speed import figure_text, fmt_rate, is_winner_row
 from pipeline.report.blocks import Block, Bullets, Cell, Document, Image, Para, Section, Table, Text
 from pipeline.report.diff import diff_versions
 from pipeline.report.facts import (
@@ -36,7 +37,6 @@ from pipeline.report.facts import (
 )
 from pipeline.report.inputs import inputs_section
 from pipeline.report.record import artifacts_section, conditions_section, stages_section
-from pipeline.speed import figure_text, fmt_rate, is_winner_row
 
 Dict = Mapping[str, Any]
 

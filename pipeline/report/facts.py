@@ -9,9 +9,9 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pipeline.accuracy import LOWER_BOUNDS, tolerance_share
-from pipeline.speed import as_interval, fmt_ms, interval, overlap
-from pipeline.variants import precision_of as _named_precision
+from pipeline.check.accuracy import LOWER_BOUNDS, tolerance_share
+from pipeline.check.speed import as_interval, fmt_ms, interval, overlap
+from pipeline.core.variants import precision_of as _named_precision
 
 METRIC_ORDER = ("cosine", "neighbours", "max_abs", "mean_abs", "max_rel")
 Row = Mapping[str, Any]

@@ -14,6 +14,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline.check.speed import is_winner_row
+from pipeline.core.files import write_bytes_atomic
+from pipeline.core.variants import REFERENCE
 from pipeline.report.facts import (
     LOWER_BOUNDS,
     artifacts_of,
@@ -25,9 +28,6 @@ from pipeline.report.facts import (
     runner_label,
     sorted_results,
 )
-from pipeline.speed import is_winner_row
-from pipeline.store import write_bytes_atomic
-from pipeline.variants import REFERENCE
 
 Dict = Mapping[str, Any]
 DPI = 100

@@ -6,6 +6,9 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from pipeline.check.accuracy import LOWER_BOUNDS
+from pipeline.check.speed import THROUGHPUT, fmt_rate, is_winner_row, maximized, value
+from pipeline.core.variants import REFERENCE
 from pipeline.report.facts import (
     artifacts_of,
     failing_checks,
@@ -20,8 +23,6 @@ from pipeline.report.facts import (
     runtime_entry,
     unique,
 )
-from pipeline.speed import THROUGHPUT, fmt_rate, is_winner_row, maximized, value
-from pipeline.variants import REFERENCE
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -119,8 +120,10 @@ def _lines(
 ) -> list[dict]:
     entries = artifacts_of(accuracy)
     reasons = {a: r for a, r, _ in reversed(not_run(accuracy, speed))}
+    timed = {r.get("artifact") for r in results_of(speed)}
     for left in _left_for_twins(speed):  # validated, never timed: say why no figure follows
-        reasons.setdefault(left["artifact"], f"not timed: {left['reason']}")
+        if left["artifact"] not in timed:
+            reasons.setdefault(left["artifact"], f"not timed: {left['reason']}")
     lines = []
     for name, runtime, io in _runners(accuracy, speed):
         mine = [
@@ -174,7 +177,7 @@ def _accuracy_cell(name: str, entry: Dict | None) -> str:
     failing = failing_checks(entry)
     if failing:
         check = failing[0]
-        broken = "<" if check.get("metric") == "cosine" else ">"
+        broken = "<" if check.get("metric") in LOWER_BOUNDS else ">"
         return f"FAIL {check.get('metric')} {fmt_metric(str(check.get('metric')), check.get('value'))} {broken} {check.get('threshold')}"
     if not entry.get("passed"):
         return "FAIL"
@@ -186,7 +189,8 @@ def _accuracy_cell(name: str, entry: Dict | None) -> str:
 
 
 def _left_for_twins(speed: Dict | None) -> list[Dict]:
-    """The pairs the host's rule left untimed in every I/O mode for a faster twin (pipeline/bench/hosts.py)."""
+    """The pairs the host's rule left untimed in every I/O mode: for a faster twin, or an opt-in runtime the
+    recipe does not list (pipeline/bench/hosts.py)."""
     timing = ((speed or {}).get("conditions") or {}).get("runtimes_timed") or {}
     return [x for x in timing.get("not_timed") or [] if x.get("io") == "any" and x.get("artifact")]
 

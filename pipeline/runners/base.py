@@ -7,9 +7,17 @@ activating an active runner, or running an inactive one, is a bug and raises."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from pipeline.core.runtimes import Runtime
+
+if TYPE_CHECKING:
+    from pipeline.core.artifacts import ArtifactRecord
+    from pipeline.inputs.specs import RunnerSettings
 
 Feeds = dict[str, np.ndarray]
 
@@ -103,3 +111,30 @@ class NotRunnable:
 
     artifact: str
     reason: str
+
+
+RunnersOf = Callable[["ArtifactRecord", "RunnerSettings"], "list[Runner] | NotRunnable"]
+DeclinedOf = Callable[["ArtifactRecord", "RunnerSettings"], "dict[str, str]"]
+
+
+@dataclass(frozen=True)
+class Family:
+    """What one runner module brings, as its module-level FAMILY: the artifact kinds it loads, the runtimes it
+    declares, every runner it offers for an artifact on this machine, and the runtimes it has here but does
+    not offer for an artifact, with why (the reports say so). pipeline/runners/registry.py finds it; nothing
+    else needs an edit for a new runtime."""
+
+    kinds: tuple[str, ...]
+    runtimes: tuple[Runtime, ...]
+    runners: RunnersOf
+    declined: DeclinedOf | None = None
+
+
+def output_names(session_outputs: list[str], recipe_outputs: list[str]) -> dict[str, str]:
+    """Session output name -> recipe output name: identity where the names match, else by position
+    (an exporter may rename outputs); outputs beyond the recipe's keep their own names."""
+    if set(recipe_outputs) <= set(session_outputs):
+        return {name: name for name in session_outputs}
+    return {
+        name: recipe_outputs[i] if i < len(recipe_outputs) else name for i, name in enumerate(session_outputs)
+    }

@@ -21,8 +21,8 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
+    from pipeline.inputs.specs import RunnerSettings
     from pipeline.recipe import PaddingConfig
-    from pipeline.specs import RunnerSettings
 
 
 @dataclass(frozen=True)

@@ -4,18 +4,18 @@ factories build them from an artifact's file; nothing is loaded until a runner i
 
 from __future__ import annotations
 
-import contextlib
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline.toolchain.aoti import no_cpu_isa_probe
+
 if TYPE_CHECKING:
-    import onnx
     import torch
 
-    from pipeline.models import LoadedModel
+    from pipeline.inputs.models import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -61,29 +61,6 @@ class ExportedProgramFromPath:
         return program.module()
 
 
-@contextlib.contextmanager
-def no_cpu_isa_probe(device: str) -> Iterator[None]:
-    """Inductor's config for compiling or loading an AOTInductor package that runs on `device`: off the CPU,
-    the CPU vector-ISA probe answers "none" without probing.
-
-    Both the compile and the load ask Inductor which CPU vector ISA the machine has (for the wrapper's
-    compile flags; to compare with what the package recorded). torch 2.11 answers by building and loading a
-    test library per ISA, each load in a fresh Python that imports torch: 40-50 s on the H200 host at each
-    compile and at the first load in a process, for a GPU package whose wrapper only launches GPU kernels.
-    `cpp.vec_isa_ok=False` answers at once: the wrapper is built without SIMD flags (no CPU kernel to
-    vectorize) and a load compares against the same answer the compile recorded. Inductor caches the answer
-    for the rest of the process: the compile runs in a child of its own, and the deploy process compiles no
-    CPU kernels with Inductor (CPU packages compile in their child and keep the probe: their kernels need the
-    real ISA)."""
-    if device == "cpu":
-        yield
-        return
-    import torch._inductor.config as inductor_config
-
-    with inductor_config.patch({"cpp.vec_isa_ok": False}):
-        yield
-
-
 @dataclass(frozen=True)
 class AotiPackageFromPath:
     """An AOTInductor package compiled for `device`; `single_threaded` packages can be captured in CUDA
@@ -113,13 +90,3 @@ class SessionFromPath:
         import onnxruntime
 
         return onnxruntime.InferenceSession(str(self.path), self.options(self.threads), providers=providers)
-
-
-@dataclass(frozen=True)
-class OnnxFromPath:
-    path: Path
-
-    def __call__(self) -> onnx.ModelProto:
-        from pipeline import onnx_tools
-
-        return onnx_tools.load(self.path)

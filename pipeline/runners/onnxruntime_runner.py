@@ -12,62 +12,22 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.runners.base import Feeds, Runner
+from pipeline.core import host
+from pipeline.core.runtimes import Runtime
+from pipeline.runners.base import Family, Feeds, NotRunnable, Runner, output_names
 from pipeline.runners.loaders import SessionFromPath
+from pipeline.runners.ort_session import (
+    CPU_PROVIDER,
+    CUDA_OPTIONS,
+    CUDA_PROVIDER,
+    ORT_TYPES,
+    load_onnxruntime,
+    session_options,
+)
 
 if TYPE_CHECKING:
-    from pipeline.artifacts import ArtifactRecord
-    from pipeline.specs import RunnerSettings
-
-CUDA_PROVIDER = "CUDAExecutionProvider"
-# FP32 means FP32: the CUDA provider's default TF32 matmuls round inputs to a 10-bit mantissa, which an FP32
-# artifact's tolerance is not meant to absorb (TF32 would be a precision of its own, validated as such).
-CUDA_OPTIONS = {"use_tf32": "0"}
-CPU_PROVIDER = "CPUExecutionProvider"
-ORT_TYPES = {
-    "tensor(float)": np.float32,
-    "tensor(float16)": np.float16,
-    "tensor(double)": np.float64,
-    "tensor(int64)": np.int64,
-    "tensor(int32)": np.int32,
-    "tensor(int8)": np.int8,
-    "tensor(uint8)": np.uint8,
-    "tensor(bool)": np.bool_,
-}
-
-
-def _onnxruntime() -> Any:
-    try:
-        import onnxruntime
-    except ImportError:
-        raise ImportError(
-            "onnxruntime is not installed: pip install 'deploy-pipeline[cpu]' (or [gpu] for onnxruntime-gpu)"
-        ) from None
-    return onnxruntime
-
-
-def session_options(threads: int) -> Any:
-    ort = _onnxruntime()
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.log_severity_level = 3
-    # Candidates are interleaved window by window: an idle session's spinning intra-op threads would steal the
-    # cores from whichever candidate runs next (docs/benchmarking.md has what it did to the tails).
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return options
-
-
-def output_names(session_outputs: list[str], recipe_outputs: list[str]) -> dict[str, str]:
-    """Session output name -> recipe output name: identity where the names match, else by position
-    (an exporter may rename outputs); outputs beyond the recipe's keep their own names."""
-    if set(recipe_outputs) <= set(session_outputs):
-        return {name: name for name in session_outputs}
-    return {
-        name: recipe_outputs[i] if i < len(recipe_outputs) else name for i, name in enumerate(session_outputs)
-    }
+    from pipeline.core.artifacts import ArtifactRecord
+    from pipeline.inputs.specs import RunnerSettings
 
 
 class OnnxRuntimeRunner(Runner):
@@ -97,7 +57,7 @@ class OnnxRuntimeRunner(Runner):
     # ------------------------------------------------------------ life cycle
 
     def activate_impl(self) -> None:
-        _onnxruntime()  # a clear error when it is not installed
+        load_onnxruntime()  # a clear error when it is not installed
         providers: list[Any] = [CPU_PROVIDER]
         if self._provider == CUDA_PROVIDER:
             providers = [(CUDA_PROVIDER, self._cuda_options()), CPU_PROVIDER]
@@ -127,7 +87,7 @@ class OnnxRuntimeRunner(Runner):
         if self.io != "device":
             self._prepared = host
             return
-        ort = _onnxruntime()
+        ort = load_onnxruntime()
         shapes = self.infer(feeds)  # one untimed run tells the output shapes and dtypes at this shape
         binding = self._session.io_binding()
         self._device_values = []
@@ -170,29 +130,17 @@ class OnnxRuntimeRunner(Runner):
 
     def _cuda_options(self) -> dict[str, str]:
         """Run on a stream we own (when torch has CUDA) so that CUDA events can be recorded on it."""
-        try:
-            import torch
-        except ImportError:
+        if not host.has_cuda():
             return dict(CUDA_OPTIONS)
-        if not torch.cuda.is_available():
-            return dict(CUDA_OPTIONS)
+        import torch
+
         self.cuda_stream = torch.cuda.Stream()
         return {**CUDA_OPTIONS, "user_compute_stream": str(self.cuda_stream.cuda_stream)}
 
 
 def cuda_provider_available() -> bool:
     """The CUDA provider is built in and a GPU is present (onnxruntime-gpu lists it on GPU-less hosts too)."""
-    if CUDA_PROVIDER not in _onnxruntime().get_available_providers():
-        return False
-    return Path("/dev/nvidia0").exists() or _torch_cuda()
-
-
-def _torch_cuda() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
+    return host.has_ort_provider(CUDA_PROVIDER)
 
 
 def cuda_declined(path: Path, settings: RunnerSettings) -> str | None:
@@ -203,7 +151,7 @@ def cuda_declined(path: Path, settings: RunnerSettings) -> str | None:
     if not cuda_provider_available():
         return None
     off = off_provider(Path(path), CUDA_PROVIDER, settings)
-    return declined_reason(off, CUDA_PROVIDER, _onnxruntime().__version__) if off else None
+    return declined_reason(off, CUDA_PROVIDER, load_onnxruntime().__version__) if off else None
 
 
 def onnx_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[OnnxRuntimeRunner]:
@@ -217,3 +165,51 @@ def onnx_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Onn
             OnnxRuntimeRunner(artifact.name, load, outputs, CUDA_PROVIDER, "device"),
         ]
     return runners
+
+
+def ort_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Runner] | NotRunnable:
+    try:
+        load_onnxruntime()  # not installed: not runnable, with the pip command
+        return list(onnx_runners(artifact, settings))
+    except ImportError as exc:
+        return NotRunnable(artifact.name, str(exc))
+
+
+def ort_declined(artifact: ArtifactRecord, settings: RunnerSettings) -> dict[str, str]:
+    try:
+        reason = cuda_declined(artifact.path, settings)
+    except ImportError:  # no onnxruntime: ort_runners says so
+        return {}
+    return {"onnxruntime-cuda": reason} if reason else {}
+
+
+# An ONNX graph -> the graphs (first found wins) that, timed on the same CUDA runtime, make it not worth
+# timing there by default: ONNX Runtime's own fusions of a plain graph at the same precision; for the static
+# Q/DQ INT8 graph (built for TensorRT), its float graph, since ONNX Runtime fuses Q/DQ MatMuls into INT8
+# kernels for its CPU provider only. Measured on the H200 (docs/benchmarking.md, "Faster twins").
+CUDA_TWINS = {
+    "onnx-fp32": ("onnx-optimized-fp32",),
+    "onnx-fp16": ("onnx-optimized-fp16",),
+    "onnx-int8": ("onnx-optimized-fp32", "onnx-fp32"),
+}
+CUDA_TWIN_WHY = {
+    "onnx-fp32": "the same graph without ONNX Runtime's fusions",
+    "onnx-fp16": "the same graph without ONNX Runtime's fusions",
+    "onnx-int8": "ONNX Runtime fuses Q/DQ MatMuls into INT8 kernels for its CPU provider only: the CUDA provider "
+    "dequantizes and multiplies in float",
+}
+RUNTIMES = (
+    Runtime(
+        "onnxruntime-cpu", "cpu", tier=0, package="onnxruntime", install="pip install 'deploy-pipeline[cpu]'"
+    ),
+    Runtime(
+        "onnxruntime-cuda",
+        "cuda",
+        ("host", "device"),
+        tier=1,
+        package="onnxruntime",
+        artifact_twins=CUDA_TWINS,
+        twin_why=CUDA_TWIN_WHY,
+    ),
+)
+FAMILY = Family(kinds=("onnx",), runtimes=RUNTIMES, runners=ort_runners, declined=ort_declined)

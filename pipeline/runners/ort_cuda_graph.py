@@ -23,22 +23,26 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
-from pipeline.runners.base import Feeds, Runner
+from pipeline.core.runtimes import Runtime
+from pipeline.runners.base import Family, Feeds, Runner, output_names
 from pipeline.runners.onnxruntime_runner import (
+    CUDA_TWIN_WHY,
+    CUDA_TWINS,
+    cuda_declined,
+    cuda_provider_available,
+)
+from pipeline.runners.ort_placement import SHAPE_OPS
+from pipeline.runners.ort_session import (
     CUDA_OPTIONS,
     CUDA_PROVIDER,
     ORT_TYPES,
-    _onnxruntime,
-    cuda_declined,
-    cuda_provider_available,
-    output_names,
+    load_onnxruntime,
     session_options,
 )
-from pipeline.runners.ort_placement import SHAPE_OPS
 
 if TYPE_CHECKING:
-    from pipeline.artifacts import ArtifactRecord
-    from pipeline.specs import RunnerSettings
+    from pipeline.core.artifacts import ArtifactRecord
+    from pipeline.inputs.specs import RunnerSettings
 
 RUNTIME = "onnxruntime-cuda-graph"
 CAPTURE_RUNS = 4  # ONNX Runtime runs regularly a few times before it captures, then replays
@@ -212,7 +216,7 @@ class OrtCudaGraphRunner(Runner):
     def _create(self, dims: dict[str, int]) -> _Entry:
         import torch
 
-        ort = _onnxruntime()
+        ort = load_onnxruntime()
         assert self._source is not None
         path, fixed = fixed_dims_file(self._source, dims)
         left = runtime_shape_ops(fixed)
@@ -266,3 +270,16 @@ def graph_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Or
     if not cuda_provider_available() or cuda_declined(artifact.path, settings) is not None:
         return []
     return [OrtCudaGraphRunner(artifact.name, Path(artifact.path), settings)]
+
+
+RUNTIMES = (
+    Runtime(
+        RUNTIME,
+        "cuda",
+        ("device",),
+        package="onnxruntime",
+        artifact_twins=CUDA_TWINS,
+        twin_why=CUDA_TWIN_WHY,
+    ),
+)
+FAMILY = Family(kinds=("onnx",), runtimes=RUNTIMES, runners=graph_runners)

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import onnx
 
-from pipeline.runners.onnxruntime_runner import CPU_PROVIDER, ORT_TYPES
+from pipeline.runners.ort_session import CPU_PROVIDER, ORT_TYPES
 
 if TYPE_CHECKING:
-    from pipeline.specs import RunnerSettings
+    from pipeline.inputs.specs import RunnerSettings
 
 # Shape arithmetic: a GPU provider leaves integer nodes like these to the CPU on purpose, at no cost worth a word
 SHAPE_TYPES = frozenset({"tensor(int64)", "tensor(int32)", "tensor(bool)"})

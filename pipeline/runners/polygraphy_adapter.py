@@ -14,12 +14,12 @@ import numpy as np
 from polygraphy.backend.base import BaseRunner
 from polygraphy.common import TensorMetadata
 
-from pipeline.data import NUMPY_DTYPES
+from pipeline.inputs.data import NUMPY_DTYPES
 
 if TYPE_CHECKING:
+    from pipeline.inputs.specs import RunnerSettings
     from pipeline.recipe import Tolerance
     from pipeline.runners.base import Runner
-    from pipeline.specs import RunnerSettings
 
 
 def runner_name(runner: Runner) -> str:
@@ -87,7 +87,7 @@ def polygraphy_verdict(
     from polygraphy.comparator import Comparator, CompareFunc, RunResults
     from polygraphy.logger import G_LOGGER
 
-    from pipeline.accuracy import thresholds_for
+    from pipeline.check.accuracy import thresholds_for
 
     atol = {o: thresholds_for(tolerance, o)["max_abs"][0] or 1e-5 for o in outputs}
     rtol = {o: thresholds_for(tolerance, o)["max_rel"][0] or 1e-5 for o in outputs}

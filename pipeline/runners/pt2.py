@@ -22,16 +22,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.runners.base import Feeds, NotRunnable, Runner
+from pipeline.core import host
+from pipeline.core.runtimes import Runtime
+from pipeline.runners.base import Family, Feeds, NotRunnable, Runner
 from pipeline.runners.bucketing import Bucketing, Group, plan_key
 from pipeline.runners.compiled import compiled
 from pipeline.runners.cuda_graphs import GraphCache
 from pipeline.runners.loaders import AotiPackageFromPath, ExportedProgramFromPath
-from pipeline.runners.torch_runner import cuda_available
 
 if TYPE_CHECKING:
-    from pipeline.artifacts import ArtifactRecord
-    from pipeline.specs import RunnerSettings
+    from pipeline.core.artifacts import ArtifactRecord
+    from pipeline.inputs.specs import RunnerSettings
 
 Loader = Callable[[], Callable[..., Any]]
 CUDAGRAPH_MODES = frozenset({"reduce-overhead", "max-autotune"})
@@ -211,7 +212,7 @@ def exported_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list
     """On a CUDA host: eager on the GPU plus one torch.compile runtime per mode; else eager on the CPU (and
     padding-aware, when the recipe configures it)."""
     padding = settings.runtime.padding
-    if not cuda_available():
+    if not host.has_cuda():
         load = ExportedProgramFromPath(artifact.path, "cpu")
         runners = [_runner(artifact, settings, "torch-cpu", load, "cpu", "host", threads=settings.threads)]
         if padding is not None:
@@ -244,7 +245,7 @@ def aoti_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Pt2
     if device == "cpu":
         load = AotiPackageFromPath(artifact.path, single_threaded=False, device="cpu")
         return [_runner(artifact, settings, "torch-aoti-cpu", load, "cpu", "host", threads=settings.threads)]
-    if not cuda_available():
+    if not host.has_cuda():
         return NotRunnable(
             artifact.name, f"compiled for {device} ({artifact.details.get('gpu')}); no CUDA GPU here"
         )
@@ -279,3 +280,39 @@ def aoti_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Pt2
                 )
             )
     return runners
+
+
+def pt2_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Runner] | NotRunnable:
+    if artifact.kind == "exported":
+        return list(exported_runners(artifact, settings))
+    found = aoti_runners(artifact, settings)
+    return found if isinstance(found, NotRunnable) else list(found)
+
+
+def _compiled(name: str) -> Runtime:
+    return Runtime(name, "cuda", ("device",), package="torch")
+
+
+RUNTIMES = (
+    _compiled("torch-compile-cuda"),
+    _compiled("torch-compile-cuda-reduce-overhead"),
+    _compiled("torch-compile-cuda-max-autotune"),
+    _compiled("torch-compile-cuda-max-autotune-no-cudagraphs"),
+    Runtime("torch-cpu-bucketed", "cpu", package="torch"),
+    Runtime("torch-aoti-cpu", "cpu", package="torch"),
+    # launched kernel by kernel, plain or padding-aware: slower than its own CUDA-graph capture
+    Runtime(
+        "torch-aoti-cuda", "cuda", ("host", "device"), package="torch", mode_twins=("torch-aoti-cuda-graph",)
+    ),
+    Runtime(
+        "torch-aoti-cuda-bucketed",
+        "cuda",
+        ("device",),
+        package="torch",
+        mode_twins=("torch-aoti-cuda-graph-bucketed",),
+    ),
+    Runtime("torch-aoti-cuda-graph", "cuda", ("device",), package="torch"),
+    Runtime("torch-aoti-cuda-graph-bucketed", "cuda", ("device",), package="torch"),
+)
+# exported: a torch.export ExportedProgram (.pt2); aoti: an AOTInductor package (.pt2), compiled for one device
+FAMILY = Family(kinds=("exported", "aoti"), runtimes=RUNTIMES, runners=pt2_runners)

@@ -1,101 +1,107 @@
-"""Which runners can load an artifact on this machine, by artifact kind (an explicit dict literal).
+"""Which runners can load an artifact on this machine, and every runtime there is.
 
-Validation and benchmark both ask here, so that they run every artifact the same way. An artifact this
+Each runner module declares a module-level FAMILY (pipeline/runners/base.py: the artifact kinds it loads, its
+Runtime descriptors, its runners): adding a runtime is adding one module here, and nothing else changes.
+Validation and the benchmark both ask here, so that they run every artifact the same way. An artifact this
 machine cannot run comes back as NotRunnable with the reason, for the reports' not_run lists.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import pkgutil
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from pipeline.runners.base import NotRunnable, Runner
+import pipeline.runners
+from pipeline.core import host
+from pipeline.core.runtimes import Runtime
+from pipeline.runners.base import Family, NotRunnable, Runner
 from pipeline.runners.torch_runner import reference_runners as _torch_reference_runners
 
 if TYPE_CHECKING:
-    from pipeline.artifacts import ArtifactRecord
-    from pipeline.models import LoadedModel
-    from pipeline.specs import RunnerSettings
-
-RunnerFactory = Callable[["ArtifactRecord", "RunnerSettings"], "list[Runner] | NotRunnable"]
+    from pipeline.core.artifacts import ArtifactRecord
+    from pipeline.inputs.models import LoadedModel
+    from pipeline.inputs.specs import RunnerSettings
 
 
-def _torchscript(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Runner] | NotRunnable:
-    from pipeline.runners.torch_runner import torchscript_runners
+@functools.cache
+def families() -> tuple[Family, ...]:
+    """Every runner module's FAMILY, in module-name order (a module that is not a runner declares none)."""
+    found = []
+    for info in sorted(pkgutil.iter_modules(pipeline.runners.__path__), key=lambda i: i.name):
+        family = getattr(importlib.import_module(f"pipeline.runners.{info.name}"), "FAMILY", None)
+        if isinstance(family, Family):
+            found.append(family)
+    return tuple(found)
 
-    return list(torchscript_runners(artifact, settings))
+
+@functools.cache
+def runtimes() -> dict[str, Runtime]:
+    """Every declared runtime by name; a name declared twice is a bug of the runner modules."""
+    table: dict[str, Runtime] = {}
+    for family in families():
+        for runtime in family.runtimes:
+            if runtime.name in table:
+                raise RuntimeError(f"runtime {runtime.name} is declared by two runner modules")
+            table[runtime.name] = runtime
+    return table
 
 
-def _onnx(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Runner] | NotRunnable:
+def runtime(name: str) -> Runtime:
     try:
-        from pipeline.runners.onnxruntime_runner import onnx_runners
-        from pipeline.runners.ort_cuda_graph import graph_runners
-
-        return [*onnx_runners(artifact, settings), *graph_runners(artifact, settings)]
-    except ImportError as exc:
-        return NotRunnable(artifact.name, str(exc))
+        return runtimes()[name]
+    except KeyError:
+        raise KeyError(f"unknown runtime {name!r} (known: {', '.join(runtimes())})") from None
 
 
-def _exported(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Runner] | NotRunnable:
-    from pipeline.runners.pt2 import exported_runners
-
-    return list(exported_runners(artifact, settings))
-
-
-def _aoti(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Runner] | NotRunnable:
-    from pipeline.runners.pt2 import aoti_runners
-
-    found = aoti_runners(artifact, settings)
-    return found if isinstance(found, NotRunnable) else list(found)
+def on_gpu(name: str) -> bool:
+    """Whether the runtime computes on a CUDA device; a name no runner declares (a stored record of another
+    version) reads as not."""
+    found = runtimes().get(name)
+    return bool(found and found.on_gpu)
 
 
-def _engine(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Runner] | NotRunnable:
-    """TensorRT engines live in pipeline.runners.tensorrt, imported only when an engine is asked for."""
-    try:
-        module = importlib.import_module("pipeline.runners.tensorrt")
-    except ModuleNotFoundError as exc:
-        if exc.name != "pipeline.runners.tensorrt":
-            raise
-        return NotRunnable(
-            artifact.name, "no TensorRT runner in this installation (pipeline.runners.tensorrt is missing)"
-        )
-    return module.runners_for_engine(artifact, settings)
+def tier(name: str) -> int:
+    """The runtime's simplicity tier (pipeline/core/runtimes.py); an undeclared name is the least simple."""
+    found = runtimes().get(name)
+    return found.tier if found else 2
 
 
-RUNNERS: dict[str, RunnerFactory] = {
-    "torchscript": _torchscript,
-    "onnx": _onnx,
-    "engine": _engine,
-    "exported": _exported,  # torch.export ExportedProgram (.pt2)
-    "aoti": _aoti,  # AOTInductor package (.pt2), compiled for one device
-}
+def kinds() -> tuple[str, ...]:
+    return tuple(dict.fromkeys(k for family in families() for k in family.kinds))
 
 
 def runners_for(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Runner] | NotRunnable:
-    """Every way this machine can run the artifact (host-I/O CPU runner first), or why it cannot."""
-    factory = RUNNERS.get(artifact.kind)
-    if factory is None:
+    """Every way this machine can run the artifact (CPU host-I/O runners first), or why it cannot."""
+    loading = [f for f in families() if artifact.kind in f.kinds]
+    if not loading:
         return NotRunnable(
-            artifact.name, f"no runner for artifact kind '{artifact.kind}' (known: {', '.join(RUNNERS)})"
+            artifact.name,
+            f"no runner in this installation loads a '{artifact.kind}' artifact (known: {', '.join(kinds())})",
         )
-    runners = factory(artifact, settings)
-    if isinstance(runners, list) and not runners:
-        return NotRunnable(artifact.name, f"no runtime for a {artifact.kind} artifact on this machine")
-    return runners
+    runners: list[Runner] = []
+    reasons: list[str] = []
+    for family in loading:
+        found = family.runners(artifact, settings)
+        if isinstance(found, NotRunnable):
+            reasons.append(found.reason)
+        else:
+            runners += found
+    if not runners:
+        why = "; ".join(reasons) or f"no runtime for a {artifact.kind} artifact on this machine"
+        return NotRunnable(artifact.name, why)
+    return sorted(runners, key=lambda r: (runtime(r.runtime).on_gpu, r.io != "host"))
 
 
 def declined_runtimes(artifact: ArtifactRecord, settings: RunnerSettings) -> dict[str, str]:
     """Runtimes this machine has but does not offer for the artifact, with why (the reports say so)."""
-    if artifact.kind != "onnx":
-        return {}
-    try:
-        from pipeline.runners.onnxruntime_runner import cuda_declined
-
-        reason = cuda_declined(artifact.path, settings)
-    except ImportError:  # no onnxruntime: runners_for says so
-        return {}
-    return {"onnxruntime-cuda": reason} if reason else {}
+    declined: dict[str, str] = {}
+    for family in families():
+        if artifact.kind in family.kinds and family.declined is not None:
+            declined.update(family.declined(artifact, settings))
+    return declined
 
 
 def reference_runners(settings: RunnerSettings, model: Callable[[], LoadedModel]) -> list[Runner]:
@@ -107,20 +113,11 @@ def reference_runners(settings: RunnerSettings, model: Callable[[], LoadedModel]
 def runtime_environment() -> dict[str, object]:
     """Which runtimes this machine offers: validation and benchmark results depend on it, so it belongs in
     their fingerprints (a GPU appearing makes engines runnable and adds CUDA rows)."""
-    import onnxruntime
+    from pipeline.toolchain.trt.flavour import installed_flavours
 
-    from pipeline.trt.flavour import installed_flavours
-
-    gpu = None
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            gpu = torch.cuda.get_device_name(0)
-    except Exception:  # noqa: BLE001 - a broken CUDA setup reads as no GPU
-        gpu = None
+    probe = host.probe()
     return {
-        "gpu": gpu,
-        "onnxruntime_providers": sorted(onnxruntime.get_available_providers()),
+        "gpu": probe.gpu,
+        "onnxruntime_providers": sorted(probe.ort_providers),
         "tensorrt_flavours": installed_flavours(),
     }

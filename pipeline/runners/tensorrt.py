@@ -12,11 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.artifacts import ArtifactRecord
-from pipeline.results import EngineDetails
-from pipeline.runners.base import Feeds, NotRunnable, Runner
-from pipeline.specs import RunnerSettings
-from pipeline.trt.flavour import (
+from pipeline.check.results import EngineDetails
+from pipeline.core.artifacts import ArtifactRecord
+from pipeline.core.runtimes import Runtime
+from pipeline.core.variants import parse
+from pipeline.inputs.specs import RunnerSettings
+from pipeline.runners.base import Family, Feeds, NotRunnable, Runner
+from pipeline.toolchain.trt.flavour import (
     DISPLAY,
     INSTALL,
     RTX_COMPUTE_CAPABILITIES,
@@ -26,7 +28,6 @@ from pipeline.trt.flavour import (
     parse_compute_capability,
     trt_version,
 )
-from pipeline.variants import parse
 
 
 def engine_details(artifact: ArtifactRecord) -> EngineDetails:
@@ -180,3 +181,11 @@ class TensorRTRunner(Runner):
         self._key = None
         if getattr(self, "_torch", None) is not None:
             self._torch.cuda.empty_cache()
+
+
+# An engine's runtime is its flavour, on the GPU only
+RUNTIMES = (
+    Runtime("tensorrt", "cuda", ("host", "device"), package="tensorrt"),
+    Runtime("tensorrt-rtx", "cuda", ("host", "device"), package="tensorrt_rtx_bindings"),
+)
+FAMILY = Family(kinds=("engine",), runtimes=RUNTIMES, runners=runners_for_engine)

@@ -12,22 +12,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.runners.base import Feeds, Runner
+from pipeline.core import host
+from pipeline.core.runtimes import Runtime
+from pipeline.core.variants import REFERENCE
+from pipeline.runners.base import Family, Feeds, Runner
 from pipeline.runners.loaders import ModuleOnDevice, TorchScriptFromPath
-from pipeline.variants import REFERENCE
 
 if TYPE_CHECKING:
     import torch
 
-    from pipeline.artifacts import ArtifactRecord
-    from pipeline.models import LoadedModel
-    from pipeline.specs import RunnerSettings
-
-
-def cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
+    from pipeline.core.artifacts import ArtifactRecord
+    from pipeline.inputs.models import LoadedModel
+    from pipeline.inputs.specs import RunnerSettings
 
 
 class TorchRunner(Runner):
@@ -131,7 +127,7 @@ def _flatten(result: Any) -> list[Any]:
 def _device_variants(threads: int) -> list[tuple[str, str, str, int | None]]:
     """(suffix, device, io, threads): the CPU always; on CUDA both I/O modes (rule 3)."""
     variants: list[tuple[str, str, str, int | None]] = [("cpu", "cpu", "host", threads)]
-    if cuda_available():
+    if host.has_cuda():
         variants += [("cuda", "cuda", "host", None), ("cuda", "cuda", "device", None)]
     return variants
 
@@ -169,3 +165,26 @@ def torchscript_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> l
         )
         for suffix, device, io, threads in _device_variants(settings.threads)
     ]
+
+
+# torch-cpu and torch-cuda also run torch.export programs eagerly (pipeline/runners/pt2.py)
+RUNTIMES = (
+    Runtime("torch-cpu", "cpu", tier=0, package="torch"),
+    Runtime(
+        "torch-cuda",
+        "cuda",
+        ("host", "device"),
+        tier=1,
+        package="torch",
+        # an ExportedProgram run eagerly: the same kernels as a torch.compile mode, with more launch overhead
+        mode_twins=(
+            "torch-compile-cuda",
+            "torch-compile-cuda-max-autotune",
+            "torch-compile-cuda-max-autotune-no-cudagraphs",
+            "torch-compile-cuda-reduce-overhead",
+        ),
+    ),
+    Runtime("torchscript-cpu", "cpu", tier=0, package="torch"),
+    Runtime("torchscript-cuda", "cuda", ("host", "device"), tier=1, package="torch"),
+)
+FAMILY = Family(kinds=("torchscript",), runtimes=RUNTIMES, runners=torchscript_runners)

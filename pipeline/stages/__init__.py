@@ -1,1 +1,1 @@
-"""One module per stage; the plan that orders them is pipeline/plan.py."""
+"""One module per stage; the plan that orders them is pipeline/run/plan.py."""

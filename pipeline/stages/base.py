@@ -2,8 +2,8 @@
 
 A stage's config is built from the recipe in one place (its module's `from_recipe`), and `run(ctx, config,
 inputs)` never sees the recipe: what a stage reads is its config, and its fingerprint is that config's JSON
-(pipeline/executor.py), so what a stage reads and what invalidates it cannot drift apart. The run context
-holds no recipe either: the model and the data are loaded from the slices a config names (pipeline/specs.py).
+(pipeline/run/executor.py), so what a stage reads and what invalidates it cannot drift apart. The run context
+holds no recipe either: the model and the data are loaded from the slices a config names (pipeline/inputs/specs.py).
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.artifacts import ArtifactRecord
+from pipeline.core.artifacts import ArtifactRecord
 
 if TYPE_CHECKING:
-    from pipeline.data import Dataset
-    from pipeline.models import LoadedModel
-    from pipeline.specs import DataSpec, ModelSpec
+    from pipeline.inputs.data import Dataset
+    from pipeline.inputs.models import LoadedModel
+    from pipeline.inputs.specs import DataSpec, ModelSpec
 
 
 class StageConfig(BaseModel):
@@ -63,6 +63,8 @@ class Release:
     recipe_path: Path  # the recipe file as given
     overrides: tuple[str, ...]
     previous: Path | None  # the latest version: what the report's "changes since" compares with
+    folder: Path  # where the version will appear once published
+    started_in: Path  # the working directory the deploy was started from (reproduce.sh runs from there)
 
 
 @dataclass
@@ -77,13 +79,13 @@ class RunContext:
     release: Release | None = None
     _loaded: dict[str, Any] = field(default_factory=dict)
     # set when the run stops early (a user error, a critical failure, Ctrl-C): a background stage's child
-    # process is killed then, before the deploy removes or leaves its work folder (pipeline.children.run_job)
+    # process is killed then, before the deploy removes or leaves its work folder (pipeline.core.children.run_job)
     cancel: threading.Event = field(default_factory=threading.Event)
 
     def model(self, spec: ModelSpec) -> LoadedModel:
         key = "model:" + spec.model_dump_json()
         if key not in self._loaded:
-            from pipeline.models import load_model
+            from pipeline.inputs.models import load_model
 
             self._loaded[key] = load_model(spec)
         return self._loaded[key]
@@ -91,7 +93,7 @@ class RunContext:
     def dataset(self, spec: DataSpec) -> Dataset:
         key = "data:" + spec.model_dump_json()
         if key not in self._loaded:
-            from pipeline.data import Dataset
+            from pipeline.inputs.data import Dataset
 
             model = self.model(spec.model) if spec.model is not None else None
             tokenizer, config = (model.tokenizer, model.config) if model is not None else (None, None)
@@ -108,6 +110,17 @@ RunFunction = Callable[[RunContext, Any, dict[str, ArtifactRecord]], StageResult
 RUN_STAGES = "run:stages"  # a consumable name: the run record so far, handed on in memory by the executor
 
 
+FRONT = "front"  # runs in the deploy's own thread, in plan order
+ALONE = "alone"  # in front, once every background stage has finished: it times its own work
+BACKGROUND = "background"  # in a worker thread while the stages after it go on
+LANE = "lane:"  # + a name: in that lane's worker process
+
+
+def on_lane(name: str) -> str:
+    """The placement of a stage on the named lane."""
+    return LANE + name
+
+
 @dataclass(frozen=True)
 class Stage:
     """One node of the plan.
@@ -118,15 +131,18 @@ class Stage:
     volatile: results are measurements (benchmark), re-made on --rebench; final: runs in every new version
     (sign-off: its files name the version), though `plan` judges it fresh or stale like any other.
 
-    background: the stage runs in a worker thread while the stages after it go on (its heavy work must run in a
-    child process: nothing process-wide may change under the stages in front); a stage that consumes what it
-    produces waits for it first, unless it `takes_late` those inputs: it then starts at once and gets a `Late`
-    for each, which it resolves (waits for) when it comes to it (validate checks the others meanwhile).
-    quiet: the stage waits for every background stage before it runs, since it times its own work (TensorRT
-    times its tactics on the GPU: a compile beside it would skew which tactic wins).
-    lane: a background stage on a lane runs in that lane's worker process (pipeline/lane_worker.py), one stage
-    at a time, in plan order as their inputs arrive; one whose inputs its lane is still making waits for them
-    in its own job instead of in front (the plan puts the ONNX builds on a lane on a GPU host, pipeline/plan.py).
+    placement, where and when it runs:
+    - FRONT: in the deploy's thread, in plan order.
+    - ALONE: in front, after every background stage has finished, since it times its own work (the benchmark;
+      TensorRT times its tactics on the GPU: a compile beside it would skew which tactic wins).
+    - BACKGROUND: in a worker thread while the stages after it go on (its heavy work must run in a child
+      process: nothing process-wide may change under the stages in front).
+    - on_lane(name): in that lane's worker process (pipeline/run/lane_worker.py), one stage at a time, in plan
+      order as their inputs arrive; one whose inputs its lane is still making waits for them in its own job
+      instead of in front (the plan puts the ONNX builds on a lane on a GPU host, pipeline/run/plan.py).
+    A stage that consumes what a background or lane stage produces waits for it first, unless it `takes_late`
+    those inputs: it then starts at once and gets a `Late` for each, which it resolves (waits for) when it
+    comes to it (validate checks the others meanwhile).
     """
 
     name: str
@@ -140,10 +156,22 @@ class Stage:
     critical: bool = False
     volatile: bool = False
     final: bool = False
-    background: bool = False
+    placement: str = FRONT
     takes_late: bool = False
-    quiet: bool = False
-    lane: str | None = None
+
+    @property
+    def background(self) -> bool:
+        """Whether it runs beside the stages after it (in a worker thread or on a lane)."""
+        return self.placement == BACKGROUND or self.lane is not None
+
+    @property
+    def lane(self) -> str | None:
+        """The lane it runs on, if any."""
+        return self.placement.removeprefix(LANE) if self.placement.startswith(LANE) else None
+
+    @property
+    def alone(self) -> bool:
+        return self.placement == ALONE
 
 
 @dataclass

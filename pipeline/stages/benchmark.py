@@ -19,7 +19,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline.artifacts import ArtifactRecord
 from pipeline.bench import hosts
 from pipeline.bench.device import MemoryProbe, throughput
 from pipeline.bench.environment import capture_environment
@@ -27,22 +26,26 @@ from pipeline.bench.rows import failure, flags, one_line, speed_row
 from pipeline.bench.shapes import BenchShape, benchmark_shapes
 from pipeline.bench.timer import Timer, on_gpu, timer_for
 from pipeline.bench.windows import Measurement, WindowPolicy, measure_interleaved, measure_more
-from pipeline.heap import frozen_heap
-from pipeline.packages import package_version
+from pipeline.check.results import REPORTS, SpeedReport
+from pipeline.check.speed import maximized
+from pipeline.core import host
+from pipeline.core.artifacts import ArtifactRecord
+from pipeline.core.files import write_report
+from pipeline.core.heap import frozen_heap
+from pipeline.core.packages import package_version
+from pipeline.core.variants import REFERENCE
+from pipeline.decide.selection import SelectionPolicy, choose, tied
+from pipeline.decide.selection import candidates as ranked
+from pipeline.inputs.specs import DataSpec, ModelSpec, RunnerSettings
 from pipeline.recipe import BenchmarkConfig, Recipe
-from pipeline.results import REPORTS, SpeedReport, write_report
 from pipeline.runners.base import NotRunnable, Runner
 from pipeline.runners.compiled import release_all
 from pipeline.runners.registry import reference_runners, runners_for, runtime_environment
-from pipeline.selection import SelectionPolicy, choose, tied
-from pipeline.selection import candidates as ranked
-from pipeline.specs import DataSpec, ModelSpec, RunnerSettings
-from pipeline.speed import maximized
-from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
-from pipeline.variants import REFERENCE
+from pipeline.stages.base import ALONE, Output, RunContext, Stage, StageConfig, StageResult
 
 SCHEMA_VERSION = 1
 REPORT = REPORTS["report:speed"]
+NAME = "benchmark"
 ACCURACY = "report:accuracy"  # read to know which candidate would win (an unstable one is measured again)
 
 
@@ -89,17 +92,8 @@ class Candidate:
 
 def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     return Stage(
-        name="benchmark",
-        version=11,  # 4: whole-window intervals, slow calls sized to stabilize, unstable winner re-measured,
-        # runtimes chosen per host, GPU rows with peak memory and throughput; 5: GPU host rows without faster
-        # twins and with host I/O at the smallest and objective batch, GPU and CPU candidates interleaved apart,
-        # torch.compile with dynamic shapes; 6: the plain AOTInductor package's device-I/O rows left to its
-        # CUDA graph, a prepared graph call is the bare replay; 7: throughput in segments with an interval,
-        # for every row under a throughput objective; 8: torch.compile modules kept from validation (memory
-        # adds their resident weights), padding-aware groups ordered on the device; 9: no CUDA provider for a
-        # graph it lacks kernels for (listed under not_timed), CUDA-graph sessions with the weights apart;
-        # 10: throughput segments of a fixed number of requests, sized from the row's median call
-        # 11: plain and Q/DQ ONNX graphs leave their CUDA-provider rows (both I/O modes) to faster twins
+        name=NAME,
+        version=12,  # what each version changed: CHANGELOG.md, "Stage versions"
         config=BenchmarkStageConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=run,
         environment=_environment,
@@ -107,7 +101,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
         produces=("report:speed",),
         critical=True,
         volatile=True,
-        quiet=True,  # it times: no background stage (the AOTInductor compile) may run beside it
+        placement=ALONE,  # it times: no background stage (the AOTInductor compile) may run beside it
     )
 
 
@@ -123,7 +117,7 @@ def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, Artifac
     policy = WindowPolicy.from_config(config.benchmark)
     artifacts = {name: record for name, record in inputs.items() if not name.startswith("report:")}
     candidates, not_run = _candidates(ctx, config, artifacts)
-    gpu_host = hosts.has_cuda()
+    gpu_host = host.has_cuda()
     not_run += hosts.skipped_gpu_variants(config.gpu_only, gpu_host)
     shapes = benchmark_shapes(config.benchmark, config.data.dims, _token_lengths(ctx, config))
     try:
@@ -144,7 +138,7 @@ def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, Artifac
                     dict.fromkeys((c.runner.artifact, c.runner.runtime) for c in candidates),
                     gpu_host,
                 )
-                + _declined(artifacts, config.runners),
+                + _declined(artifacts, config.runners, config.timing),
             },
         },
         "results": results,
@@ -172,7 +166,7 @@ def _measure_all(
     policy: WindowPolicy,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every shape's rows and failures, the would-be winner confirmed."""
-    gpu_host = hosts.has_cuda()
+    gpu_host = host.has_cuda()
     results: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
     measured: dict[BenchShape, dict[Key, Measurement]] = {}
@@ -238,14 +232,18 @@ def confirm_winner(
     ]
 
 
-def _declined(artifacts: dict[str, ArtifactRecord], settings: RunnerSettings) -> list[dict[str, str]]:
-    """The runtimes this host has but does not offer for an artifact (registry.declined_runtimes)."""
+def _declined(
+    artifacts: dict[str, ArtifactRecord], settings: RunnerSettings, timing: hosts.HostTiming
+) -> list[dict[str, str]]:
+    """The runtimes this host has but does not offer for an artifact (registry.declined_runtimes), except
+    opt-in runtimes the recipe does not ask for."""
     from pipeline.runners.registry import declined_runtimes
 
     return [
         {"artifact": name, "runtime": runtime, "io": "any", "reason": reason}
         for name, record in artifacts.items()
         for runtime, reason in declined_runtimes(record, settings).items()
+        if not hosts.opted_out(timing, runtime)
     ]
 
 
@@ -293,7 +291,7 @@ def _measure_shape(
         )
         try:
             started = time.perf_counter()
-            probe = MemoryProbe() if on_gpu(c.runner) and hosts.has_cuda() else None
+            probe = MemoryProbe() if on_gpu(c.runner) and host.has_cuda() else None
             c.runner.activate()
             c.runner.prepare(feeds)
             if probe is not None:
@@ -400,7 +398,6 @@ def _conditions(
         "shapes": [{"batch": s.batch, "sequence_length": s.sequence} for s in shapes],
         "sequence_lengths": config.benchmark.sequence_lengths,
         "reference": REFERENCE if config.benchmark.include_reference else None,
-        "cuda_graphs": False,
         "onnxruntime_thread_spinning": False,
         "onnxruntime_cuda_tf32": False,
         "tf32": {k: torch_info[k] for k in ("tf32_matmul", "tf32_cudnn") if k in torch_info} or None,

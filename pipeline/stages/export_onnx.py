@@ -11,16 +11,16 @@ from pathlib import Path
 import onnx
 import torch
 
-from pipeline.artifacts import ArtifactRecord
-from pipeline.data import Dataset
-from pipeline.models import positional
-from pipeline.onnx_tools import captured, drop_initializer_value_info
-from pipeline.packages import package_version
+from pipeline.core.artifacts import ArtifactRecord
+from pipeline.core.packages import package_version
+from pipeline.core.variants import Variant, parse
+from pipeline.decide.verdict import WEIGHTS
+from pipeline.inputs.data import Dataset
+from pipeline.inputs.models import positional
+from pipeline.inputs.specs import DataSpec, ModelSpec
 from pipeline.recipe import InputSpec, OnnxExport, Recipe
-from pipeline.specs import DataSpec, ModelSpec
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
-from pipeline.variants import Variant, parse
-from pipeline.verdict import WEIGHTS
+from pipeline.toolchain.onnx_tools import captured, drop_initializer_value_info
 
 _DROPPED_NODE_METADATA = ("pkg.torch.onnx.stack_trace",)
 FILE = parse("onnx-fp32").file
@@ -157,7 +157,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="export_onnx",
-            version=3,  # 2: the weights digest (details.weights); 3: no value_info restating initializers
+            version=3,  # CHANGELOG.md, "Stage versions"
             config=OnnxExportConfig.from_recipe(recipe, recipe_dir),
             run=_run,
             environment=lambda: {

@@ -22,17 +22,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from pipeline.artifacts import ArtifactRecord
-from pipeline.children import run_job
-from pipeline.models import positional
-from pipeline.onnx_tools import captured
-from pipeline.packages import package_version
+from pipeline.core import host
+from pipeline.core.artifacts import ArtifactRecord
+from pipeline.core.children import run_job
+from pipeline.core.packages import package_version
+from pipeline.core.variants import Variant, parse
+from pipeline.decide.verdict import WEIGHTS
+from pipeline.inputs.models import positional
+from pipeline.inputs.specs import DataSpec, ModelSpec
 from pipeline.recipe import Recipe
-from pipeline.runners.loaders import no_cpu_isa_probe
-from pipeline.specs import DataSpec, ModelSpec
-from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
-from pipeline.variants import Variant, parse
-from pipeline.verdict import WEIGHTS
+from pipeline.stages.base import BACKGROUND, Output, RunContext, Stage, StageConfig, StageResult
+from pipeline.toolchain.aoti import device_info
+from pipeline.toolchain.onnx_tools import captured
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -110,7 +111,7 @@ def use_sdpa(module: nn.Module) -> bool:
 def target_device(choice: str) -> str:
     """Where the AOTInductor package is compiled for: the recipe's choice, auto = cuda where present."""
     if choice == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        return "cuda" if host.has_cuda() else "cpu"
     return choice
 
 
@@ -152,8 +153,8 @@ def export_program(
 def _fused(
     program: torch.export.ExportedProgram, example: tuple[torch.Tensor, ...], dynamic: tuple
 ) -> tuple[torch.export.ExportedProgram, int]:
-    """The program with projections on one input fused (pipeline/stages/fuse_projections.py), re-exported."""
-    from pipeline.stages.fuse_projections import fuse_linear_groups
+    """The program with projections on one input fused (pipeline/toolchain/fuse_projections.py), re-exported."""
+    from pipeline.toolchain.fuse_projections import fuse_linear_groups
 
     module = program.module()
     count = fuse_linear_groups(module)
@@ -182,37 +183,11 @@ def _export(ctx: RunContext, config: ExportConfig, inputs: dict[str, ArtifactRec
     )
 
 
-def compile_aoti(
-    source: Path, target: Path, device: str, max_autotune: bool
-) -> tuple[str, float, dict[str, Any]]:
-    """AOTInductor package of an ExportedProgram for `device`; returns its path, compile seconds, device info."""
-    from torch.export.passes import move_to_device_pass
-
-    program = torch.export.load(str(source))
-    if device != "cpu":
-        program = move_to_device_pass(program, torch.device(device, 0) if device == "cuda" else device)
-    torch._dynamo.utils.compilation_time_metrics.clear()  # the log's phase times: this compile's, not the process's
-    started = time.perf_counter()
-    with no_cpu_isa_probe(device):  # not within inductor_configs: the probe also runs outside that patch
-        path = torch._inductor.aoti_compile_and_package(
-            program, package_path=str(target), inductor_configs={"max_autotune": max_autotune}
-        )
-    print(torch._dynamo.utils.compile_times(repr="str", aggregate=True))  # where the seconds went (the log)
-    return str(path), time.perf_counter() - started, device_info(device)
-
-
-def device_info(device: str) -> dict[str, Any]:
-    if device == "cpu":
-        return {"device": "cpu"}
-    major, minor = torch.cuda.get_device_capability(0)
-    return {"device": "cuda", "gpu": torch.cuda.get_device_name(0), "compute_capability": f"{major}.{minor}"}
-
-
 def _aoti(ctx: RunContext, config: AotiConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
-    """Compile in a child process (pipeline.aoti_build): the stage runs in the background of the deploy."""
+    """Compile in a child process (pipeline.toolchain.aoti_child): the stage runs in the background of the deploy."""
     precision = config.precision
     device = target_device(config.device)
-    if device == "cuda" and not torch.cuda.is_available():
+    if device == "cuda" and not host.has_cuda():
         raise RuntimeError("export.pt2.device is cuda, but this host has no CUDA GPU")
     ctx.report(f"aoti {precision}: compiling with AOTInductor for {device}")
     file, log = aoti_file(precision), f"logs/aoti_{precision}.log"
@@ -225,7 +200,7 @@ def _aoti(ctx: RunContext, config: AotiConfig, inputs: dict[str, ArtifactRecord]
             "result": str(Path(tmp) / "result.json"),
         }
         outcome = run_job(
-            "pipeline.aoti_build",
+            "pipeline.toolchain.aoti_child",
             job,
             Path(tmp),
             config.compile_timeout_s,
@@ -259,7 +234,7 @@ def _own_lines(report: Callable[[str], None]) -> Callable[[str], None]:
 def _aoti_environment(choice: str) -> Callable[[], dict[str, Any]]:
     def environment() -> dict[str, Any]:
         device = target_device(choice)
-        info = device_info(device) if device == "cpu" or torch.cuda.is_available() else {"device": device}
+        info = device_info(device) if device == "cpu" or host.has_cuda() else {"device": device}
         return {"torch": torch.__version__, "triton": package_version("triton"), **info}
 
     return environment
@@ -273,7 +248,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
             out.append(
                 Stage(
                     name=f"export_pt2_{precision}",
-                    version=2,  # 2: the weights digest of the exported model (details.weights)
+                    version=2,  # CHANGELOG.md, "Stage versions"
                     config=ExportConfig.from_recipe(recipe, recipe_dir, precision),
                     run=_export,
                     environment=lambda: {
@@ -287,13 +262,13 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
             out.append(
                 Stage(
                     name=f"aoti_{precision}",
-                    version=2,  # 2: a GPU package's wrapper is built without the CPU vector-ISA probe
+                    version=2,  # CHANGELOG.md, "Stage versions"
                     config=AotiConfig.from_recipe(recipe, precision),
                     run=_aoti,
                     environment=_aoti_environment(recipe.export.pt2.device),
                     consumes=(f"exported-{precision}",),
                     produces=(f"aoti-{precision}",),
-                    background=True,  # half a minute or more of compiling in a child: validate goes on meanwhile
+                    placement=BACKGROUND,  # half a minute or more of compiling in a child: validate goes on meanwhile
                 )
             )
     return out

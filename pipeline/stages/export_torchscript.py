@@ -22,17 +22,18 @@ from pathlib import Path
 
 import torch
 
-from pipeline.artifacts import ArtifactRecord
-from pipeline.data import Dataset
-from pipeline.errors import StageError
-from pipeline.models import positional
-from pipeline.packages import package_version
+from pipeline.core import host
+from pipeline.core.artifacts import ArtifactRecord
+from pipeline.core.errors import StageError
+from pipeline.core.files import write_bytes_atomic
+from pipeline.core.packages import package_version
+from pipeline.core.variants import Variant, parse
+from pipeline.decide.verdict import SHAPE_DEPENDENT, WEIGHTS
+from pipeline.inputs.data import Dataset
+from pipeline.inputs.models import positional
+from pipeline.inputs.specs import DataSpec, ModelSpec
 from pipeline.recipe import Recipe, TorchScriptExport
-from pipeline.specs import DataSpec, ModelSpec
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
-from pipeline.store import write_bytes_atomic
-from pipeline.variants import Variant, parse
-from pipeline.verdict import SHAPE_DEPENDENT, WEIGHTS
 
 FILE = parse("torchscript-fp32").file
 CUDA_FILE = "model.cuda.ts"  # the same module traced on the GPU (its devices baked in)
@@ -113,7 +114,7 @@ def _run(ctx: RunContext, config: TorchScriptConfig, inputs: dict[str, ArtifactR
     details[WEIGHTS] = model.weights_digest()
     _save(traced, ctx.path(FILE))
     outputs = [Output(FILE, "torchscript", "torchscript-fp32", "fp32", details)]
-    if torch.cuda.is_available():
+    if host.has_cuda():
         module = copy.deepcopy(model.module).to("cuda")
         traced_cuda, cuda_details = _trace(ctx, config, dataset, module, "cuda")
         _save(traced_cuda, ctx.path(CUDA_FILE))
@@ -181,13 +182,13 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="export_torchscript",
-            version=2,  # 2: the check's tolerance scales with the output and the device
+            version=2,  # CHANGELOG.md, "Stage versions"
             config=TorchScriptConfig.from_recipe(recipe, recipe_dir),
             run=_run,
             environment=lambda: {
                 "torch": torch.__version__,
                 "transformers": package_version("transformers"),
-                "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+                "cuda": host.gpu_name(),
             },
             produces=("torchscript-fp32",),
         )

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import onnx
 
-from pipeline import onnx_tools
-from pipeline.artifacts import ArtifactRecord
-from pipeline.errors import StageError
+from pipeline.core.artifacts import ArtifactRecord
+from pipeline.core.errors import StageError
+from pipeline.core.variants import Variant, parse
 from pipeline.recipe import Fp16Export, Recipe
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
-from pipeline.variants import Variant, parse
+from pipeline.toolchain import onnx_tools
 
 FILE = parse("onnx-fp16").file
 

@@ -17,16 +17,16 @@ from typing import Any
 
 import onnx
 
-from pipeline import onnx_tools
-from pipeline.artifacts import ArtifactRecord
-from pipeline.data import Dataset, Feeds
-from pipeline.errors import StageError
-from pipeline.graph_check import GraphRejected, check_graph
+from pipeline.check.graph_check import GraphRejected, check_graph
+from pipeline.core.artifacts import ArtifactRecord
+from pipeline.core.errors import StageError
+from pipeline.core.variants import Variant, parse
+from pipeline.decide.verdict import STAGE_WARNINGS
+from pipeline.inputs.data import Dataset, Feeds
+from pipeline.inputs.specs import DataSpec
 from pipeline.recipe import Int8Export, Recipe
-from pipeline.specs import DataSpec
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
-from pipeline.variants import Variant, parse
-from pipeline.verdict import STAGE_WARNINGS
+from pipeline.toolchain import onnx_tools
 
 FILE = parse("onnx-int8").file
 LOG = "logs/int8.log"
@@ -233,7 +233,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="int8",
-            version=2,  # 2: a skipped shape-inference pre-pass is a warning (details.warnings)
+            version=2,  # CHANGELOG.md, "Stage versions"
             config=Int8Config.from_recipe(recipe, recipe_dir),
             run=_run,
             environment=onnx_tools.onnx_environment,

@@ -12,13 +12,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipeline import onnx_tools
-from pipeline.artifacts import ArtifactRecord
-from pipeline.errors import StageError
-from pipeline.graph_check import GraphRejected, check_graph
+from pipeline.check.graph_check import GraphRejected, check_graph
+from pipeline.core.artifacts import ArtifactRecord
+from pipeline.core.errors import StageError
+from pipeline.core.variants import Variant, parse
 from pipeline.recipe import Recipe
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
-from pipeline.variants import Variant, parse
+from pipeline.toolchain import onnx_tools
 
 FILE = parse("onnx-int8-dynamic").file
 LOG = "logs/int8_dynamic.log"
@@ -91,7 +91,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="int8_dynamic",
-            version=2,  # 2: unsigned weights
+            version=2,  # CHANGELOG.md, "Stage versions"
             config=Int8DynamicConfig(settings=SETTINGS),
             run=_run,
             environment=onnx_tools.onnx_environment,

@@ -1,6 +1,6 @@
 """ONNX Runtime-optimized graphs in FP32 and FP16: fused contrib ops (Attention, SkipLayerNormalization, BiasGelu).
 
-Each fused graph is checked before it is kept (pipeline/graph_check.py: the ONNX checker, an ONNX Runtime
+Each fused graph is checked before it is kept (pipeline/check/graph_check.py: the ONNX checker, an ONNX Runtime
 load, and a run beside the FP32 graph on sample feeds). The fusions are written for the models their authors
 tested; on another one a graph that fails its checks is replaced by the next safer option, and the record
 says why: the recipe's fusions, then the transformers optimizer alone, then ONNX Runtime's own graph
@@ -22,15 +22,15 @@ from typing import Any
 
 import onnx
 
-from pipeline import onnx_tools
-from pipeline.artifacts import ArtifactRecord
-from pipeline.errors import StageError
-from pipeline.graph_check import Feeds, check_graph
+from pipeline.check.graph_check import Feeds, check_graph
+from pipeline.core.artifacts import ArtifactRecord
+from pipeline.core.errors import StageError
+from pipeline.core.variants import Variant, parse
+from pipeline.decide.verdict import STAGE_WARNINGS
+from pipeline.inputs.specs import DataSpec, ModelSpec
 from pipeline.recipe import Fp16Export, OptimizeExport, Recipe
-from pipeline.specs import DataSpec, ModelSpec
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
-from pipeline.variants import Variant, parse
-from pipeline.verdict import STAGE_WARNINGS
+from pipeline.toolchain import onnx_tools
 
 CHECK_BATCH = 2  # the sample batch each fused graph is run on beside the FP32 graph
 
@@ -242,7 +242,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name=f"optimize_onnx_{variant.precision}",
-            version=3,  # 2: onnxscript fusions first; 3: checked, with fallbacks
+            version=3,  # CHANGELOG.md, "Stage versions"
             config=OptimizeConfig.from_recipe(recipe, recipe_dir, variant),
             run=_run,
             environment=onnx_tools.onnx_environment,

@@ -1,16 +1,16 @@
-"""The select stage: the winner by the recipe's objective (pipeline/selection.py), written to
+"""The select stage: the winner by the recipe's objective (pipeline/decide/selection.py), written to
 reports/selection.json with the reasons nothing could be chosen, if none could."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.artifacts import ArtifactRecord
+from pipeline.check.results import REPORTS, Selection
+from pipeline.core.artifacts import ArtifactRecord
+from pipeline.core.files import write_json_atomic
+from pipeline.decide.selection import SelectionPolicy, choose, selection_problems
 from pipeline.recipe import Recipe
-from pipeline.results import REPORTS, Selection
-from pipeline.selection import SelectionPolicy, choose, selection_problems
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
-from pipeline.store import write_json_atomic
 
 REPORT = REPORTS["report:selection"]
 
@@ -42,7 +42,7 @@ def _run(ctx: RunContext, config: SelectConfig, inputs: dict[str, ArtifactRecord
 def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     return Stage(
         name="select",
-        version=2,  # 2: per-runtime accuracy, the objective metric's own interval, the simplest of the tied
+        version=2,  # CHANGELOG.md, "Stage versions"
         config=SelectConfig.from_recipe(recipe),
         run=_run,
         consumes=("report:accuracy", "report:speed"),

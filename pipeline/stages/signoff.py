@@ -1,6 +1,6 @@
 """The sign-off stage, the last of the plan: the verdict from what ran, the human reports, winner.json (when
 signed off), the resolved recipe, reproduce.sh and the Triton repository. It hands the verdict and the
-report's header on in memory; the deploy writes manifest.json from them, last of all (pipeline/manifest.py)."""
+report's header on in memory; the deploy writes manifest.json from them, last of all (pipeline/release/manifest.py)."""
 
 from __future__ import annotations
 
@@ -8,22 +8,24 @@ import os
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from pipeline.artifacts import ArtifactRecord
+from pipeline.check.results import REPORTS, AccuracyReport, Selection, SpeedReport
+from pipeline.core.artifacts import ArtifactRecord
+from pipeline.core.files import write_json_atomic, write_text_atomic
+from pipeline.core.variants import FORMATS
+from pipeline.decide.verdict import SignOff, Verdict, decide, shape_warnings, stage_warnings, variant_failures
+from pipeline.inputs.specs import resolved_variant
 from pipeline.recipe import Recipe
-from pipeline.results import REPORTS, AccuracyReport, Selection, SpeedReport, Winner
-from pipeline.run_record import StageRecord
-from pipeline.specs import resolved_variant
+from pipeline.release.store import read_json, verify_folder
+from pipeline.release.triton import ServingSpec, write_model_repository
+from pipeline.stages import benchmark
 from pipeline.stages.base import RUN_STAGES, Output, Release, RunContext, Stage, StageConfig, StageResult
-from pipeline.store import read_json, verify_folder, write_json_atomic, write_text_atomic
-from pipeline.triton import ServingSpec, write_model_repository
-from pipeline.variants import FORMATS
-from pipeline.verdict import Verdict, decide, shape_warnings, stage_warnings, variant_failures
+from pipeline.stages.record import StageRecord
 
 VERSION = 1
 VERDICT = "signoff"  # the name the verdict is handed on by
@@ -43,21 +45,6 @@ class SignoffConfig(StageConfig):
             allow_failed=recipe.variants.allow_failed,
             serving=ServingSpec.from_recipe(recipe),
         )
-
-
-@dataclass(frozen=True)
-class SignOff:
-    """What sign-off hands the deploy: the verdict, and the facts the report and the manifest share."""
-
-    verdict: Verdict
-    header: dict[str, Any]  # name, version, created, the outcome, git, environment, artifacts
-    winner: Winner | None  # winner.json (None when not signed off)
-
-    def outcome(self) -> dict[str, Any]:
-        return {key: self.header[key] for key in OUTCOME}
-
-
-OUTCOME = ("signed_off", "signoff_reasons", "headline", "provisional", "requested", "failed", "warnings")
 
 
 def artifacts(records: list[StageRecord]) -> list[dict[str, Any]]:
@@ -106,7 +93,7 @@ def reproduce_script(release: Release, final: Path) -> str:
     recipe and overrides as given, into the store that holds this version (wherever that now lies). It
     records what the deploy ran with besides the recipe: the interpreter, the working directory and the
     PYTHONPATH (an entrypoint model's module may be importable only through them)."""
-    cwd = Path.cwd().resolve()
+    cwd = release.started_in
     repo = os.path.relpath(cwd, final.resolve())
     recipe = (cwd / release.recipe_path).resolve()  # an absolute path stays absolute
     if recipe.is_relative_to(cwd):  # a recipe outside the checkout stays where it is
@@ -153,7 +140,7 @@ def _previous(folder: Path | None) -> dict[str, Any] | None:
 
 def _run(ctx: RunContext, config: SignoffConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
     from pipeline.bench.environment import capture_environment
-    from pipeline.provenance import git_dirty, git_revision
+    from pipeline.release.provenance import git_dirty, git_revision
     from pipeline.report import write_signoff as render
 
     release = ctx.release
@@ -182,12 +169,12 @@ def _run(ctx: RunContext, config: SignoffConfig, inputs: dict[str, ArtifactRecor
         "environment": capture_environment(),
         "artifacts": artifacts(records),
         "benchmark_reused_from": next(
-            (r.reused_from for r in records if r.name == "benchmark" and r.status == "reused"), None
+            (r.reused_from for r in records if r.name == benchmark.NAME and r.status == "reused"), None
         ),
     }
     write_text_atomic(workdir / "recipe.yaml", yaml.safe_dump(release.recipe, sort_keys=False))
     script = workdir / "reproduce.sh"
-    write_text_atomic(script, reproduce_script(release, workdir.parent.parent / release.version))
+    write_text_atomic(script, reproduce_script(release, release.folder))
     script.chmod(0o755)
     empty_speed = {"schema_version": 1, "results": [], "not_run": []}
     write_model_repository(workdir, config.serving, winner, header["artifacts"], speed or empty_speed)

@@ -1,5 +1,5 @@
 """TensorRT engine stages: one per engine variant, each building `model.<flavour>.<precision>.engine` from the
-ONNX of that precision in a child process (pipeline.trt.build).
+ONNX of that precision in a child process (pipeline.toolchain.trt.build).
 
 Variant names: `engine-<p>` uses export.tensorrt.flavour (auto: tensorrt if installed, else tensorrt-rtx);
 `tensorrt-<p>` and `tensorrt-rtx-<p>` name their flavour. Precision lives in the ONNX graph (strongly typed
@@ -13,13 +13,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipeline.artifacts import ArtifactRecord
-from pipeline.children import run_job
-from pipeline.errors import StageError
+from pipeline.check.results import EngineDetails
+from pipeline.core.artifacts import ArtifactRecord
+from pipeline.core.children import run_job
+from pipeline.core.errors import StageError
+from pipeline.core.variants import Variant, parse
 from pipeline.recipe import Recipe, corner_shape
-from pipeline.results import EngineDetails
-from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
-from pipeline.trt.flavour import (
+from pipeline.stages.base import ALONE, Output, RunContext, Stage, StageConfig, StageResult
+from pipeline.toolchain.trt.flavour import (
     DISPLAY,
     INSTALL,
     RTX_COMPUTE_CAPABILITIES,
@@ -28,7 +29,6 @@ from pipeline.trt.flavour import (
     resolve_flavour,
     trt_version,
 )
-from pipeline.variants import Variant, parse
 
 VERSION = 1
 NO_BUILDER = "no TensorRT builder installed (pip install 'deploy-pipeline[tensorrt-rtx]' or '[tensorrt]')"
@@ -143,7 +143,7 @@ def _engine_stage(recipe: Recipe, variant: Variant) -> Stage:
         environment=lambda: builder_environment(config.flavour),
         consumes=(config.source,),
         produces=(variant.name,),
-        quiet=True,  # it times tactics: no background compile beside it
+        placement=ALONE,  # it times tactics: no background compile beside it
     )
 
 
@@ -222,9 +222,9 @@ def build_engine(ctx: RunContext, onnx: ArtifactRecord, config: EngineConfig) ->
 
 
 def run_builder(job: dict[str, Any], tmp: Path, timeout_s: float, report: Any = print) -> dict[str, Any]:
-    """Run `python -m pipeline.trt.build` on the job (pipeline.children.run_job), keep its output in the build
+    """Run `python -m pipeline.toolchain.trt.build` on the job (pipeline.core.children.run_job), keep its output in the build
     log, and return its JSON result (a synthesized failure when it died without writing one)."""
-    outcome = run_job("pipeline.trt.build", job, tmp, timeout_s, report)
+    outcome = run_job("pipeline.toolchain.trt.build", job, tmp, timeout_s, report)
     _append_output(Path(job["log"]), outcome.lines)
     result = outcome.result
     if result is None:

@@ -2,7 +2,7 @@
 held-out validation split, all driven through Polygraphy's Comparator so that every runtime sees the same feeds.
 
 The reference runs once; its outputs are kept and every artifact is compared against them output by output
-with the metrics and tolerances of pipeline.accuracy. An artifact with no runtime here goes to not_run; one
+with the metrics and tolerances of pipeline.check.accuracy. An artifact with no runtime here goes to not_run; one
 whose runtime raises fails with the error as its reason (the stage itself goes on)."""
 
 from __future__ import annotations
@@ -15,21 +15,23 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.accuracy import ArtifactAccuracy, evaluate
-from pipeline.artifacts import ArtifactRecord
 from pipeline.bench import hosts
-from pipeline.data import Dataset
-from pipeline.heap import frozen_heap
-from pipeline.packages import package_version
+from pipeline.check.accuracy import ArtifactAccuracy, evaluate
+from pipeline.check.results import REPORTS, AccuracyReport, artifact_entry
+from pipeline.core import host
+from pipeline.core.artifacts import ArtifactRecord
+from pipeline.core.files import write_report
+from pipeline.core.heap import frozen_heap
+from pipeline.core.packages import package_version
+from pipeline.core.variants import REFERENCE
+from pipeline.decide.verdict import WEIGHTS
+from pipeline.inputs.data import Dataset
+from pipeline.inputs.specs import DataSpec, ModelSpec, RunnerSettings
 from pipeline.recipe import DimRange, Recipe, Tolerance, ValidationConfig
-from pipeline.results import REPORTS, AccuracyReport, artifact_entry, write_report
 from pipeline.runners.base import Feeds, NotRunnable, Runner
 from pipeline.runners.polygraphy_adapter import PolygraphyRunner, polygraphy_verdict
 from pipeline.runners.registry import runtime_environment
-from pipeline.specs import DataSpec, ModelSpec, RunnerSettings
 from pipeline.stages.base import Late, Output, RunContext, Stage, StageConfig, StageResult
-from pipeline.variants import REFERENCE
-from pipeline.verdict import WEIGHTS
 
 REPORT = REPORTS["report:accuracy"]
 ERROR_CHARS = 400
@@ -211,7 +213,7 @@ def validate_artifact(
         return found
     if not found:
         return NotRunnable(record.name, "no runner for this artifact kind")
-    gpu_host = hosts.has_cuda()
+    gpu_host = host.has_cuda()
     pairs = peers | {(record.name, r.runtime) for r in found}
     timed = [
         r for r in found if hosts.timed_anywhere(config.timing, record.name, r.runtime, gpu_host, r.io, pairs)
@@ -221,7 +223,11 @@ def validate_artifact(
             [r for r in found if hosts.left_for_twin(config.timing, record.name, r.runtime, gpu_host, pairs)]
         )[:1]
     if not timed:
-        declined = "".join(f"{why}; " for why in declined_runtimes(record, config.runners).values())
+        declined = "".join(
+            f"{why}; "
+            for runtime, why in declined_runtimes(record, config.runners).items()
+            if not hosts.opted_out(config.timing, runtime)
+        )
         return NotRunnable(
             record.name,
             f"{declined}none of its runtimes is timed on this host "
@@ -249,7 +255,7 @@ def locate(
 ) -> dict[str, Any]:
     """Where a failing ONNX artifact first departs from the FP32 ONNX graph, on the inputs of its worst failing
     check, judged by that check's metric and threshold (a non-finite output by any finite difference)."""
-    from pipeline.divergence import locate_divergence
+    from pipeline.check.divergence import locate_divergence
 
     worst = accuracy.failures()[0]
     metric, threshold = worst.metric, worst.threshold
@@ -409,7 +415,7 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
                     absent.append(item.name)
                     continue
                 check_weights(record, reference_weights)
-                for twin in hosts.ONNX_TWINS.get(record.name, ()):  # its runtimes depend on its twins
+                for twin in hosts.twin_artifacts(record.name):  # its runtimes depend on its twins
                     if twin in pending:
                         arrived(pending[twin])
                 # the FP32 graph, once built (in the background: once it has arrived)
@@ -444,11 +450,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     """The validate stage over whichever of `artifacts` were built (consumes_any)."""
     return Stage(
         name="validate",
-        version=6,  # 2: a record per runtime, masked per-token outputs, neighbours, divergence, coverage;
-        # 3: the pairs the new GPU host timing rule times, torch.compile with dynamic shapes;
-        # 4: no CUDA provider for a graph with data nodes it has no kernel for (ort_placement)
-        # 5: the pairs the benchmark times after the ONNX twins rule (pipeline/bench/hosts.py)
-        # 6: absolute tolerances scaled by the output, the weights digest checked, input coverage
+        version=6,  # what each version changed: CHANGELOG.md, "Stage versions"
         config=ValidateConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=_run,
         environment=lambda: {

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.artifacts import ArtifactRecord
+from pipeline.core.artifacts import ArtifactRecord
 from pipeline.runners.compiled import release_all
 from pipeline.runners.registry import runners_for
 from pipeline.stages import benchmark, export_torchscript

@@ -215,8 +215,8 @@ def test_a_throughput_objective_measures_every_row_and_selects_on_it(tmp_path: P
     """Under selection.objective.metric = sequences_per_s the CPU rows get a throughput run too (on a CPU host
     they are the only rows): sequences/s with an interval from its segments, and selection reads it."""
     from pipeline.bench.device import SEGMENTS
+    from pipeline.decide.selection import SelectionPolicy, choose
     from pipeline.recipe import Objective
-    from pipeline.selection import SelectionPolicy, choose
 
     ctx = tiny_context(tmp_path, **(TINY_WINDOWS | {"throughput_s": 0.05}))
     selection = ctx.recipe.selection.model_copy(

@@ -16,7 +16,7 @@ ALL = "[torchscript-fp32, onnx-fp32, onnx-fp16, onnx-int8, onnx-int8-dynamic, on
 
 @pytest.fixture(scope="module")
 def version(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from pipeline.trt.flavour import installed_flavours
+    from pipeline.toolchain.trt.flavour import installed_flavours
 
     if not installed_flavours():
         pytest.skip("no TensorRT flavour installed (pip install 'deploy-pipeline[tensorrt-rtx]')")

@@ -14,9 +14,9 @@ import pytest
 import torch
 from onnx import numpy_helper
 
-from pipeline.artifacts import ArtifactRecord
-from pipeline.models import positional
-from pipeline.recipe_loader import load
+from pipeline.core.artifacts import ArtifactRecord
+from pipeline.inputs.models import positional
+from pipeline.recipe.loader import load
 from pipeline.stages.base import Late
 from pipeline.stages.validate import stage
 from tests.stage_env import StageEnv

@@ -11,10 +11,10 @@ import numpy as np
 import onnx
 import pytest
 
-from pipeline import onnx_tools
-from pipeline.artifacts import ArtifactRecord
-from pipeline.recipe_loader import load
+from pipeline.core.artifacts import ArtifactRecord
+from pipeline.recipe.loader import load
 from pipeline.stages.base import Output
+from pipeline.toolchain import onnx_tools
 from tests.stage_env import StageEnv
 from tests.unit.stages.onnx_fixtures import dynamo_export, lowest_cosine, producers, reference, run_onnx
 
@@ -168,7 +168,7 @@ def test_minilm_engines_build_from_the_precision_graphs(
 ) -> None:
     """The FP16 and INT8 Q/DQ graphs parse and build as strongly typed TensorRT-RTX engines for sm89, and the
     engine really holds that precision (the builder's layer listing shows it)."""
-    from pipeline.trt.flavour import installed_flavours
+    from pipeline.toolchain.trt.flavour import installed_flavours
 
     if "tensorrt-rtx" not in installed_flavours():
         pytest.skip("TensorRT-RTX is not installed (pip install 'deploy-pipeline[tensorrt-rtx]')")

@@ -52,7 +52,7 @@ def run_cli(
 def run_inprocess(*args: str) -> Result:
     """The CLI's main() in this process: the same code path, without a second start-up of torch."""
     from pipeline import cli
-    from pipeline.model_child import IN_PROCESS
+    from pipeline.preflight.model_child import IN_PROCESS
 
     out, err = io.StringIO(), io.StringIO()
     saved = os.environ.get(IN_PROCESS)

@@ -1,5 +1,5 @@
 """A child for run_job tests: writes its pid where the job says, then sleeps.
-Run as `python -m tests.reliability.sleepy_job JOB.json` (pipeline.children.run_job)."""
+Run as `python -m tests.reliability.sleepy_job JOB.json` (pipeline.core.children.run_job)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.children import serve_job
+from pipeline.core.children import serve_job
 
 
 def build(job: dict[str, Any]) -> dict[str, Any]:

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from pipeline.errors import RecipeError
-from pipeline.recipe_loader import load
+from pipeline.core.errors import RecipeError
+from pipeline.recipe.loader import load
 from tests.reliability.conftest import FAST, ROOT, TINY, Result, sets
 
 DEADLINE_S = 60
@@ -180,9 +180,9 @@ def test_every_number_of_the_schema_has_a_finite_range() -> None:
     """The mechanism behind the table above, for every field there is and will be: a lower and an upper bound
     in the recipe's JSON Schema, and no inf or nan in any model."""
     from pipeline.recipe import Strict
-    from pipeline.schema import recipe_schema
+    from pipeline.recipe.json_schema import recipe_schema
 
-    numbers = list(_numeric(recipe_schema()))
+    numbers = list(_numeric(recipe_schema([])))
     assert len(numbers) > 40
     unbounded = [
         where
@@ -291,7 +291,7 @@ def test_a_sequence_beyond_the_models_positions_is_refused_for_an_entrypoint_mod
 def test_dims_whose_inputs_do_not_fit_in_memory_are_refused() -> None:
     """Images of 8192 x 8192 at batch 8 (the benchmark's) are 6 GiB of inputs alone: on a 24 GB machine more
     than a quarter of what it has available. Too large to probe, so the inputs alone are weighed."""
-    from pipeline.model_check import available_memory
+    from pipeline.preflight.model_check import available_memory
 
     available = available_memory()
     if available is None or available > 24 * 2**30:  # 4 x 6 GiB would fit

@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.children import run_job
-from pipeline.executor import Executor
-from pipeline.run_record import read_records
-from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
-from pipeline.store import Store
+from pipeline.core.children import run_job
+from pipeline.release.store import Store
+from pipeline.run.executor import Executor
+from pipeline.stages.base import BACKGROUND, Output, RunContext, Stage, StageConfig, StageResult
+from pipeline.stages.record import read_records
 from tests.reliability.conftest import ROOT
 
 PARENT = """
 import sys, time
-from pipeline.children import popen_tied
+from pipeline.core.children import popen_tied
 child = popen_tied([sys.executable, "-c", "import time; time.sleep(120)"])
 print(child.pid, flush=True)
 time.sleep(120)
@@ -78,7 +78,7 @@ def _sleepy(tmp: Path) -> Stage:
         ctx.path("late.txt").write_text("written after the run had stopped")
         return StageResult([Output("late.txt", "aoti", "aoti", "fp32")])
 
-    return Stage(name="BG", version=1, config=_Config(), run=run, produces=("aoti",), background=True)
+    return Stage(name="BG", version=1, config=_Config(), run=run, produces=("aoti",), placement=BACKGROUND)
 
 
 def _stopping(tmp: Path, error: BaseException) -> Stage:

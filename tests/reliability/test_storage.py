@@ -137,7 +137,7 @@ def test_plan_says_what_the_deploy_will_do_with_a_damaged_latest(
 def test_an_unreadable_run_record_is_a_warning_and_skipped(
     reference: Reference, tmp_path: Path, capsys
 ) -> None:
-    from pipeline.run_record import read_records
+    from pipeline.stages.record import read_records
 
     root = copy_of(reference, tmp_path)
     version = root / "tiny/v0001"

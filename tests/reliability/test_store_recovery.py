@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.store import manifest_digest
+from pipeline.release.store import manifest_digest
 from tests.reliability.conftest import TINY, Reference, deploy_args, run_cli, run_inprocess, sets
 
 

@@ -208,7 +208,7 @@ def test_a_deploy_without_an_outcome_exits_3(
 ) -> None:
     """Whatever path leaves run_deploy without an outcome (a bug, or code no boundary caught), exit 0 is not
     one of its ends: exit 3 with a message, the JSON document holding it."""
-    from pipeline import deploy as deploy_module
+    from pipeline.run import deploy as deploy_module
 
     run_deploy, message = WITHOUT_OUTCOME[case]
     monkeypatch.setattr(deploy_module, "run_deploy", run_deploy)

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.artifacts import ArtifactRecord
-from pipeline.plan import needed_variants
-from pipeline.recipe_loader import load
+from pipeline.core.artifacts import ArtifactRecord
+from pipeline.recipe.loader import load
+from pipeline.run.plan import needed_variants
 from pipeline.stages.base import RunContext, Stage
 from pipeline.stages.tensorrt import stages
-from pipeline.trt.flavour import installed_flavours
+from pipeline.toolchain.trt.flavour import installed_flavours
 
 TINY = Path(__file__).parents[1] / "recipes" / "tiny.yaml"
 ONNX_FILES = {"fp32": "model.onnx", "fp16": "model.fp16.onnx", "int8": "model.int8.onnx"}
@@ -54,8 +54,8 @@ def run(stage: Stage, ctx: RunContext, inputs: dict[str, ArtifactRecord]):
 def _export(recipe, path: Path) -> None:
     import torch
 
-    from pipeline.models import load_model
-    from pipeline.specs import ModelSpec
+    from pipeline.inputs.models import load_model
+    from pipeline.inputs.specs import ModelSpec
 
     module = load_model(ModelSpec.from_recipe(recipe, TINY.parent)).module.eval()
     ids = torch.randint(1, 999, (2, 16))

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.artifacts import ArtifactRecord
+from pipeline.core.artifacts import ArtifactRecord
+from pipeline.inputs.specs import RunnerSettings
 from pipeline.runners.base import NotRunnable
 from pipeline.runners.tensorrt import runners_for_engine
-from pipeline.specs import RunnerSettings
 from pipeline.stages.tensorrt import EngineBuildError
-from pipeline.trt.flavour import local_compute_capability
+from pipeline.toolchain.trt.flavour import local_compute_capability
 
 from .conftest import TINY, context, engine_stages, needs_rtx, record, run, tiny_recipe
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipeline.artifacts import ArtifactRecord
+from pipeline.core.artifacts import ArtifactRecord
+from pipeline.inputs.specs import RunnerSettings
 from pipeline.runners.tensorrt import runners_for_engine
-from pipeline.specs import RunnerSettings
-from pipeline.trt.flavour import RTX_COMPUTE_CAPABILITIES, installed_flavours, local_compute_capability
+from pipeline.toolchain.trt.flavour import (
+    RTX_COMPUTE_CAPABILITIES,
+    installed_flavours,
+    local_compute_capability,
+)
 
 from .conftest import TINY, context, engine_stages, run, tiny_recipe
 

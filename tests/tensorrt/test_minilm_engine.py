@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.recipe_loader import load
+from pipeline.recipe.loader import load
 
 from .conftest import context, engine_stages, needs_rtx, record, run
 
@@ -19,8 +19,8 @@ RECIPES = Path(__file__).parents[2] / "recipes"
 def test_minilm_fp32_engine(tmp_path):
     import torch
 
-    from pipeline.models import load_model
-    from pipeline.specs import ModelSpec
+    from pipeline.inputs.models import load_model
+    from pipeline.inputs.specs import ModelSpec
 
     recipe = load(RECIPES / "bert.yaml", ["variants.build=[onnx-fp32, tensorrt-rtx-fp32]"]).recipe
     module = load_model(ModelSpec.from_recipe(recipe, RECIPES)).module.eval()

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pipeline.executor import Executor
-from pipeline.run_record import read_records
+from pipeline.release.store import Store
+from pipeline.run.executor import Executor
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
-from pipeline.store import Store
+from pipeline.stages.record import read_records
 
 
 class TextConfig(StageConfig):

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from pipeline.accuracy import (
+from pipeline.check.accuracy import (
     COMPARABLE,
     FINITE,
     ArtifactAccuracy,
@@ -24,8 +24,8 @@ from pipeline.accuracy import (
     neighbour_agreement,
     thresholds_for,
 )
+from pipeline.check.results import artifact_entry, runtime_passed
 from pipeline.recipe import Tolerance
-from pipeline.results import artifact_entry, runtime_passed
 
 REF = np.array([[1.0, 2.0], [3.0, -4.0]], dtype=np.float32)
 OUT = np.array([[1.5, 2.0], [3.0, -3.0]], dtype=np.float32)

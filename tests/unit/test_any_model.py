@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline import preflight
-from pipeline.errors import RecipeError
-from pipeline.manifest import resolved_recipe
-from pipeline.models import BindingError, load_model
-from pipeline.recipe_loader import load
-from pipeline.specs import ModelSpec
+from pipeline.core.errors import RecipeError
+from pipeline.inputs.models import BindingError, load_model
+from pipeline.inputs.specs import ModelSpec
+from pipeline.preflight import checks as preflight
+from pipeline.recipe.loader import load
+from pipeline.release.manifest import resolved_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 ZOO = ROOT / "tests" / "zoo" / "recipes"
@@ -87,8 +87,8 @@ def test_every_process_builds_the_same_weights() -> None:
     here = load_model(spec).weights_digest()
     assert load_model(spec).weights_digest() == here
     code = (
-        "from pathlib import Path; from pipeline.recipe_loader import load; from pipeline.specs import ModelSpec;"
-        "from pipeline.models import load_model;"
+        "from pathlib import Path; from pipeline.recipe.loader import load; from pipeline.inputs.specs import ModelSpec;"
+        "from pipeline.inputs.models import load_model;"
         f"p = Path({str(ZOO / 'bert.yaml')!r}); r = load(p).recipe;"
         "print(load_model(ModelSpec.from_recipe(r, p.parent)).weights_digest())"
     )
@@ -124,7 +124,7 @@ def test_random_integer_inputs_need_their_range(tmp_path: Path) -> None:
 
 
 def test_a_huggingface_source_fills_its_token_ranges_from_its_vocabulary() -> None:
-    from pipeline.data import value_range
+    from pipeline.inputs.data import value_range
     from pipeline.recipe import InputSpec
 
     config = {"vocab_size": 30522, "type_vocab_size": 2}
@@ -199,8 +199,8 @@ def _with_torchvision(stand_in: str, *args: str) -> subprocess.CompletedProcess[
 
 
 DIGEST = (
-    "from pathlib import Path; from pipeline.recipe_loader import load; from pipeline.specs import ModelSpec;"
-    "from pipeline.models import load_model;"
+    "from pathlib import Path; from pipeline.recipe.loader import load; from pipeline.inputs.specs import ModelSpec;"
+    "from pipeline.inputs.models import load_model;"
     f"p = Path({str(ZOO / 'resnet.yaml')!r});"
     "r = load(p, ['model={source: torchvision, name: resnet}']).recipe;"
     "print(load_model(ModelSpec.from_recipe(r, p.parent)).weights_digest())"

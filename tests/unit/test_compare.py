@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from pipeline.accuracy import tolerance_share
-from pipeline.compare import regressions, shipped, speed_verdict
-from pipeline.speed import interval
+from pipeline.check.accuracy import tolerance_share
+from pipeline.check.speed import interval
+from pipeline.release.compare import regressions, shipped, speed_verdict
 
 
 @pytest.mark.parametrize(

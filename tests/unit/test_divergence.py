@@ -12,11 +12,12 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from pipeline import divergence, onnx_tools
-from pipeline.accuracy import LOWER_BOUNDS, METRICS
-from pipeline.divergence import Verdict, comparable_tensors, judge, locate_divergence
+from pipeline.check import divergence
+from pipeline.check.accuracy import LOWER_BOUNDS, METRICS
+from pipeline.check.divergence import Verdict, comparable_tensors, judge, locate_divergence
 from pipeline.recipe import Fp16Export
 from pipeline.stages import fp16, optimize_onnx
+from pipeline.toolchain import onnx_tools
 from tests.unit.stages.onnx_fixtures import tiny_context, tiny_onnx
 
 FLIPPED_MODULE = "layers.1.intermediate"  # layer 1 of 2: the middle of the model

@@ -8,10 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.executor import Executor, fingerprint
-from pipeline.run_record import read_records
-from pipeline.stages.base import Late, Output, RunContext, Stage, StageConfig, StageResult
-from pipeline.store import Store
+from pipeline.release.store import Store
+from pipeline.run.executor import Executor
+from pipeline.run.freshness import fingerprint
+from pipeline.stages.base import (
+    ALONE,
+    BACKGROUND,
+    FRONT,
+    Late,
+    Output,
+    RunContext,
+    Stage,
+    StageConfig,
+    StageResult,
+)
+from pipeline.stages.record import read_records
 from tests.unit.executor_fixtures import TextConfig, deploy, late_checker
 
 
@@ -133,7 +144,7 @@ def _background(name: str, artifact: str, gate: threading.Event, seen: list, fai
         config=TextConfig(text="+bg"),
         consumes=("a",),
         produces=(artifact,),
-        background=True,
+        placement=BACKGROUND,
     )
 
 
@@ -212,7 +223,7 @@ def _sleeper(name: str, artifact: str, spans: list, critical: bool = False) -> S
         run=run,
         config=TextConfig(text=name),
         produces=(artifact,),
-        background=True,
+        placement=BACKGROUND,
         critical=critical,
     )
 
@@ -237,7 +248,12 @@ def test_a_quiet_stage_waits_for_the_background_and_a_plain_one_does_not(tmp_pat
             return StageResult([Output(f"{name}.txt", "onnx", name, "fp32")])
 
         return Stage(
-            name=name, version=1, run=run, config=TextConfig(text=name), produces=(name,), quiet=quiet
+            name=name,
+            version=1,
+            run=run,
+            config=TextConfig(text=name),
+            produces=(name,),
+            placement=ALONE if quiet else FRONT,
         )
 
     stages = [_sleeper("AOTI", "aoti", spans), stamped("plain", False), stamped("engine", True)]

@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.onnx_tools import feed_forward_nodes, select_nodes
+from pipeline.toolchain.onnx_tools import feed_forward_nodes, select_nodes
 
 HIDDEN, INNER = 4, 8
 

@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline.graph_check import GraphRejected, check_graph
+from pipeline.check.graph_check import GraphRejected, check_graph
 
 
 def _model(

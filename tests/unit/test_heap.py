@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import weakref
 
-from pipeline.heap import frozen_heap
+from pipeline.core.heap import frozen_heap
 
 
 class _Node:

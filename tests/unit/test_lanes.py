@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.executor import Executor
-from pipeline.run_record import read_records
-from pipeline.stages.base import Late, Output, RunContext, Stage, StageConfig, StageResult
-from pipeline.store import Store
+from pipeline.release.store import Store
+from pipeline.run.executor import Executor
+from pipeline.stages.base import Late, Output, RunContext, Stage, StageConfig, StageResult, on_lane
+from pipeline.stages.record import read_records
 from tests.unit.executor_fixtures import TextConfig, deploy, late_checker
 
 
@@ -56,8 +56,7 @@ def _lane_stage(name: str, artifact: str, consumes: tuple[str, ...] = (), **how:
         config=LaneConfig(text=name, artifact=artifact, consumes=consumes, **how),
         consumes=consumes,
         produces=(artifact,),
-        background=True,
-        lane="onnx",
+        placement=on_lane("onnx"),
     )
 
 
@@ -255,7 +254,7 @@ def _children_of_mine() -> list[int]:
 
 
 def test_the_plan_puts_the_onnx_builds_on_a_lane_where_nothing_in_front_waits_for_them() -> None:
-    from pipeline.plan import ONNX_LANE, plan_stages
+    from pipeline.run.plan import ONNX_LANE, plan_stages
     from tests.unit.stages.onnx_fixtures import tiny_context
 
     recipe = tiny_context(Path("."), "variants.build=[torchscript-fp32, onnx-fp32, onnx-fp16]").recipe
@@ -284,7 +283,7 @@ def test_a_busy_lane_worker_does_not_outlive_a_killeddeploy(tmp_path: Path) -> N
     script = (
         "import os, signal, threading, time\n"
         "from pathlib import Path\n"
-        "from pipeline.lane_worker import LaneWorker\n"
+        "from pipeline.run.lane_worker import LaneWorker\n"
         "from tests.unit.test_lanes import sleep_on_lane\n"
         f"worker = LaneWorker('onnx', Path({str(tmp_path)!r}), None, threads=1)\n"
         "print(worker.pid, flush=True)\n"

@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline import onnx_tools
+from pipeline.toolchain import onnx_tools
 
 
 def _node(

@@ -9,9 +9,9 @@ import time
 
 from rich.console import Console
 
-from pipeline.progress import StageProgress
-from pipeline.run_record import StageRecord
-from pipeline.stages.base import Stage, StageConfig
+from pipeline.run.progress import StageProgress
+from pipeline.stages.base import BACKGROUND, Stage, StageConfig
+from pipeline.stages.record import StageRecord
 
 STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d"
 
@@ -74,7 +74,7 @@ def test_a_background_stage_has_its_own_line_and_shows_in_the_heartbeat() -> Non
     out = io.StringIO()
     console = Console(file=out, width=300, force_terminal=False)
     background = Stage(
-        name="aoti_fp16", version=1, config=StageConfig(), run=lambda c, s, i: None, background=True
+        name="aoti_fp16", version=1, config=StageConfig(), run=lambda c, s, i: None, placement=BACKGROUND
     )
     with StageProgress(console, total=2, heartbeat_s=0.05) as progress:
         progress.on_start(background, "no previous run")

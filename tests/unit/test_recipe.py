@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import RecipeError
-from pipeline.recipe_loader import load
+from pipeline.core.errors import RecipeError
+from pipeline.recipe.loader import load
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = (ROOT / "tests/recipes/tiny.yaml").read_text()

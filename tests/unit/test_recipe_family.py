@@ -9,9 +9,9 @@ import pytest
 import torch
 import yaml
 
-from pipeline import onnx_tools
-from pipeline.recipe_family import FAMILY_DEFAULTS
-from pipeline.recipe_loader import load
+from pipeline.recipe.family import FAMILY_DEFAULTS
+from pipeline.recipe.loader import load
+from pipeline.toolchain import onnx_tools
 
 ROOT = Path(__file__).resolve().parents[2]
 CNN = ROOT / "recipes/examples/cnn/cnn.yaml"
@@ -66,7 +66,7 @@ def test_sequence_lengths_default_from_the_dims(seq_name: str) -> None:
 
 
 def test_an_explicitly_empty_length_list_is_an_error(tmp_path: Path) -> None:
-    from pipeline.errors import RecipeError
+    from pipeline.core.errors import RecipeError
 
     with pytest.raises(RecipeError, match="benchmark.sequence_lengths: must name at least one length"):
         load(ROOT / "tests/recipes/tiny.yaml", ["benchmark.sequence_lengths=[]"])

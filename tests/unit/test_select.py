@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.recipe_loader import load
-from pipeline.selection import SelectionPolicy, choose, selection_problems, tied
+from pipeline.decide.selection import SelectionPolicy, choose, selection_problems, tied
+from pipeline.recipe.loader import load
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -164,7 +164,7 @@ def test_selection_problems_name_what_is_missing() -> None:
 
 
 def test_accuracy_figures_are_the_gating_ones_as_in_the_table() -> None:
-    from pipeline.selection import accuracy_record
+    from pipeline.decide.selection import accuracy_record
 
     entry = _entry(True)
     entry["checks"] = [

@@ -25,14 +25,15 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from pipeline.errors import PipelineError
-from pipeline.executor import Executor, fingerprint
-from pipeline.plan import plan_stages
+from pipeline.core.errors import PipelineError
 from pipeline.recipe import Recipe
-from pipeline.recipe_loader import load
-from pipeline.run_record import StageRecord
+from pipeline.recipe.loader import load
+from pipeline.release.store import Store
+from pipeline.run.executor import Executor
+from pipeline.run.freshness import fingerprint
+from pipeline.run.plan import plan_stages
 from pipeline.stages.base import Stage
-from pipeline.store import Store
+from pipeline.stages.record import StageRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests/recipes/tiny.yaml"

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import LockHeldError
-from pipeline.store import Store, sha256_file, write_json_atomic
+from pipeline.core.errors import LockHeldError
+from pipeline.core.files import sha256_file, write_json_atomic
+from pipeline.release.store import Store
 
 
 def _work(store: Store, content: bytes = b"x") -> Path:

@@ -3,7 +3,7 @@ derived from latency when a throughput run exists), else from calls made one at 
 
 from __future__ import annotations
 
-from pipeline.triton import preferred_batch_sizes
+from pipeline.release.triton import preferred_batch_sizes
 
 WINNER = {"artifact": "aoti-fp16", "runtime": "torch-aoti-cuda-graph", "io": "device"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.variants import REFERENCE, VARIANTS, parse, precision_of
+from pipeline.core.variants import REFERENCE, VARIANTS, parse, precision_of
 
 CONTRACT_FILES = {
     "torchscript-fp32": "model.ts",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipeline.verdict import SHAPE_DEPENDENT, decide, shape_warnings, stage_warnings, variant_failures
+from pipeline.decide.verdict import SHAPE_DEPENDENT, decide, shape_warnings, stage_warnings, variant_failures
 
 
 @dataclass

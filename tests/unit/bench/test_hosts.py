@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.bench import hosts
-from pipeline.plan import needed_variants
+from pipeline.core import host
+from pipeline.run.plan import needed_variants
 from tests.unit.stages.onnx_fixtures import tiny_context
 
 
@@ -39,11 +40,11 @@ def test_listed_runtimes_are_timed_at_every_batch() -> None:
 
 def test_gpu_variants_are_built_only_with_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     recipe = tiny_context(Path("."), "variants.gpu=[aoti-fp16]").recipe
-    monkeypatch.setattr(hosts, "has_cuda", lambda: False)
+    monkeypatch.setattr(host, "has_cuda", lambda: False)
     assert [v.name for v in needed_variants(recipe)] == ["torchscript-fp32", "onnx-fp32"]
     skipped = hosts.skipped_gpu_variants(hosts.gpu_only_variants(recipe), gpu_host=False)
     assert [s["artifact"] for s in skipped] == ["aoti-fp16"] and "no CUDA GPU" in skipped[0]["reason"]
-    monkeypatch.setattr(hosts, "has_cuda", lambda: True)
+    monkeypatch.setattr(host, "has_cuda", lambda: True)
     names = [v.name for v in needed_variants(recipe)]
     assert names == ["torchscript-fp32", "onnx-fp32", "exported-fp16", "aoti-fp16"]
     assert hosts.skipped_gpu_variants(hosts.gpu_only_variants(recipe), gpu_host=True) == []
@@ -103,7 +104,7 @@ def test_plain_onnx_graphs_leave_their_device_rows_to_the_optimized_ones_on_the_
     recipe = hosts.HostTiming.from_recipe(tiny_context(Path(".")).recipe)
     every = onnx_pairs("onnx-fp32", "onnx-fp16", "onnx-int8", "onnx-optimized-fp32", "onnx-optimized-fp16")
     for artifact in ("onnx-fp32", "onnx-fp16"):
-        for runtime in hosts.ONNX_CUDA:
+        for runtime in ("onnxruntime-cuda", "onnxruntime-cuda-graph"):
             assert not hosts.timed(recipe, artifact, runtime, 2, True, "device", every)
             assert hosts.timed(
                 recipe, artifact.replace("onnx-", "onnx-optimized-"), runtime, 2, True, "device", every

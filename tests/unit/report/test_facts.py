@@ -78,7 +78,7 @@ def test_flags_may_be_strings_or_dicts():
 
 
 def test_rates_are_whole_and_a_missing_one_is_a_dash() -> None:
-    from pipeline.speed import figure_text, fmt_rate
+    from pipeline.check.speed import figure_text, fmt_rate
 
     assert [fmt_rate(v) for v in (107965.4, 93.6, None, float("nan"))] == ["107965", "94", "—", "—"]
     assert figure_text(None, "seq/s") == "— seq/s" and figure_text(0.02981, "ms") == "0.0298 ms"

@@ -81,3 +81,43 @@ def test_an_artifact_left_out_for_a_faster_twin_says_so(inputs):
     line = _line(_text(summary_table(inputs["accuracy"], speed, inputs["winner"], None)), "onnx-fp32")
     assert "pass cosine" in line and "not timed: its faster twin onnx-optimized-fp32" in line, line
     assert "not runnable" not in line
+
+
+def test_a_failing_lower_bound_reads_below_its_threshold(inputs):
+    """neighbours is a lower bound like cosine: a failure is a value under the threshold."""
+    import copy
+
+    accuracy = copy.deepcopy(inputs["accuracy"])
+    entry = accuracy["artifacts"]["onnx-int8"]
+    entry["checks"] = [
+        {
+            "output": "pooled",
+            "inputs": "data",
+            "metric": "neighbours",
+            "value": 0.5,
+            "threshold": 0.9,
+            "passed": False,
+            "runtime": "onnxruntime-cpu",
+        }
+    ]
+    text = _text(summary_table(accuracy, inputs["speed"], inputs["winner"], None))
+    assert "FAIL neighbours 0.5" in _line(text, "onnx-int8") and "< 0.9" in _line(text, "onnx-int8")
+
+
+def test_an_opt_in_runtime_left_out_names_no_timed_artifact(inputs):
+    """An opt-in runtime the recipe does not list is named under "Not timed", never as the note of an
+    artifact that has rows on other runtimes."""
+    import copy
+
+    speed = copy.deepcopy(inputs["speed"])
+    timing = speed.setdefault("conditions", {}).setdefault("runtimes_timed", {})
+    timing["not_timed"] = [
+        {
+            "artifact": "onnx-fp32",
+            "runtime": "openvino-cpu",
+            "io": "any",
+            "reason": "an opt-in runtime; list it",
+        }
+    ]
+    text = _text(summary_table(inputs["accuracy"], speed, inputs["winner"], None))
+    assert "opt-in" not in text

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.artifacts import ArtifactRecord
+from pipeline.core.artifacts import ArtifactRecord
 from tests.stage_env import StageEnv
 from tests.unit.runners.tiny_artifacts import export_onnx, export_torchscript, tiny_context
 

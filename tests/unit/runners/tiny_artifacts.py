@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pipeline.artifacts import ArtifactRecord
-from pipeline.recipe_loader import load
+from pipeline.core.artifacts import ArtifactRecord
+from pipeline.recipe.loader import load
 from tests.stage_env import StageEnv
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "tiny.yaml"

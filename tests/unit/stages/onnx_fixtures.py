@@ -10,8 +10,8 @@ import numpy as np
 import onnx
 import torch
 
-from pipeline.artifacts import ArtifactRecord
-from pipeline.recipe_loader import load
+from pipeline.core.artifacts import ArtifactRecord
+from pipeline.recipe.loader import load
 from tests.stage_env import StageEnv
 
 TINY = Path(__file__).resolve().parents[2] / "recipes" / "tiny.yaml"

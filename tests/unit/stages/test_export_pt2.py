@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.artifacts import ArtifactRecord
-from pipeline.plan import needed_variants, plan_stages
+from pipeline.core.artifacts import ArtifactRecord
+from pipeline.run.plan import needed_variants, plan_stages
 from pipeline.runners.base import NotRunnable
 from pipeline.runners.registry import runners_for
 from pipeline.stages import export_pt2
@@ -206,7 +206,7 @@ import subprocess
 import torch._inductor.config as inductor_config
 from torch._inductor.codecache import get_device_information
 from torch._inductor.cpu_vec_isa import pick_vec_isa
-from pipeline.runners.loaders import no_cpu_isa_probe
+from pipeline.toolchain.aoti import no_cpu_isa_probe
 
 with no_cpu_isa_probe("cpu"):
     assert inductor_config.cpp.vec_isa_ok is None  # the CPU keeps Inductor's own answer

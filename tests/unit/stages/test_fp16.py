@@ -9,9 +9,9 @@ import numpy as np
 import onnx
 import pytest
 
-from pipeline import onnx_tools
-from pipeline.artifacts import ArtifactRecord
+from pipeline.core.artifacts import ArtifactRecord
 from pipeline.stages.base import StageResult
+from pipeline.toolchain import onnx_tools
 from tests.unit.stages.onnx_fixtures import lowest_cosine, reference, run_onnx, tiny_context, tiny_onnx
 
 FLOAT, HALF = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16

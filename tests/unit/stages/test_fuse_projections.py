@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pipeline.stages.fuse_projections import LINEAR, fuse_linear_groups
+from pipeline.toolchain.fuse_projections import LINEAR, fuse_linear_groups
 
 
 class Heads(nn.Module):

@@ -11,12 +11,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from pipeline import onnx_tools
-from pipeline.artifacts import ArtifactRecord
-from pipeline.errors import StageError
+from pipeline.core.artifacts import ArtifactRecord
+from pipeline.core.errors import StageError
 from pipeline.recipe import Recipe
 from pipeline.stages import int8
 from pipeline.stages.base import StageResult
+from pipeline.toolchain import onnx_tools
 from tests.stage_env import StageEnv
 from tests.unit.stages.onnx_fixtures import (
     lowest_cosine,

@@ -9,9 +9,9 @@ from typing import Any
 import onnx
 import pytest
 
-from pipeline import onnx_tools
-from pipeline.artifacts import ArtifactRecord
+from pipeline.core.artifacts import ArtifactRecord
 from pipeline.stages.base import Stage
+from pipeline.toolchain import onnx_tools
 from tests.stage_env import StageEnv
 from tests.unit.stages.onnx_fixtures import (
     dynamo_export,
@@ -105,7 +105,7 @@ GPT2 = Path(__file__).resolve().parents[2] / "zoo" / "recipes" / "gpt2.yaml"
 @pytest.fixture(scope="module")
 def gpt2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, ArtifactRecord]:
     """GPT-2 (tiny, random weights) as a user writes its recipe: model_type gpt2, the default fusions."""
-    from pipeline.recipe_loader import load
+    from pipeline.recipe.loader import load
 
     folder = tmp_path_factory.mktemp("gpt2")
     ctx = StageEnv(load(GPT2, []).recipe, GPT2.parent, folder)

@@ -6,7 +6,7 @@ from importlib import metadata
 
 import pytest
 
-from pipeline.trt import flavour as fl
+from pipeline.toolchain.trt import flavour as fl
 
 
 def test_installed_flavours_match_find_spec():

@@ -2,7 +2,12 @@
 
 import json
 
-from pipeline.trt.layers import is_layer_listing, layers_from_inspector, layers_from_log, parse_layer_line
+from pipeline.toolchain.trt.layers import (
+    is_layer_listing,
+    layers_from_inspector,
+    layers_from_log,
+    parse_layer_line,
+)
 
 GEMM = (
     "Name: node_MatMul_30+node_MatMul_22_myl0_2, LayerType: gemm, Inputs: [ { Name: add_11.1_myl0, Dimensions: "

@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-from pipeline.artifacts import ArtifactRecord
+from pipeline.core.artifacts import ArtifactRecord
 from pipeline.runners.base import NotRunnable
 from pipeline.runners.tensorrt import engine_flavour, not_runnable_reason, runners_for_engine
-from pipeline.trt.flavour import local_compute_capability
+from pipeline.toolchain.trt.flavour import local_compute_capability
 
 
 def engine(name: str = "tensorrt-rtx-fp16", **details) -> ArtifactRecord:

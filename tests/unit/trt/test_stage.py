@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import StageError
-from pipeline.plan import needed_variants
-from pipeline.recipe_loader import load
+from pipeline.core.errors import StageError
+from pipeline.recipe.loader import load
+from pipeline.run.plan import needed_variants
 from pipeline.stages import tensorrt as st
-from pipeline.trt.flavour import module_name, resolve_flavour
+from pipeline.toolchain.trt.flavour import module_name, resolve_flavour
 
 TINY = Path(__file__).parents[2] / "recipes" / "tiny.yaml"
 

@@ -1,0 +1,1 @@
+"""Accuracy: comparisons against the reference, divergence, and typed readers of the results."""

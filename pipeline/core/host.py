@@ -1,0 +1,65 @@
+"""What this machine has, probed once per process: a CUDA GPU, ONNX Runtime's execution providers. Every
+"is there a GPU" question is asked here, so that a broken CUDA setup reads the same (as no GPU) everywhere and
+a test can stand in for a GPU host by replacing one function. Each library is imported only when a question
+needs it (importing ONNX Runtime writes a session file into the temp folder: a deploy asks once its own temp
+folder is set)."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Host:
+    cuda: bool  # torch sees a usable CUDA device
+    gpu: str | None  # its name
+    gpu_device_node: bool  # /dev/nvidia0 exists (a GPU without a CUDA torch)
+    ort_providers: tuple[str, ...]  # ONNX Runtime's execution providers, () without ONNX Runtime
+
+
+def probe() -> Host:
+    cuda, gpu = _torch_cuda()
+    return Host(cuda, gpu, Path("/dev/nvidia0").exists(), _ort_providers())
+
+
+def has_cuda() -> bool:
+    """Whether torch can compute on a CUDA GPU here."""
+    return _torch_cuda()[0]
+
+
+def gpu_name() -> str | None:
+    """The first CUDA GPU's name, None without one."""
+    return _torch_cuda()[1]
+
+
+def has_ort_provider(provider: str) -> bool:
+    """The provider is built into ONNX Runtime and a GPU is present where it needs one (onnxruntime-gpu lists
+    its CUDA provider on GPU-less hosts too)."""
+    if provider not in _ort_providers():
+        return False
+    return provider == "CPUExecutionProvider" or Path("/dev/nvidia0").exists() or has_cuda()
+
+
+@functools.cache
+def _torch_cuda() -> tuple[bool, str | None]:
+    try:
+        import torch
+    except ImportError:
+        return False, None
+    try:
+        if torch.cuda.is_available():
+            return True, torch.cuda.get_device_name(0)
+    except Exception:  # noqa: BLE001 - a broken CUDA setup reads as no GPU
+        pass
+    return False, None
+
+
+@functools.cache
+def _ort_providers() -> tuple[str, ...]:
+    try:
+        import onnxruntime
+    except ImportError:
+        return ()
+    return tuple(onnxruntime.get_available_providers())

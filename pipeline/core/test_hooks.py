@@ -1,0 +1,32 @@
+"""Test hooks the reliability suite drives through the environment (README, Development): die, or lose the
+work folder, at a named point of a deploy, as a killed deploy or a cleaner would there. Unset, they do
+nothing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from pathlib import Path
+
+KILL_AT = "PIPELINE_TEST_KILL_AT"  # test hook: SIGKILL this process at the named point (README, Development)
+
+
+def kill_point(point: str) -> None:
+    """Test hook: die at `point` when PIPELINE_TEST_KILL_AT names it, as a killed deploy would there."""
+    if os.environ.get(KILL_AT) == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+LOSE_AT = "PIPELINE_TEST_LOSE_AT"  # test hook: empty the work folder at the named point (README, Development)
+
+
+def lose_point(point: str, folder: Path) -> None:
+    """Test hook: remove everything in `folder` at `point` when PIPELINE_TEST_LOSE_AT names it, as a cleaner
+    (or another process) emptying a running deploy's work folder would."""
+    if os.environ.get(LOSE_AT) == point:
+        for path in folder.iterdir():
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()

@@ -1,0 +1,1 @@
+"""Which artifact wins, and whether the release signs off."""

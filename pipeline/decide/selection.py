@@ -1,0 +1,282 @@
+"""Selection: the best candidate (artifact on a runtime) that passed validation on that very runtime, by the
+recipe's objective, and only when it beats the others by more than the noise (docs/benchmarking.md rule 9).
+
+The objective is a latency statistic (p50, p90, p99 or mean: the lowest wins) or throughput (sequences/s from
+the benchmark's throughput run: the highest wins). The noise is the 95% interval of that metric: for latency
+the benchmark computes it from whole windows, so it reflects window-to-window drift; for throughput from the
+throughput run's segments. Among the candidates whose interval overlaps the best's, the simplest wins
+(`simplicity`: fewer transformations of the artifact, then simpler runtimes), and the reason names every
+candidate it is tied with. A winner whose measurement never stabilized is chosen provisionally and says so.
+Read by the select stage and by the benchmark (which measures an unstable would-be latency winner again
+before selection sees it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.check.accuracy import LOWER_BOUNDS
+from pipeline.check.results import Winner, runtime_passed
+from pipeline.check.speed import (
+    fmt_ms,
+    fmt_rate,
+    interval_or_point,
+    maximized,
+    metric_name,
+    overlap,
+    rank_key,
+    sequence_of,
+    unit_of,
+    value,
+)
+from pipeline.core.variants import parse
+from pipeline.recipe import Objective, Recipe
+from pipeline.runners import registry
+
+
+class SelectionPolicy(BaseModel):
+    """What selection reads of the recipe: the objective, the constraints, and the sequence axis."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    objective: Objective
+    max_p99_ms: float | None
+    runtimes: list[str]
+    sequence_dim: str | None  # benchmark.sequence_dim: which shape axis the objective's length is on
+
+    @classmethod
+    def from_recipe(cls, recipe: Recipe) -> SelectionPolicy:
+        sel = recipe.selection
+        return cls(
+            objective=sel.objective,
+            max_p99_ms=sel.max_p99_ms,
+            runtimes=list(sel.runtimes),
+            sequence_dim=recipe.benchmark.sequence_dim,
+        )
+
+
+# Simplicity, most simple first: fewer transformations between the trained model and what runs are simpler to
+# trust and to operate. Artifacts: by Variant.transformations (plain exports, then one conversion, then two
+# or a quantization, then compilers). Runtimes: by the tier their runner module declares (the CPU, then the
+# CUDA provider or device, then compilers and CUDA graphs). Ties are broken by the artifact first, then the runtime, then CUDA graphs, then host I/O.
+BASELINES = ("onnx-fp32", "torchscript-fp32")  # what a release manager compares the winner's cost with
+
+
+def simplicity(row: dict[str, Any]) -> tuple[int, int, int, int]:
+    return (
+        _transformations(row["artifact"]),
+        registry.tier(row["runtime"]),
+        int(bool(row.get("cuda_graph"))),
+        int(row.get("io") != "host"),
+    )
+
+
+def tied(a: dict[str, Any], b: dict[str, Any], metric: str) -> bool:
+    """Whether two rows' intervals of the objective's metric overlap: the difference is within the noise."""
+    return overlap(interval_or_point(a, metric), interval_or_point(b, metric))
+
+
+def _transformations(artifact: str) -> int:
+    try:
+        return parse(artifact).transformations
+    except ValueError:  # the reference (torch-fp32) and names outside the grammar: the least simple
+        return 4
+
+
+def objective_rows(
+    policy: SelectionPolicy, speed: dict[str, Any], accuracy: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Benchmark rows at the objective's shape whose artifact passed validation on that row's runtime, within
+    the recipe's constraints, with a figure for the objective's metric. A row without its own accuracy record is
+    never a candidate; nor, under a throughput objective, is a row without a throughput run."""
+    obj, sel = policy.objective, policy
+    entries = accuracy.get("artifacts", {})
+    seq_dim = policy.sequence_dim
+    rows = []
+    for row in speed.get("results", []):
+        if row["batch"] != obj.batch or not runtime_passed(entries.get(row["artifact"]), row["runtime"]):
+            continue
+        if obj.sequence_length is not None and seq_dim and sequence_of(row) != obj.sequence_length:
+            continue
+        if obj.io is not None and row["io"] != obj.io:
+            continue
+        if sel.runtimes and row["runtime"] not in sel.runtimes:
+            continue
+        if sel.max_p99_ms is not None and row["p99_ms"] > sel.max_p99_ms:
+            continue
+        if value(row, obj.metric) is None:
+            continue
+        rows.append(row)
+    if obj.sequence_length is None and seq_dim:
+        lengths = sorted({sequence_of(row) for row in rows} - {None})
+        if lengths:
+            rows = [r for r in rows if sequence_of(r) in (None, lengths[0])]
+    return rows
+
+
+def _label(row: dict[str, Any]) -> str:
+    io = "" if row["io"] == "host" else f", {row['io']} I/O"
+    graph = ", CUDA graph" if row.get("cuda_graph") else ""
+    return f"{row['artifact']} ({row['runtime']}{io}{graph})"
+
+
+def _figure(row: dict[str, Any], metric: str) -> str:
+    low, high = interval_or_point(row, metric)
+    if maximized(metric):
+        return f"{fmt_rate(value(row, metric))} seq/s [{fmt_rate(low)}–{fmt_rate(high)}]"
+    return f"{fmt_ms(value(row, metric))} ms [{fmt_ms(low)}–{fmt_ms(high)}]"
+
+
+def stable(row: dict[str, Any], metric: str) -> bool:
+    """Whether the row's measurement of the metric settled: the latency windows, or the throughput segments."""
+    if maximized(metric):
+        return bool((row.get("throughput") or {}).get("stable", True))
+    return bool(row.get("stable", True))
+
+
+def _unsettled(row: dict[str, Any], metric: str) -> str:
+    if maximized(metric):
+        return (row.get("throughput") or {}).get("unstable_reason") or "throughput segments disagree"
+    return row.get("unstable_reason") or row.get("stop_reason") or "no stable windows"
+
+
+def candidates(
+    policy: SelectionPolicy, speed: dict[str, Any], accuracy: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """One row per artifact (its best passing runtime and I/O mode by the objective's metric), best first."""
+    metric = policy.objective.metric
+    best: dict[str, dict[str, Any]] = {}
+    for row in objective_rows(policy, speed, accuracy):
+        held = best.get(row["artifact"])
+        if held is None or rank_key(row, metric) < rank_key(held, metric):
+            best[row["artifact"]] = row
+    return sorted(best.values(), key=lambda r: (rank_key(r, metric), simplicity(r)))
+
+
+def choose(
+    policy: SelectionPolicy,
+    speed: dict[str, Any],
+    accuracy: dict[str, Any],
+    files: dict[str, str] | None = None,
+) -> Winner | None:
+    """The winner as winner.json holds it, or None when no candidate exists."""
+    metric = policy.objective.metric
+    ranked = candidates(policy, speed, accuracy)
+    if not ranked:
+        return None
+    fastest = ranked[0]
+    noise = [r for r in ranked if tied(r, fastest, metric)]  # the tie group: within noise of the best
+    winner = min(noise, key=lambda r: (simplicity(r), rank_key(r, metric)))
+    within = [r for r in noise if r is not winner]  # the reason names exactly the group it chose from
+    others = [r for r in ranked if r is not winner]
+    runner_up = others[0] if others else None
+    reason = _reason(winner, fastest, within, runner_up, metric)
+    provisional = not stable(winner, metric)
+    if provisional:
+        reason += f"; provisional: winner did not stabilize ({_unsettled(winner, metric)})"
+    entries = accuracy.get("artifacts", {})
+    baseline = next((r for r in ranked if r["artifact"] in BASELINES and r is not winner), None)
+    return {
+        "artifact": winner["artifact"],
+        "file": (files or {}).get(winner["artifact"]),
+        "runtime": winner["runtime"],
+        "io": winner["io"],
+        "cuda_graph": bool(winner.get("cuda_graph")),
+        "objective": policy.objective.model_dump(),
+        "value": value(winner, metric),
+        "unit": unit_of(metric),
+        "interval": list(interval_or_point(winner, metric)),
+        "p50_ci95_ms": winner.get("p50_ci95_ms"),
+        "shapes": winner.get("shapes"),
+        "stable": stable(winner, metric),
+        "provisional": provisional,
+        "accuracy": accuracy_record(entries.get(winner["artifact"]), winner),
+        "runner_up": _peer(runner_up, metric, entries),
+        "baseline": _peer(baseline, metric, entries),
+        "within_noise_of": [_label(r) for r in within],  # the tie group (within noise of the fastest)
+        "reason": reason,
+    }
+
+
+def _peer(row: dict[str, Any] | None, metric: str, entries: dict[str, Any]) -> dict[str, Any] | None:
+    if row is None:
+        return None
+    return {
+        "artifact": row["artifact"],
+        "runtime": row["runtime"],
+        "io": row["io"],
+        "value": value(row, metric),
+        "interval": list(interval_or_point(row, metric)),
+        "accuracy": accuracy_record(entries.get(row["artifact"]), row)["figures"],
+    }
+
+
+def accuracy_record(entry: dict[str, Any] | None, row: dict[str, Any]) -> dict[str, Any]:
+    """Where the candidate's own accuracy record is, and per metric its worst figure on that runtime: among
+    the checks that gate when there are any (as the accuracy table shows it), else the informational ones."""
+    runtime = row["runtime"]
+    checks = [c for c in (entry or {}).get("checks", []) if c.get("runtime", runtime) == runtime]
+    figures: dict[str, float] = {}
+    gating: set[str] = set()
+    for check in checks:
+        value, metric = check.get("value"), check.get("metric")
+        if not isinstance(value, int | float) or metric in ("finite", "comparable"):
+            continue
+        required = not check.get("informational")
+        if metric in gating and not required:
+            continue
+        if required and metric not in gating:
+            gating.add(metric)
+            figures.pop(metric, None)
+        worse = min if metric in LOWER_BOUNDS else max
+        figures[metric] = worse(figures.get(metric, value), value)
+    return {
+        "runtime": runtime,
+        "passed": runtime_passed(entry, runtime),
+        "record": f"reports/accuracy.json: artifacts.{row['artifact']}.runtimes.{runtime}",
+        "figures": figures,
+    }
+
+
+def _reason(
+    winner: dict[str, Any],
+    fastest: dict[str, Any],
+    within: list[dict[str, Any]],
+    runner_up: dict[str, Any] | None,
+    metric: str,
+) -> str:
+    lead = f"highest {metric_name(metric)}" if maximized(metric) else f"fastest by {metric_name(metric)}"
+    if runner_up is None:
+        return "the only candidate that passed validation on its runtime with a measurement at the objective's shape"
+    if not within:
+        return (
+            f"{lead}: {_figure(winner, metric)} vs {_figure(runner_up, metric)} for "
+            f"{_label(runner_up)}; the 95% intervals do not overlap"
+        )
+    tied = ", ".join(f"{_label(r)} {_figure(r, metric)}" for r in within)
+    if winner is fastest:
+        return (
+            f"{lead} at {_figure(winner, metric)}, but within noise of {tied} (95% intervals "
+            "overlap); it is also the simplest of these, so it is chosen"
+        )
+    return (
+        f"{_label(fastest)} measured {_figure(fastest, metric)}, within noise of {_label(winner)} at "
+        f"{_figure(winner, metric)} (95% intervals overlap); the simplest of the candidates within noise of "
+        f"the fastest is chosen (tied with the winner: {tied})"
+    )
+
+
+def selection_problems(accuracy: dict[str, Any], winner: dict[str, Any] | None) -> list[str]:
+    """Why nothing can be signed off from selection's side (empty when a winner exists)."""
+    if winner is not None:
+        return []
+    entries = accuracy.get("artifacts", {})
+    if not any(
+        e.get("passed") or any(r.get("passed") for r in e.get("runtimes", {}).values())
+        for e in entries.values()
+    ):
+        return ["no artifact passed validation"]
+    return [
+        "no artifact that passed validation on its runtime has a benchmark at the objective's shape within constraints"
+    ]

@@ -1,0 +1,279 @@
+"""Representative inputs: samples from the recipe, a deterministic disjoint calibration/validation split,
+and batches at any shape (validation corners, benchmark shapes) built from real samples."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.core.errors import RecipeError
+from pipeline.inputs.specs import DataSpec
+from pipeline.recipe import InputSpec, NpzData, RandomData, TextData
+
+Feeds = dict[str, np.ndarray]
+NUMPY_DTYPES = {
+    "float32": np.float32,
+    "float16": np.float16,
+    "int64": np.int64,
+    "int32": np.int32,
+    "bool": np.bool_,
+}
+
+
+def read_texts(path: Path, field: str) -> list[str]:
+    """JSONL lines with `field`, or plain text lines; blank lines skipped."""
+    texts = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("{"):
+            texts.append(str(json.loads(line)[field]))
+        else:
+            texts.append(line)
+    return texts
+
+
+class Dataset:
+    """Samples are kept raw (texts or per-sample arrays) and turned into feeds at the shape asked for."""
+
+    def __init__(self, spec: DataSpec, tokenizer: Any = None, model_config: dict[str, Any] | None = None):
+        self.spec = spec
+        self.tokenizer = tokenizer
+        self.model_config = dict(model_config or {})
+        data = spec.data
+        source = data.samples
+        if isinstance(source, TextData):
+            self.items: list[Any] = read_texts(_file(spec), source.field)
+        elif isinstance(source, NpzData):
+            with np.load(_file(spec)) as npz:
+                arrays = {inp.name: npz[inp.name] for inp in spec.inputs}
+            count = min(len(a) for a in arrays.values())
+            self.items = [{k: a[i] for k, a in arrays.items()} for i in range(count)]
+        else:
+            assert isinstance(source, RandomData)
+            count = source.samples or data.calibration + data.validation
+            self.items = [self._random_sample(i) for i in range(count)]
+        order = np.random.default_rng(data.seed).permutation(len(self.items))
+        n_cal = min(data.calibration, len(self.items) // 2)
+        n_val = min(data.validation, len(self.items) - n_cal)
+        self.calibration_index = [int(i) for i in order[:n_cal]]
+        self.validation_index = [int(i) for i in order[n_cal : n_cal + n_val]]
+
+    # ------------------------------------------------------------ splits
+
+    def calibration_hash(self) -> str:
+        return hashlib.sha256(
+            json.dumps([self._item_key(i) for i in self.calibration_index]).encode()
+        ).hexdigest()
+
+    def calibration_feeds(self, batch: int = 1) -> list[Feeds]:
+        """Calibration split at natural lengths (text) or stored shapes; never overlaps validation."""
+        return self._natural_batches(self.calibration_index, batch)
+
+    def validation_feeds(self, batch: int = 1) -> list[Feeds]:
+        return self._natural_batches(self.validation_index, batch)
+
+    # ------------------------------------------------------------ fixed shapes
+
+    def feeds_at(self, dims: dict[str, int], start: int = 0, pool: str = "validation") -> Feeds:
+        """A batch with every dynamic dim pinned (from `dims`), filled with real samples from `pool`."""
+        index = self.validation_index if pool == "validation" else list(range(len(self.items)))
+        batch_dim = self.spec.batch_dim
+        batch = dims.get(batch_dim, 1)
+        picks = [index[(start + k) % len(index)] for k in range(batch)]
+        if isinstance(self.spec.data.samples, TextData):
+            seq = dims.get(self.spec.sequence_dim or "")
+            return self._tokenize([self.items[i] for i in picks], length=seq)
+        shapes = {s.name: self._shape(s, dims) for s in self.spec.inputs}
+        return {
+            s.name: np.stack(
+                [_fit(np.asarray(self.items[i][s.name]), shapes[s.name][1:]) for i in picks]
+            ).astype(NUMPY_DTYPES[s.dtype])
+            for s in self.spec.inputs
+        }
+
+    def corner_dims(self, corner: str) -> dict[str, int]:
+        return self.spec.corner_dims(corner)
+
+    def corner_feeds(self, corner: str, batch: int | None = None) -> Feeds:
+        """Real data at a shape corner, with the batch dim pinned to `batch` when given."""
+        dims = self.corner_dims(corner)
+        if batch is not None and self.spec.batch_dim in dims:
+            dims[self.spec.batch_dim] = batch
+        return self.feeds_at(dims)
+
+    def token_lengths(self) -> list[int]:
+        """Natural tokenized lengths of all samples (text data), for representative benchmark shapes."""
+        if not isinstance(self.spec.data.samples, TextData):
+            return []
+        enc = self.tokenizer(self.items, truncation=True, max_length=self._seq_range()[1])
+        return [len(ids) for ids in enc["input_ids"]]
+
+    # ------------------------------------------------------------ internals
+
+    def _seq_range(self) -> tuple[int, int]:
+        seq = self.spec.dims.get(self.spec.sequence_dim or "")
+        return (seq.min, seq.max) if seq else (1, 512)
+
+    def _natural_batches(self, index: list[int], batch: int) -> list[Feeds]:
+        """Batches of samples at their own lengths: text is padded to the longest in its batch; other samples
+        are grouped by shape (first appearance first), so a batch never mixes shapes."""
+        if isinstance(self.spec.data.samples, TextData):
+            return [
+                self._tokenize([self.items[i] for i in index[start : start + batch]], length=None)
+                for start in range(0, len(index), batch)
+            ]
+        groups: dict[tuple, list[int]] = {}
+        for i in index:
+            groups.setdefault(tuple(np.shape(self.items[i][s.name]) for s in self.spec.inputs), []).append(i)
+        out = []
+        for members in groups.values():
+            for start in range(0, len(members), batch):
+                picks = members[start : start + batch]
+                out.append(
+                    {
+                        s.name: np.stack([np.asarray(self.items[i][s.name]) for i in picks]).astype(
+                            NUMPY_DTYPES[s.dtype]
+                        )
+                        for s in self.spec.inputs
+                    }
+                )
+        return out
+
+    def _tokenize(self, texts: list[str], length: int | None) -> Feeds:
+        lo, hi = self._seq_range()
+        if length is None:
+            enc = self.tokenizer(
+                texts, padding="longest", truncation=True, max_length=hi, return_tensors="np"
+            )
+            if enc["input_ids"].shape[1] < lo:
+                enc = self.tokenizer(
+                    texts, padding="max_length", truncation=True, max_length=lo, return_tensors="np"
+                )
+        else:
+            enc = self.tokenizer(
+                texts, padding="max_length", truncation=True, max_length=length, return_tensors="np"
+            )
+        feeds = {}
+        for spec in self.spec.inputs:
+            if spec.name not in enc:
+                raise RecipeError(
+                    f"inputs: the model's tokenizer does not produce input '{spec.name}' (it gives {', '.join(sorted(enc))})"
+                )
+            feeds[spec.name] = enc[spec.name].astype(NUMPY_DTYPES[spec.dtype])
+        return feeds
+
+    def _shape(self, spec: InputSpec, dims: dict[str, int]) -> list[int]:
+        return self.spec.corner_shape(spec, "opt", dims)
+
+    def _random_sample(self, i: int) -> dict[str, np.ndarray]:
+        """Sample i at its own point of each dynamic dim's range (the batch dim aside): validation and
+        calibration then see short, typical and long inputs, not only the opt shape."""
+        rng = np.random.default_rng([self.spec.data.seed, i])
+        dims = {name: lengths[i % len(lengths)] for name, lengths in self._spread().items()}
+        sample = {}
+        for spec in self.spec.inputs:
+            shape = self.spec.corner_shape(spec, "opt", dims)[1:]
+            sample[spec.name] = random_values(spec, shape, rng, value_range(spec, self.model_config))
+        return sample
+
+    def value_coverage(self, feeds: list[Feeds]) -> dict[str, dict[str, Any]]:
+        """Per input, the values the given batches held: smallest, largest, how many distinct (up to
+        DISTINCT_CAP), and the shapes they came in. The report states it, so a degenerate range shows."""
+        coverage: dict[str, dict[str, Any]] = {}
+        for spec in self.spec.inputs:
+            arrays = [np.asarray(f[spec.name]) for f in feeds if spec.name in f]
+            if not arrays:
+                continue
+            values = np.concatenate([a.reshape(-1) for a in arrays])
+            finite = values[np.isfinite(values)] if values.dtype.kind == "f" else values
+            distinct = np.unique(finite[:DISTINCT_SCAN]).size if finite.size else 0
+            shapes = sorted({tuple(int(d) for d in a.shape) for a in arrays})
+            coverage[spec.name] = {
+                "dtype": spec.dtype,
+                "min": float(finite.min()) if finite.size else None,
+                "max": float(finite.max()) if finite.size else None,
+                "distinct": min(int(distinct), DISTINCT_CAP),
+                "distinct_capped": int(distinct) >= DISTINCT_CAP,
+                "shapes": [list(shapes[0]), list(shapes[-1])],
+            }
+        return coverage
+
+    def _spread(self) -> dict[str, list[int]]:
+        """Lengths drawn per dynamic dim: min, the quartiles of the range, opt and max."""
+        spread = {}
+        for name, r in self.spec.dims.items():
+            if name == self.spec.batch_dim:
+                continue
+            points = {r.min, r.opt, r.max} | {round(r.min + (r.max - r.min) * f) for f in (0.25, 0.5, 0.75)}
+            spread[name] = sorted(points)
+        return spread
+
+    def _item_key(self, i: int) -> str:
+        item = self.items[i]
+        if isinstance(item, str):
+            return item
+        return hashlib.sha256(b"".join(np.ascontiguousarray(v).tobytes() for v in item.values())).hexdigest()
+
+
+def _file(spec: DataSpec) -> Path:
+    path = spec.file
+    assert path is not None, "text and npz samples have a file"
+    return path
+
+
+DISTINCT_CAP = 1000  # value_coverage counts distinct values up to this many
+DISTINCT_SCAN = 1_000_000  # ... among at most this many values per input
+
+
+def value_range(spec: InputSpec, model_config: dict[str, Any] | None = None) -> tuple[float, float]:
+    """The low..high random samples of this input are drawn in: the recipe's, else for a transformers model's
+    token inputs its vocabulary (input_ids), all ones (attention_mask) or its type vocabulary
+    (token_type_ids), else 0..1 (float inputs; integer inputs only where the recipe check lets them through:
+    pre-flight probes of npz or text data)."""
+    config = model_config or {}
+    low, high = spec.low, spec.high
+    if low is None or high is None:
+        vocab = config.get("vocab_size")
+        defaults = (
+            {
+                "input_ids": (0, vocab - 1) if isinstance(vocab, int) and vocab > 0 else None,
+                "decoder_input_ids": (0, vocab - 1) if isinstance(vocab, int) and vocab > 0 else None,
+                "attention_mask": (1, 1),
+                "token_type_ids": (0, max(int(config.get("type_vocab_size") or 1) - 1, 0)),
+            }.get(spec.name)
+            if spec.dtype in ("int64", "int32")
+            else None
+        )
+        d_low, d_high = defaults or (0.0, 1.0)
+        low = d_low if low is None else low
+        high = d_high if high is None else high
+    return float(low), float(high)
+
+
+def random_values(
+    spec: InputSpec, shape: list[int], rng: np.random.Generator, bounds: tuple[float, float] | None = None
+) -> np.ndarray:
+    """Values drawn in `bounds` (default: value_range of the input alone; both ends included for integers),
+    in the input's dtype."""
+    low, high = bounds or value_range(spec)
+    if NUMPY_DTYPES[spec.dtype] in (np.int64, np.int32):
+        arr = rng.integers(int(low), int(high), size=shape, endpoint=True)
+    elif spec.dtype == "bool":
+        arr = rng.random(size=shape) < 0.5
+    else:
+        arr = rng.uniform(low, high, size=shape)
+    return arr.astype(NUMPY_DTYPES[spec.dtype])
+
+
+def _fit(arr: np.ndarray, shape: list[int]) -> np.ndarray:
+    """Crop or zero-pad a stored sample to a target shape (non-text data at a pinned corner)."""
+    out = np.zeros(shape, dtype=arr.dtype)
+    region = tuple(slice(0, min(a, b)) for a, b in zip(arr.shape, shape, strict=False))
+    out[region] = arr[region]
+    return out

@@ -1,0 +1,1 @@
+"""Checks of the recipe against the world, before any work starts."""

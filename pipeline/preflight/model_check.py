@@ -1,0 +1,341 @@
+"""Pre-flight model check: instantiate the model from its source and run it on the CPU, once at the min shape
+and once per dynamic dim at its max, so that a model that cannot be built, rejects its inputs or returns
+something other than the recipe's `outputs` is a located user error before any work starts. Cheap by design
+(batch at its min); the deploy loads the model again but never repeats this. Pre-flight calls it in a child
+process bounded in time (pipeline/preflight/model_child.py): this is the user's code, which may hang or crash."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.core.errors import Problem, RecipeError
+from pipeline.core.user_code import contained
+from pipeline.recipe import EntrypointSource, HuggingFaceSource, Recipe, TorchScriptSource
+from pipeline.recipe.loader import LoadedRecipe
+
+HF_OUTPUTS = ("last_hidden_state", "sentence_embedding")
+MAX_PROBE = 1 << 24  # input elements of one probe run at a dim's max (16 M: an image batch of 1 at 2k x 2k)
+
+
+def source_key(recipe: Recipe) -> str:
+    """The recipe key that names where the model comes from (where a failure to build it is reported)."""
+    src = recipe.model
+    if isinstance(src, EntrypointSource):
+        return "model.entrypoint"
+    if isinstance(src, TorchScriptSource):
+        return "model.path"
+    if isinstance(src, HuggingFaceSource):
+        return "model.path" if src.path else "model.package" if src.package else "model.id"
+    return "model.name"
+
+
+def model_problems(loaded: LoadedRecipe, data_ok: bool) -> list[Problem]:
+    """Everything found by building and running the model; [] when it matches the recipe."""
+    recipe, recipe_dir = loaded.recipe, loaded.path.parent.resolve()
+    problems = _static_problems(loaded)
+    if any(p.key.startswith("model.") for p in problems):
+        return problems  # the factory cannot be called as the recipe says
+    from pipeline.inputs.models import BindingError, load_model
+    from pipeline.inputs.specs import ModelSpec
+
+    try:
+        model = load_model(ModelSpec.from_recipe(recipe, recipe_dir))
+    except BindingError as exc:
+        return [loaded.problem(exc.key, str(exc))]
+    except RecipeError as exc:
+        return [loaded.problem(source_key(recipe), line) for line in exc.lines()]
+    except Exception as exc:  # noqa: BLE001 - the user's model failing to build is the user's to fix
+        return [loaded.problem(source_key(recipe), f"building the model failed: {_short(exc)}")]
+    problems += _config_problems(loaded, model.config)
+    problems += pattern_problems(loaded, model.module)
+    if problems:
+        return problems
+    min_dims = {name: rng.min for name, rng in recipe.dims.items()}
+    names, outputs, error = _run(model.module, recipe, _synthetic(recipe, min_dims, model.config))
+    if error:
+        return problems + [loaded.problem("model", f"the model fails at the min shape {error}")]
+    problems += _output_problems(loaded, names, outputs)
+    if problems:
+        return problems
+    if data_ok and recipe.data.samples.source != "random":  # the recipe's own samples: token ids beyond
+        # the vocabulary, a tokenizer without an input (random samples are drawn as the synthetic ones)
+        try:
+            feeds = _real_feeds(recipe, recipe_dir, model.tokenizer, min_dims)
+        except RecipeError as exc:
+            return [loaded.problem("inputs", line) for line in exc.lines()]
+        except Exception as exc:  # noqa: BLE001 - the samples (or the tokenizer) cannot make inputs
+            return [loaded.problem("data.samples", f"cannot make inputs from the samples: {_short(exc)}")]
+        error = _run(model.module, recipe, feeds)[2]
+        if error:
+            return [loaded.problem("data.samples", f"the model fails on the recipe's samples {error}")]
+    available = available_memory()
+    for dim, rng in recipe.dims.items():
+        key = f"dims.{dim}.max"
+        probe = {**min_dims, dim: rng.max}
+        if dim == recipe.benchmark.batch_dim or rng.max == rng.min:
+            continue  # the batch dim stays at its min
+        if _elements(recipe, probe) > MAX_PROBE:  # too large to probe: the inputs alone must fit
+            problems += _input_memory_problems(loaded, key, dim, rng.max, probe, available)
+            continue
+        peak = _peak_rss()
+        _, at_max, error = _run(model.module, recipe, _synthetic(recipe, probe, model.config))
+        grown = max(_peak_rss() - peak, 0)
+        if error:
+            problems.append(loaded.problem(key, f"the model fails when {dim} = {rng.max} {error}"))
+        elif [getattr(o, "ndim", None) for o in at_max] != [o.ndim for o in outputs]:
+            problems.append(loaded.problem(key, f"the model's output ranks change when {dim} = {rng.max}"))
+        else:
+            problems += _run_memory_problems(loaded, key, dim, rng.max, grown, available)
+    return problems
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this machine has available now (MemAvailable), None where it cannot be read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _peak_rss() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
+
+
+def largest_batch(recipe: Recipe) -> int:
+    """The largest batch a deploy runs the model at: the benchmark's, or a validation corner's."""
+    return max([*recipe.benchmark.batch_sizes, *recipe.validation.corner_batches.values(), 1])
+
+
+def _gib(value: float) -> str:
+    return f"{value / 2**30:.1f} GiB"
+
+
+def _run_memory_problems(
+    loaded: LoadedRecipe, key: str, dim: str, size: int, grown: int, available: int | None
+) -> list[Problem]:
+    """The probe at this dim's max ran at the batch dim's min; the deploy runs larger batches, and memory grows
+    about in proportion: refuse a max whose estimate is beyond what this machine has available."""
+    recipe = loaded.recipe
+    batch_rng = recipe.dims.get(recipe.benchmark.batch_dim)
+    probed = batch_rng.min if batch_rng else 1
+    biggest = largest_batch(recipe) if batch_rng else 1
+    estimate = grown * biggest / probed
+    if available is None or estimate <= available:
+        return []
+    return [
+        loaded.problem(
+            key,
+            f"running the model when {dim} = {size} took {_gib(grown)} at batch {probed}; at batch {biggest} "
+            f"(the largest the deploy runs) that is about {_gib(estimate)}, more than this machine's available "
+            f"memory ({_gib(available)})",
+        )
+    ]
+
+
+def _input_memory_problems(
+    loaded: LoadedRecipe, key: str, dim: str, size: int, probe: dict[str, int], available: int | None
+) -> list[Problem]:
+    """A max too large to probe: its inputs alone, at the largest batch, must take at most a quarter of the
+    memory available (the outputs, copies per runtime and activations take the rest)."""
+    from pipeline.inputs.data import NUMPY_DTYPES
+
+    recipe = loaded.recipe
+    batch = (
+        {recipe.benchmark.batch_dim: largest_batch(recipe)}
+        if recipe.benchmark.batch_dim in recipe.dims
+        else {}
+    )
+    shape_dims = {**probe, **batch}
+    size_bytes = sum(
+        int(np.prod(recipe.corner_shape(spec, "min", shape_dims), dtype=np.float64))
+        * np.dtype(NUMPY_DTYPES[spec.dtype]).itemsize
+        for spec in recipe.inputs
+    )
+    if available is None or size_bytes * 4 <= available:
+        return []
+    return [
+        loaded.problem(
+            key,
+            f"the inputs alone take {_gib(size_bytes)} when {dim} = {size} at batch "
+            f"{shape_dims.get(recipe.benchmark.batch_dim, 1)}: more than a quarter of this machine's "
+            f"available memory ({_gib(available)})",
+        )
+    ]
+
+
+def _static_problems(loaded: LoadedRecipe) -> list[Problem]:
+    """What can be told without building the model: factory keyword arguments, Hugging Face output names."""
+    src, problems = loaded.recipe.model, []
+    if isinstance(src, EntrypointSource):
+        import importlib
+
+        module_name, _, factory_name = src.entrypoint.partition(":")
+        factory = getattr(importlib.import_module(module_name), factory_name)
+        try:
+            params = inspect.signature(factory).parameters
+        except (TypeError, ValueError):
+            params = None
+        if params is not None and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            for name in src.kwargs:
+                if name not in params or params[name].kind is inspect.Parameter.POSITIONAL_ONLY:
+                    accepted = ", ".join(n for n, p in params.items() if p.kind is not p.VAR_POSITIONAL)
+                    problems.append(
+                        loaded.problem(
+                            f"model.kwargs.{name}",
+                            f"'{src.entrypoint}' takes no argument '{name}' (it takes: {accepted or 'none'})",
+                        )
+                    )
+    if isinstance(src, HuggingFaceSource):
+        known = HF_OUTPUTS if src.pooling == "mean" else HF_OUTPUTS[:1]
+        for i, name in enumerate(loaded.recipe.outputs):
+            if name not in known:
+                problems.append(
+                    loaded.problem(
+                        f"outputs[{i}]", f"the model has no output '{name}' (it provides {', '.join(known)})"
+                    )
+                )
+    return problems
+
+
+def _config_problems(loaded: LoadedRecipe, config: dict[str, Any]) -> list[Problem]:
+    """Dims beyond what the model's config says it accepts (a BERT's position embeddings)."""
+    limit = config.get("max_position_embeddings")
+    seq = loaded.recipe.benchmark.sequence_dim
+    rng = loaded.recipe.dims.get(seq or "")
+    if isinstance(limit, int) and rng is not None and rng.max > limit:
+        return [
+            loaded.problem(
+                f"dims.{seq}.max",
+                f"must not exceed the model's max_position_embeddings ({limit}) (got {rng.max})",
+            )
+        ]
+    return []
+
+
+def pattern_problems(loaded: LoadedRecipe, module: Any) -> list[Problem]:
+    """INT8 include/exclude patterns that match no module path of the model: a typo, or a pattern written for
+    another model's names, would otherwise quietly quantize what it meant to keep in float."""
+    int8 = loaded.recipe.export.int8
+    if "onnx-int8" not in loaded.recipe.variants.build or not (int8.include or int8.exclude):
+        return []
+    from pipeline.toolchain.onnx_tools import matches
+
+    paths = [name for name, _ in module.named_modules() if name]
+    problems = []
+    for key, patterns in (("include", int8.include), ("exclude", int8.exclude)):
+        for i, pattern in enumerate(patterns):
+            if not any(matches(path, [pattern]) for path in paths):
+                examples = ", ".join(paths[1:4] or paths[:3])
+                problems.append(
+                    loaded.problem(
+                        f"export.int8.{key}[{i}]",
+                        f"'{pattern}' matches no module of the model (module paths read like: {examples})",
+                    )
+                )
+    return problems
+
+
+def _elements(recipe: Recipe, dims: dict[str, int]) -> int:
+    return sum(int(np.prod(recipe.corner_shape(spec, "min", dims))) for spec in recipe.inputs)
+
+
+def _synthetic(recipe: Recipe, dims: dict[str, int], config: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Seeded inputs in each input's value range at the given dims (int dims stay as declared)."""
+    from pipeline.inputs.data import random_values, value_range
+
+    rng = np.random.default_rng(0)
+    return {
+        spec.name: random_values(spec, recipe.corner_shape(spec, "min", dims), rng, value_range(spec, config))
+        for spec in recipe.inputs
+    }
+
+
+def _real_feeds(recipe: Recipe, recipe_dir: Path, tokenizer: Any, dims: dict[str, int]) -> dict[str, Any]:
+    from pipeline.inputs.data import Dataset
+    from pipeline.inputs.specs import DataSpec
+
+    return Dataset(DataSpec.from_recipe(recipe, recipe_dir), tokenizer).feeds_at(dims, pool="all")
+
+
+def _run(module: Any, recipe: Recipe, feeds: dict[str, np.ndarray]) -> tuple[list[str] | None, list, str]:
+    """(output names if the module gives them, output values, '' or what went wrong) of one CPU run."""
+    import torch
+
+    args = tuple(torch.from_numpy(np.ascontiguousarray(feeds[s.name])) for s in recipe.inputs)
+    call = getattr(module, "raw", module)  # what the user's module returns, before outputs are picked
+    try:
+        with torch.no_grad(), contained():
+            raw = call(*args)
+    except Exception as exc:  # noqa: BLE001 - the user's model failing on its inputs is the user's to fix
+        shapes = ", ".join(f"{s.name} {list(feeds[s.name].shape)}" for s in recipe.inputs)
+        return None, [], f"({shapes}): {_short(exc)}"
+    if isinstance(raw, torch.Tensor):
+        return None, [raw], ""
+    if isinstance(raw, Mapping):
+        declared = list(recipe.outputs)
+        if all(n in raw for n in declared):  # picked by name: extra entries are not deployed
+            return declared, [raw[n] for n in declared], ""
+        return [str(k) for k in raw], list(raw.values()), ""
+    if isinstance(raw, tuple | list):
+        return None, list(raw), ""
+    return None, [raw], ""
+
+
+def _output_problems(loaded: LoadedRecipe, names: list[str] | None, outputs: list) -> list[Problem]:
+    import torch
+
+    declared = list(loaded.recipe.outputs)
+    if names and names != declared:  # a dict: outputs are picked by name, so every name must be there
+        return [
+            loaded.problem(
+                f"outputs[{i}]", f"the model has no output '{name}' (it returns {', '.join(names)})"
+            )
+            for i, name in enumerate(declared)
+            if name not in names
+        ]
+    if len(outputs) != len(declared):
+        return [
+            loaded.problem(
+                "outputs", f"the model returns {len(outputs)} output(s) but outputs names {len(declared)}"
+            )
+        ]
+    problems = []
+    for i, value in enumerate(outputs):
+        if not isinstance(value, torch.Tensor):
+            problems.append(
+                loaded.problem(
+                    f"outputs[{i}]", f"the model's output {i} is a {type(value).__name__}, not a tensor"
+                )
+            )
+        elif value.numel() == 0 and value.ndim > 0:
+            problems.append(
+                loaded.problem(
+                    f"outputs[{i}]", f"the model's output {i} is empty (shape {list(value.shape)})"
+                )
+            )
+        elif value.ndim == 0 or value.dtype.is_complex:
+            problems.append(
+                loaded.problem(
+                    f"outputs[{i}]",
+                    f"the model's output {i} is a {'0-d' if value.ndim == 0 else str(value.dtype)} tensor; "
+                    "outputs must be real tensors with at least one dim",
+                )
+            )
+    return problems
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}".rstrip(
+        ": "
+    )
+    return text if len(text) <= 240 else text[:237] + "..."

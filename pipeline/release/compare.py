@@ -1,0 +1,403 @@
+"""`compare A B`: two versions side by side, judged the way a release gate needs.
+
+Speed per (artifact, runtime, io, shape) with interval-aware verdicts: faster or slower only when the
+confidence intervals of the objective metric do not overlap, else within noise. Accuracy per artifact and
+check, measured as the share of its tolerance a check uses (error / threshold, or (1 - cosine) /
+(1 - threshold)), so that changes read the same for every metric. Environment and recipe changes listed.
+
+The gate (exit 1) is about what B ships, against the budget in B's recipe (`selection.regression`): B did
+not sign off while A did; B's winner is slower than A's winner by more than `max_slowdown`, beyond noise; or
+a required check of B's winner uses more than `max_accuracy_loss` more of its tolerance than the same check
+of the same artifact in A (or of A's winner, when A did not validate that artifact). Everything else is
+reported, not gated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from pipeline.check.accuracy import tolerance_share
+from pipeline.check.speed import Interval, interval, is_winner_row, maximized, unit_of, value
+from pipeline.core.errors import PipelineError
+from pipeline.core.stored import Damaged, read_stored
+from pipeline.recipe import RegressionBudget
+from pipeline.release.tracking import flatten
+
+IGNORED_RECIPE_KEYS = ("output.root",)
+
+
+# ---------------------------------------------------------------- finding versions
+
+
+def resolve_version(ref: str, recipe: str | None) -> Path:
+    """A version folder from: a path to one; NAME/vNNNN or NAME/latest under ./artifacts (or the recipe's
+    output root); vNNNN or latest in the recipe's store, else in the only store under ./artifacts that has it."""
+    path = Path(ref)
+    if (path / "manifest.json").is_file():
+        return path
+    if path.is_absolute() or ref.startswith(".") or path.is_dir():
+        raise PipelineError(f"compare: {ref} is not a version folder (no manifest.json)")
+    if recipe is not None:
+        from pipeline.recipe.loader import load, resolve_recipe_path
+
+        loaded = load(resolve_recipe_path(recipe))
+        stores = [Path(loaded.recipe.output.root) / loaded.recipe.name]
+    else:
+        root = Path("artifacts")
+        stores = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    if "/" in ref:
+        name, _, version = ref.partition("/")
+        stores = [s.parent / name for s in stores[:1]] if recipe else [Path("artifacts") / name]
+        ref = version
+    found = [s / ref for s in stores if (s / ref / "manifest.json").is_file()]
+    if len(found) == 1:
+        return found[0].resolve() if ref == "latest" else found[0]
+    where = ", ".join(str(s) for s in stores) or "./artifacts (empty)"
+    if not found:
+        raise PipelineError(f"compare: no version '{ref}' (looked in {where}; pass a folder or --recipe)")
+    raise PipelineError(f"compare: '{ref}' is ambiguous ({where}); pass --recipe or NAME/{ref}")
+
+
+def _version(folder: Path) -> dict[str, Any]:
+    """A version's reports, once its files verify against its manifest: compare judges releases, so a damaged
+    one (a report edited after publication, say) is refused, never judged."""
+    from pipeline.release.store import verify_folder
+
+    if not (folder / "manifest.json").is_file():
+        raise PipelineError(f"compare: {folder} has no manifest.json (not a version folder)")
+    damage = verify_folder(folder)
+    if damage:
+        more = f" (and {len(damage) - 1} more)" if len(damage) > 1 else ""
+        raise PipelineError(
+            f"compare: {folder} is damaged: {damage[0]}{more}; a damaged version is not judged "
+            f"(python -m pipeline verify shows every damaged file)"
+        )
+    try:
+        return {
+            "folder": folder,
+            "manifest": read_stored(folder / "manifest.json") or {},
+            "speed": read_stored(folder / "reports/speed.json") or {},
+            "accuracy": read_stored(folder / "reports/accuracy.json") or {},
+            "winner": read_stored(folder / "winner.json"),
+        }
+    except Damaged as exc:  # sealed, yet not of the contract's shape: made by something else
+        raise PipelineError(f"compare: {exc}; a damaged version is not judged") from None
+
+
+# ---------------------------------------------------------------- speed
+
+
+def speed_verdict(a_ci: Interval | None, b_ci: Interval | None, metric: str = "p50_ms") -> str:
+    """faster / slower (B against A) when the intervals are disjoint, within noise when they overlap. Faster is
+    a lower latency, or a higher throughput."""
+    if a_ci is None or b_ci is None:
+        return "no interval"
+    lower, higher = ("slower", "faster") if maximized(metric) else ("faster", "slower")
+    if b_ci[1] < a_ci[0]:
+        return lower
+    if b_ci[0] > a_ci[1]:
+        return higher
+    return "within noise"
+
+
+def change(a: float | None, b: float | None) -> float | None:
+    """B's value relative to A's (+0.1: 10 % higher), whichever way is better."""
+    if a is None or b is None or not a:
+        return None
+    return (b - a) / a
+
+
+def slowdown(a: float | None, b: float | None, metric: str) -> float | None:
+    """How much slower B is than A, relative to A: a longer latency, or a lower throughput (negative: faster)."""
+    relative = change(a, b)
+    if relative is None:
+        return None
+    return -relative if maximized(metric) else relative
+
+
+def _row_key(row: dict[str, Any]) -> tuple[Any, ...]:
+    shapes = json.dumps(row.get("shapes") or {}, sort_keys=True)
+    return (row["artifact"], row["runtime"], row.get("io", "host"), bool(row.get("cuda_graph")), shapes)
+
+
+def compare_rows(a: dict[str, Any], b: dict[str, Any], metric: str) -> list[dict[str, Any]]:
+    rows_a = {_row_key(r): r for r in a.get("results", [])}
+    out = []
+    for row_b in b.get("results", []):
+        row_a = rows_a.get(_row_key(row_b))
+        if row_a is None:
+            continue
+        value_a, value_b = value(row_a, metric), value(row_b, metric)
+        if value_a is None or value_b is None:
+            continue
+        a_ci, b_ci = interval(row_a, metric), interval(row_b, metric)
+        out.append(
+            {
+                **{
+                    k: row_b.get(k)
+                    for k in ("artifact", "runtime", "io", "batch", "sequence_length", "shapes")
+                },
+                "metric": metric,
+                "a": value_a,
+                "b": value_b,
+                "a_ci95": a_ci,
+                "b_ci95": b_ci,
+                "change": change(value_a, value_b),
+                "verdict": speed_verdict(a_ci, b_ci, metric),
+                "stable": bool(row_a.get("stable", True) and row_b.get("stable", True)),
+            }
+        )
+    return out
+
+
+def _winner_row(version: dict[str, Any]) -> dict[str, Any] | None:
+    """The speed row the winner was chosen on (its intervals), else winner.json itself."""
+    winner = version["winner"]
+    if not winner:
+        return None
+    return next((row for row in version["speed"].get("results", []) if is_winner_row(row, winner)), winner)
+
+
+# ---------------------------------------------------------------- accuracy
+
+
+def _shares(entry: dict[str, Any] | None) -> dict[tuple[str, str, str], float]:
+    """Worst tolerance share per required check (output, inputs, metric)."""
+    out: dict[tuple[str, str, str], float] = {}
+    for check in (entry or {}).get("checks", []):
+        if check.get("informational"):
+            continue
+        share = tolerance_share(check["metric"], check.get("value"), check.get("threshold"))
+        if share is not None:
+            key = (check["output"], check["inputs"], check["metric"])
+            out[key] = max(out.get(key, share), share)
+    return out
+
+
+def compare_accuracy(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    entries_a = a.get("artifacts", {})
+    for name, entry_b in b.get("artifacts", {}).items():
+        entry_a = entries_a.get(name)
+        if entry_a is None:
+            continue
+        shares_a, shares_b = _shares(entry_a), _shares(entry_b)
+        growth = [shares_b[k] - shares_a[k] for k in shares_b if k in shares_a]
+        out.append(
+            {
+                "artifact": name,
+                "a_passed": bool(entry_a.get("passed")),
+                "b_passed": bool(entry_b.get("passed")),
+                "a_worst_share": max(shares_a.values(), default=None),
+                "b_worst_share": max(shares_b.values(), default=None),
+                "largest_share_growth": max(growth, default=None),
+                "now_fails": bool(entry_a.get("passed")) and not entry_b.get("passed"),
+            }
+        )
+    return out
+
+
+# ---------------------------------------------------------------- environment and recipe
+
+
+def changes(a: dict[str, Any], b: dict[str, Any], ignored: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    flat_a, flat_b = flatten(a), flatten(b)
+    return [
+        {"key": key, "a": flat_a.get(key), "b": flat_b.get(key)}
+        for key in sorted(set(flat_a) | set(flat_b))
+        if flat_a.get(key) != flat_b.get(key) and key not in ignored
+    ]
+
+
+# ---------------------------------------------------------------- the gate
+
+
+def budget_of(version: dict[str, Any]) -> RegressionBudget:
+    raw = ((version["manifest"].get("recipe") or {}).get("selection") or {}).get("regression") or {}
+    return RegressionBudget.model_validate(raw)
+
+
+def objective_metric(version: dict[str, Any]) -> str:
+    selection = (version["manifest"].get("recipe") or {}).get("selection") or {}
+    return (selection.get("objective") or {}).get("metric", "p50_ms")
+
+
+def _shipped_value(version: dict[str, Any], row: dict[str, Any], metric: str) -> float:
+    """The winner's figure from its speed row, else winner.json's own value (no row found)."""
+    found = value(row, metric)
+    return found if found is not None else version["winner"]["value"]
+
+
+def shipped(a: dict[str, Any], b: dict[str, Any], metric: str) -> dict[str, Any] | None:
+    row_a, row_b = _winner_row(a), _winner_row(b)
+    if row_a is None or row_b is None:
+        return None
+    value_a, value_b = _shipped_value(a, row_a, metric), _shipped_value(b, row_b, metric)
+    a_ci, b_ci = interval(row_a, metric), interval(row_b, metric)
+    return {
+        "a": {"artifact": a["winner"]["artifact"], "runtime": a["winner"]["runtime"], "value": value_a},
+        "b": {"artifact": b["winner"]["artifact"], "runtime": b["winner"]["runtime"], "value": value_b},
+        "metric": metric,
+        "unit": unit_of(metric),
+        "a_ci95": a_ci,
+        "b_ci95": b_ci,
+        "change": change(value_a, value_b),
+        "slowdown": slowdown(value_a, value_b, metric),
+        "verdict": speed_verdict(a_ci, b_ci, metric),
+    }
+
+
+def _winner_accuracy(version: dict[str, Any]) -> dict[str, Any] | None:
+    """The accuracy record the winner passed: winner.json's own when it carries one, else the artifact's."""
+    winner = version["winner"]
+    if not winner:
+        return None
+    if isinstance(winner.get("accuracy"), dict) and "checks" in winner["accuracy"]:
+        return winner["accuracy"]
+    return version["accuracy"].get("artifacts", {}).get(winner["artifact"])
+
+
+def regressions(a: dict[str, Any], b: dict[str, Any], ship: dict[str, Any] | None) -> list[str]:
+    budget, found = budget_of(b), []
+    if a["winner"] and not b["winner"]:
+        return [f"B ({b['folder'].name}) did not sign off; A ({a['folder'].name}) did"]
+    slower = ship is not None and ship["slowdown"] is not None and ship["slowdown"] > budget.max_slowdown
+    if slower and ship["verdict"] in ("slower", "no interval"):
+        found.append(
+            f"shipped {ship['metric']} {ship['a']['value']:.4g} -> {ship['b']['value']:.4g} {ship['unit']} "
+            f"({ship['change']:+.1%}: {ship['slowdown']:.1%} slower, budget {budget.max_slowdown:.0%}, "
+            f"{ship['verdict']})"
+        )
+    if b["winner"]:
+        name = b["winner"]["artifact"]
+        entries_a = a["accuracy"].get("artifacts", {})
+        baseline = entries_a.get(name) or _winner_accuracy(a)
+        shares_a, shares_b = _shares(baseline), _shares(_winner_accuracy(b))
+        for key, share in sorted(shares_b.items()):
+            if key in shares_a and share - shares_a[key] > budget.max_accuracy_loss:
+                found.append(
+                    f"{name} {'/'.join(key)} uses {share:.0%} of its tolerance (was {shares_a[key]:.0%}; "
+                    f"budget +{budget.max_accuracy_loss:.0%})"
+                )
+    return found
+
+
+def compare(a_dir: Path, b_dir: Path) -> dict[str, Any]:
+    """The comparison as one JSON-ready document; exit_code 1 when B regressed beyond its budget."""
+    a, b = _version(a_dir), _version(b_dir)
+    metric = objective_metric(b)
+    ship = shipped(a, b, metric)
+    found = regressions(a, b, ship)
+    return {
+        "a": _label(a),
+        "b": _label(b),
+        "metric": metric,
+        "budget": budget_of(b).model_dump(),
+        "shipped": ship,
+        "speed": compare_rows(a["speed"], b["speed"], metric),
+        "accuracy": compare_accuracy(a["accuracy"], b["accuracy"]),
+        "environment": changes(
+            {**a["manifest"].get("environment", {}), "git_revision": a["manifest"].get("git_revision")},
+            {**b["manifest"].get("environment", {}), "git_revision": b["manifest"].get("git_revision")},
+        ),
+        "recipe": changes(
+            a["manifest"].get("recipe", {}), b["manifest"].get("recipe", {}), IGNORED_RECIPE_KEYS
+        ),
+        "regressions": found,
+        "exit_code": 1 if found else 0,
+    }
+
+
+def _label(version: dict[str, Any]) -> dict[str, Any]:
+    manifest = version["manifest"]
+    return {
+        "name": manifest.get("name"),
+        "version": manifest.get("version"),
+        "path": str(version["folder"]),
+        "created": manifest.get("created"),
+        "signed_off": bool(manifest.get("signed_off")),
+        "winner": (version["winner"] or {}).get("artifact"),
+    }
+
+
+# ---------------------------------------------------------------- command
+
+
+def compare_command(a: str, b: str, recipe: str | None, console: Console) -> tuple[int, dict[str, Any]]:
+    report = compare(resolve_version(a, recipe), resolve_version(b, recipe))
+    show(report, console)
+    return report["exit_code"], report
+
+
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1%}"
+
+
+def _passed(passed: bool, share: float | None) -> str:
+    return ("pass" if passed else "FAIL") + ("" if share is None else f" {share:.0%}")
+
+
+def show(report: dict[str, Any], console: Console) -> None:
+    a, b = report["a"], report["b"]
+    for tag, v in (("A", a), ("B", b)):
+        state = "signed off" if v["signed_off"] else "NOT signed off"
+        console.print(
+            f"{tag}: {v['name']}/{v['version']}  {v['created']}  {state}  winner {v['winner']}",
+            highlight=False,
+        )
+    ship = report["shipped"]
+    if ship:
+        unit = unit_of(report["metric"])
+        console.print(
+            f"shipped: {ship['a']['artifact']} {ship['a']['value']:.4g} {unit} -> {ship['b']['artifact']} "
+            f"{ship['b']['value']:.4g} {unit} ({_pct(ship['change'])}, {ship['verdict']})",
+            highlight=False,
+        )
+    table = Table(
+        title=f"Speed ({report['metric']}, {unit_of(report['metric'])}; verdicts from the 95 % intervals, listed "
+        "by --json)"
+    )
+    for column in ("artifact", "runtime", "io", "shape", "A", "B", "change", "verdict"):
+        table.add_column(column, justify="right" if column in ("A", "B", "change") else "left")
+    for row in report["speed"]:
+        shape = f"batch {row['batch']}" + (
+            f" seq {row['sequence_length']}" if row.get("sequence_length") else ""
+        )
+        verdict = row["verdict"] + ("" if row["stable"] else " (unstable)")
+        table.add_row(
+            row["artifact"], row["runtime"], row["io"], shape,
+            _figure(row["a"]), _figure(row["b"]), _pct(row["change"]), verdict,
+        )  # fmt: skip
+    console.print(table)
+    table = Table(title="Accuracy (share of tolerance used by the worst required check)")
+    for column in ("artifact", "A", "B", "largest growth", "verdict"):
+        table.add_column(column)
+    for row in report["accuracy"]:
+        verdict = "now fails" if row["now_fails"] else "ok"
+        growth = "-" if row["largest_share_growth"] is None else f"{row['largest_share_growth']:+.0%}"
+        table.add_row(
+            row["artifact"], _passed(row["a_passed"], row["a_worst_share"]),
+            _passed(row["b_passed"], row["b_worst_share"]), growth, verdict,
+        )  # fmt: skip
+    console.print(table)
+    for title, items in (("environment", report["environment"]), ("recipe", report["recipe"])):
+        for item in items:
+            console.print(f"{title} changed: {item['key']}: {item['a']} -> {item['b']}", highlight=False)
+    budget = report["budget"]
+    if report["regressions"]:
+        for reason in report["regressions"]:
+            console.print(f"[red]REGRESSION[/red] {reason}", highlight=False)
+    else:
+        console.print(
+            f"no regression beyond the budget (max_slowdown {budget['max_slowdown']:.0%}, "
+            f"max_accuracy_loss {budget['max_accuracy_loss']:.0%})",
+            highlight=False,
+        )

@@ -1,0 +1,1 @@
+"""The deploy itself: plan, executor, lanes, progress."""

@@ -1,0 +1,315 @@
+"""One deploy: pre-flight, lock, plan, run in a work folder, sign off, publish atomically."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from pipeline.check.speed import figure_text
+from pipeline.core.errors import Interrupted, PipelineError
+from pipeline.core.files import sha256_file, storage_failure
+from pipeline.decide.verdict import SignOff
+from pipeline.preflight import checks as preflight
+from pipeline.recipe.loader import LoadedRecipe
+from pipeline.release.manifest import resolved_recipe, write_manifest
+from pipeline.release.store import Store
+from pipeline.release.tracking import log_run
+from pipeline.report.plots import settle_matplotlib_dirs
+from pipeline.run.executor import Executor
+from pipeline.run.freshness import Freshness
+from pipeline.run.plan import plan_stages
+from pipeline.run.progress import StageProgress
+from pipeline.stages.base import Release, RunContext, Stage
+from pipeline.stages.record import StageRecord, read_records
+from pipeline.stages.signoff import VERDICT
+
+
+def _setup(loaded: LoadedRecipe) -> tuple[list[Stage], Store]:
+    preflight.check(loaded)
+    stages = plan_stages(loaded.recipe, loaded.path.parent.resolve())
+    return stages, Store(Path(loaded.recipe.output.root), loaded.recipe.name)
+
+
+def plan(
+    loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_failed: bool = False
+) -> list[tuple[Stage, Freshness]]:
+    """Print each stage as fresh or stale and why; touches nothing."""
+    stages, store = _setup(loaded)
+    latest = _verified_latest(store, console)  # as the deploy will judge it
+    executor = Executor(stages, store, [(latest, read_records(latest))] if latest else [], retry_failed)
+    verdicts = executor.plan(rebench)
+    against = f"{loaded.recipe.name}/{latest.name}" if latest else "no signed-off version yet"
+    console.print(f"plan for {loaded.recipe.name} (against {against}):")
+    for stage, verdict in verdicts:
+        state = "[green]fresh[/green]" if verdict.fresh else "[yellow]stale[/yellow]"
+        failed = _failed_error(verdict)
+        if failed:
+            state = f"[red]fresh (failed: {escape(failed)})[/red]"
+        behind = " (runs in the background)" if stage.background and not verdict.fresh else ""
+        console.print(f"  {state}  {stage.name:<24} {escape(verdict.why)}{behind}", highlight=False)
+    changed = _signoff_changes(verdicts) if latest else None
+    if changed:
+        console.print(f"sign-off changes ({changed}): deploy makes a new version reusing every stage")
+    return verdicts
+
+
+def _signoff_changes(verdicts: list[tuple[Stage, Freshness]]) -> str | None:
+    """Why sign-off alone is stale (a sign-off setting such as export.triton changed), else None."""
+    if all(v.fresh or stage.final for stage, v in verdicts):
+        return next((v.why for stage, v in verdicts if not v.fresh), None)
+    return None
+
+
+def _failed_error(verdict: Freshness) -> str | None:
+    """A stage reused as failed is fresh, but it will produce nothing: its error, for the plan to say so."""
+    record = verdict.record
+    if not verdict.fresh or record is None or record.status != "failed":
+        return None
+    return (record.error or "unknown error").strip().splitlines()[0][:200]
+
+
+@dataclass
+class Outcome:
+    """What one deploy did, for the exit code and for `deploy --json`."""
+
+    exit_code: int
+    version: Path
+    up_to_date: bool = False
+    signed_off: bool = True
+    reasons: list[str] = field(default_factory=list)
+    records: list[StageRecord] = field(default_factory=list)
+    tracking: dict[str, str] | None = None
+
+    def document(self, name: str) -> dict[str, Any]:
+        def read(rel: str) -> dict[str, Any] | None:
+            path = self.version / rel
+            return json.loads(path.read_text()) if path.is_file() else None
+
+        stage_keys = ("name", "status", "duration_s", "why", "reused_from", "error")
+        manifest = read("manifest.json") or {}
+        return {
+            "name": name,
+            "status": "up_to_date"
+            if self.up_to_date
+            else ("signed_off" if self.signed_off else "not_signed_off"),
+            "version": self.version.name,
+            "path": str(self.version.resolve()),
+            "signed_off": self.signed_off,
+            "reasons": self.reasons,
+            "headline": manifest.get("headline"),
+            "failed": manifest.get("failed") or [],
+            "warnings": manifest.get("warnings") or [],
+            "provisional": bool(manifest.get("provisional")),
+            "winner": read("winner.json"),
+            "stages": [{k: asdict(r)[k] for k in stage_keys} for r in self.records],
+            "report": str(self.version.resolve() / "reports" / "signoff.html"),
+            "tracking": self.tracking,
+        }
+
+
+def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_failed: bool = False) -> int:
+    return run_deploy(loaded, console, rebench, retry_failed).exit_code
+
+
+def run_deploy(
+    loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_failed: bool = False
+) -> Outcome:
+    stages, store = _setup(loaded)
+    name = loaded.recipe.name
+    unwritable = store.write_problem()
+    if unwritable:  # a read-only root: nothing can be published, but "up to date" needs no writing
+        latest = _verified_latest(store, console)
+        executor = Executor(stages, store, [(latest, read_records(latest))] if latest else [], retry_failed)
+        if latest and all(v.fresh for _, v in executor.plan(rebench)):
+            console.print(f"up to date: {name}/{latest.name}")
+            return Outcome(0, latest, up_to_date=True)
+        raise PipelineError(
+            problems=[loaded.problem("output.root", f"{unwritable}; a new version cannot be written")]
+        )
+    uncreatable = store.create_problem()
+    if uncreatable:
+        raise PipelineError(problems=[loaded.problem("output.root", uncreatable)])
+    with store.lock(loaded.recipe.output.lock_timeout_s):
+        store.clean_temp_files()
+        store.separate_cache()
+        recovered = store.recover_latest()
+        if recovered:
+            console.print(
+                f"recovered: {name}/latest -> {recovered} (a deploy was stopped after publishing it, before moving latest)"
+            )
+        latest = _verified_latest(store, console)
+        from_latest = [(latest, read_records(latest))] if latest else []
+        executor = Executor(stages, store, from_latest, retry_failed)
+        verdicts = executor.plan(rebench) if latest else []
+        if latest and all(v.fresh for _, v in verdicts):
+            console.print(f"up to date: {name}/{latest.name}")
+            return Outcome(0, latest, up_to_date=True)
+        changed = _signoff_changes(verdicts)
+        if changed:
+            console.print(f"every stage is fresh, but the sign-off changes ({changed}): a new version")
+        latest = store.latest()  # a damaged latest still lends its verified files and its reports' history
+        executor.previous = _reuse_candidates(store, latest)
+        work = store.new_work_dir()
+        _keep_compiler_cache()
+        settle_matplotlib_dirs()  # before the temp folder moves into the store: it must outlive the deploy
+        try:
+            with store.temp_dir():
+                version = store.next_version()
+                release = Release(
+                    version,
+                    resolved_recipe(loaded),
+                    loaded.path,
+                    tuple(loaded.overrides),
+                    latest,
+                    folder=store.version_folder(version),
+                    started_in=Path.cwd().resolve(),
+                )
+                context = RunContext(work, cache_dir=store.cache_dir, release=release)
+                records = _run_with_progress(executor, context, rebench, console)
+                signoff: SignOff = executor.values[VERDICT]
+                write_manifest(work, loaded, signoff)
+                verdict = signoff.verdict
+                lost = missing_from_version(work, records, verdict.signed_off)
+                if lost:
+                    raise Interrupted(
+                        f"interrupted: the work folder {work} lost what the version must hold before it was "
+                        f"published ({'; '.join(lost[:5])}{'; …' if len(lost) > 5 else ''}): nothing was "
+                        "published (run the deploy again to build it)"
+                    )
+                target = store.publish(work, version, verdict.signed_off)
+        except PipelineError:
+            shutil.rmtree(work, ignore_errors=True)  # a user error found mid-run: nothing half-made stays
+            raise
+        except Exception as exc:
+            failure = storage_failure(exc)
+            if failure is None:
+                raise
+            raise PipelineError(
+                problems=[loaded.problem("output.root", _storage_message(failure, exc, work))]
+            ) from exc
+        store.discard_work()
+    _print_summary(console, target, signoff, executor.values, loaded)
+    tracked = log_run(loaded.recipe, target, console)
+    return Outcome(
+        0 if verdict.signed_off else 1, target, False, verdict.signed_off, verdict.reasons, records, tracked
+    )
+
+
+VERSION_FILES = ("stages.json", "recipe.yaml", "reproduce.sh", "manifest.json")
+
+
+def missing_from_version(work: Path, records: list[StageRecord], signed_off: bool) -> list[str]:
+    """What the version must hold and the work folder does not, as `path: why`: every output a stage recorded
+    (artifacts, reports, logs) with the sha256 it recorded, the run record, the resolved recipe, reproduce.sh,
+    the manifest, and winner.json when signed off. A work folder emptied under the deploy would otherwise be
+    published as a version holding only what sign-off wrote after it (the manifest lists what exists)."""
+    lost = []
+    for record in records:
+        for out in record.outputs:
+            path = work / out["path"]
+            if not path.is_file():
+                lost.append(f"{out['path']} ({record.name}): missing")
+            elif out.get("sha256") and sha256_file(path) != out["sha256"]:
+                lost.append(f"{out['path']} ({record.name}): changed since it was recorded")
+    required = [*VERSION_FILES, *(["winner.json"] if signed_off else [])]
+    lost += [f"{rel}: missing" for rel in required if not (work / rel).is_file()]
+    return lost
+
+
+def _keep_compiler_cache() -> None:
+    """TorchInductor keeps its cache under the temp folder, which a deploy points into the output root for
+    its own duration (Store.temp_dir): pin the cache where it was, so compiled kernels outlive the run."""
+    if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
+        return
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    except ImportError:  # no TorchInductor: nothing to keep
+        return
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = default_cache_dir()
+
+
+def _verified_latest(store: Store, console: Console) -> Path | None:
+    """`latest`, re-hashed against its manifest; a damaged one is reported and not trusted for "up to date"
+    (a new version is built; the damaged one is never repaired in place)."""
+    latest = store.latest()
+    if latest is None:
+        return None
+    damage = store.verify(latest)
+    if not damage:
+        return latest
+    console.print(
+        f"[red]damaged[/red]: {latest} ({len(damage)} file(s)): "
+        + "; ".join(damage[:5])
+        + ("; …" if len(damage) > 5 else "")
+        + " — building a new version",
+        highlight=False,
+    )
+    return None
+
+
+def _storage_message(failure: OSError, exc: BaseException, work: Path) -> str:
+    """`no space left on device while writing <file>`: the file from the error (or the work folder)."""
+    filename = failure.filename or getattr(exc, "filename", None) or work
+    what = "no space left on device" if failure.errno != errno.EROFS else "read-only file system"
+    return f"{what} while writing {filename} (free space and re-run: the work folder {work} is resumed)"
+
+
+def _reuse_candidates(store: Store, latest: Path | None) -> list[tuple[Path, dict[str, StageRecord]]]:
+    """Where fresh outputs may come from: latest, then the newest version even if its sign-off failed (its
+    exports are as good), then folders of killed runs. "Up to date" is still judged against latest only."""
+    folders = [latest] if latest else []
+    versions = store.versions()
+    if versions and (latest is None or versions[-1] != latest.name):
+        folders.append(store.base / versions[-1])
+    folders += store.leftover_work_dirs()
+    return [(folder, read_records(folder)) for folder in folders]
+
+
+def _run_with_progress(
+    executor: Executor, ctx: RunContext, rebench: bool, console: Console
+) -> list[StageRecord]:
+    with StageProgress(console, len(executor.stages)) as progress:
+        ctx.report = progress.report
+        return executor.run(ctx, rebench, progress.on_start, progress.on_done)
+
+
+def _print_summary(
+    console: Console, target: Path, signoff: SignOff, values: dict[str, Any], loaded: LoadedRecipe
+) -> None:
+    """The closing lines: the table of every requested variant (failed ones included), then the verdict with
+    its reasons, failures and warnings, the winner, and where the report is."""
+    from pipeline.report.summary import summary_table
+
+    verdict, winner = signoff.verdict, signoff.winner
+    accuracy, speed = values.get("report:accuracy"), values.get("report:speed")
+    failed = [f.to_json() for f in verdict.failures]
+    objective = loaded.recipe.selection.objective
+    console.print(
+        summary_table(accuracy, speed, winner, objective.batch, failed, objective_metric=objective.metric),
+        highlight=False,
+    )
+    tone = "green" if verdict.signed_off else "red"
+    console.print(f"[{tone}]{escape(verdict.headline())}[/{tone}]: {target}", highlight=False)
+    for reason in verdict.reasons:
+        console.print(f"  - {escape(reason)}", highlight=False)
+    for failure in verdict.failures:
+        console.print(f"  [red]failed[/red] {escape(failure.describe())}", highlight=False)
+    for warning in verdict.warnings:
+        console.print(f"  [yellow]warning[/yellow] {escape(warning)}", highlight=False)
+    if winner:
+        console.print(
+            escape(
+                f"winner: {winner['artifact']} ({winner['runtime']}, {winner['io']} I/O, "
+                f"{figure_text(winner['value'], winner['unit'])}): {winner['reason']}"
+            ),
+            highlight=False,
+        )
+    console.print(f"report: {target / 'reports' / 'signoff.html'}", highlight=False)
