@@ -5,8 +5,9 @@ PY := $(VENV)/bin/python
 TORCH_VERSION ?= 2.13.0
 RECIPE ?= bert.yaml
 ARGS ?=
-# optional extras: triton (tritonclient, for the Triton config test), mlflow (mlflow-skinny, run records)
-EXTRAS ?= cpu,dev,tensorrt-rtx,triton,mlflow
+# optional extras: triton (tritonclient, for the Triton config test), mlflow (mlflow-skinny, run records),
+# openvino (the opt-in openvino-cpu runtime)
+EXTRAS ?= cpu,dev,tensorrt-rtx,triton,mlflow,openvino
 
 .PHONY: setup deploy plan validate test test-quick test-gpu lint clean
 

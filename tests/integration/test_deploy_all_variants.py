@@ -4,6 +4,7 @@ not run, with the reason, and never given a number."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -12,6 +13,9 @@ import pytest
 from tests.integration.test_deploy_cli import TINY, cli, sha
 
 ALL = "[torchscript-fp32, onnx-fp32, onnx-fp16, onnx-int8, onnx-int8-dynamic, onnx-optimized-fp32, onnx-optimized-fp16, engine-fp16, engine-int8]"
+OPENVINO = importlib.util.find_spec("openvino") is not None
+# every CPU runtime, and OpenVINO (opt-in) where it is installed: its rows beside ONNX Runtime's
+RUNTIMES = f"[torch-cpu, torchscript-cpu, onnxruntime-cpu{', openvino-cpu' if OPENVINO else ''}]"
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +25,15 @@ def version(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not installed_flavours():
         pytest.skip("no TensorRT flavour installed (pip install 'deploy-pipeline[tensorrt-rtx]')")
     root = tmp_path_factory.mktemp("all")
-    result = cli("deploy", str(TINY), "--set", f"variants.build={ALL}", root=root)
+    result = cli(
+        "deploy",
+        str(TINY),
+        "--set",
+        f"variants.build={ALL}",
+        "--set",
+        f"benchmark.runtimes={RUNTIMES}",
+        root=root,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return root / "tiny" / "v0001"
 
@@ -76,3 +88,31 @@ def test_onnx_variants_pass_and_engines_are_not_run_with_a_reason(version: Path)
     assert {n["artifact"] for n in speed["not_run"]} >= set(engines)
     markdown = (version / "reports/signoff.md").read_text()
     assert "not runnable on this host" in markdown or "no GPU" in markdown
+
+
+@pytest.mark.skipif(
+    not OPENVINO, reason="openvino is not installed (pip install 'deploy-pipeline[openvino]')"
+)
+def test_openvino_rows_are_validated_and_timed_on_their_own_runtime(version: Path) -> None:
+    """The opt-in runtime, listed: the FP32 and static Q/DQ INT8 graphs are validated and timed on it like any
+    other row; the graphs it does not run are named with why, and every claim of the sign-off holds."""
+    from tests.claims import problems
+
+    speed = json.loads((version / "reports/speed.json").read_text())
+    accuracy = json.loads((version / "reports/accuracy.json").read_text())["artifacts"]
+    rows = {(r["artifact"], r["runtime"], r["batch"]) for r in speed["results"]}
+    for artifact in ("onnx-fp32", "onnx-int8"):
+        for batch in (1, 2):
+            assert (artifact, "openvino-cpu", batch) in rows and (artifact, "onnxruntime-cpu", batch) in rows
+        assert accuracy[artifact]["runtimes"]["openvino-cpu"]["passed"], accuracy[artifact]
+    declined = {
+        e["artifact"]: e["reason"]
+        for e in speed["conditions"]["runtimes_timed"]["not_timed"]
+        if e["runtime"] == "openvino-cpu"
+    }
+    assert set(declined) == {"onnx-fp16", "onnx-int8-dynamic", "onnx-optimized-fp32", "onnx-optimized-fp16"}
+    assert (
+        "dynamically" in declined["onnx-int8-dynamic"] and "com.microsoft" in declined["onnx-optimized-fp32"]
+    )
+    assert not any(r == "openvino-cpu" for a, r, _ in rows if a in declined)
+    assert problems(version) == []

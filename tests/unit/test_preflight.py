@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import preflight
-from pipeline.errors import RecipeError
-from pipeline.recipe_loader import load
+from pipeline.core.errors import RecipeError
+from pipeline.preflight import checks as preflight
+from pipeline.recipe.loader import load
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,3 +41,19 @@ def test_npz_must_hold_every_input(tmp_path: Path) -> None:
     np.savez(tmp_path / "d.npz", input_ids=np.ones((4, 16), dtype=np.int64))
     [line] = _problems("tests/recipes/tiny.yaml", f"data.samples={{source: npz, path: {tmp_path / 'd.npz'}}}")
     assert "has no array for input(s) attention_mask" in line
+
+
+def test_a_listed_cpu_runtime_must_be_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "openvino", None)  # as if openvino were not installed
+    [line] = _problems("tests/recipes/tiny.yaml", "benchmark.runtimes=[onnxruntime-cpu, openvino-cpu]")
+    assert "benchmark.runtimes[1]: openvino-cpu needs openvino, which is not installed" in line
+    assert "pip install 'deploy-pipeline[openvino]'" in line
+
+
+def test_an_unknown_runtime_is_a_located_recipe_error() -> None:
+    [line] = _problems("tests/recipes/tiny.yaml", "benchmark.runtimes=[onnxruntime-gpu]")
+    assert (
+        "benchmark.runtimes[0]: unknown runtime 'onnxruntime-gpu' (known: " in line and "openvino-cpu" in line
+    )
