@@ -34,6 +34,8 @@ from pipeline.core.variants import REFERENCE
 from pipeline.runners import registry
 
 if TYPE_CHECKING:
+    from pipeline.core.artifacts import ArtifactRecord
+    from pipeline.inputs.specs import RunnerSettings
     from pipeline.recipe import Recipe
 
 
@@ -82,6 +84,13 @@ def opted_out(timing: HostTiming, runtime: str) -> bool:
     """An opt-in runtime the recipe lists neither under benchmark.runtimes nor under selection.runtimes."""
     listed = [*(timing.runtimes or []), *timing.winner_runtimes]
     return registry.runtime(runtime).opt_in and runtime not in listed
+
+
+def declined(timing: HostTiming, artifact: ArtifactRecord, settings: RunnerSettings) -> dict[str, str]:
+    """The runtimes this host has but does not offer for the artifact, with why (registry.declined_runtimes),
+    except opt-in runtimes the recipe does not ask for: validation and the benchmark report the same ones."""
+    found = registry.declined_runtimes(artifact, settings)
+    return {runtime: why for runtime, why in found.items() if not opted_out(timing, runtime)}
 
 
 def _left_for_twin(timing: HostTiming, artifact: str, runtime: str, pairs: Collection[Pair]) -> Twin | None:

@@ -7,21 +7,7 @@ folder is set)."""
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from pathlib import Path
-
-
-@dataclass(frozen=True)
-class Host:
-    cuda: bool  # torch sees a usable CUDA device
-    gpu: str | None  # its name
-    gpu_device_node: bool  # /dev/nvidia0 exists (a GPU without a CUDA torch)
-    ort_providers: tuple[str, ...]  # ONNX Runtime's execution providers, () without ONNX Runtime
-
-
-def probe() -> Host:
-    cuda, gpu = _torch_cuda()
-    return Host(cuda, gpu, Path("/dev/nvidia0").exists(), _ort_providers())
 
 
 def has_cuda() -> bool:
@@ -37,7 +23,7 @@ def gpu_name() -> str | None:
 def has_ort_provider(provider: str) -> bool:
     """The provider is built into ONNX Runtime and a GPU is present where it needs one (onnxruntime-gpu lists
     its CUDA provider on GPU-less hosts too)."""
-    if provider not in _ort_providers():
+    if provider not in ort_providers():
         return False
     return provider == "CPUExecutionProvider" or Path("/dev/nvidia0").exists() or has_cuda()
 
@@ -57,7 +43,8 @@ def _torch_cuda() -> tuple[bool, str | None]:
 
 
 @functools.cache
-def _ort_providers() -> tuple[str, ...]:
+def ort_providers() -> tuple[str, ...]:
+    """ONNX Runtime's execution providers, () without ONNX Runtime."""
     try:
         import onnxruntime
     except ImportError:

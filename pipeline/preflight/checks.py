@@ -99,11 +99,15 @@ def _runtime_problems(loaded: LoadedRecipe) -> list[Problem]:
     absent. GPU runtimes on a host without one are reported as not run, as ever."""
     from pipeline.runners.registry import runtimes
 
-    known, recipe, out = runtimes(), loaded.recipe, []
-    for key, listed in (
+    recipe, out = loaded.recipe, []
+    lists = (
         ("benchmark.runtimes", recipe.benchmark.runtimes or []),
         ("selection.runtimes", recipe.selection.runtimes),
-    ):
+    )
+    if not any(listed for _, listed in lists):
+        return out  # nothing to look up: the runner modules are not imported for nothing
+    known = runtimes()
+    for key, listed in lists:
         for i, name in enumerate(listed):
             found = known.get(name)
             if found is None:

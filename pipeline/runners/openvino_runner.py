@@ -10,12 +10,12 @@ already runs.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pipeline.core.packages import installed
 from pipeline.core.runtimes import Runtime
 from pipeline.core.variants import parse
 from pipeline.runners.base import Family, Feeds, Runner, output_names
@@ -34,10 +34,6 @@ def _openvino() -> Any:
     except ImportError:
         raise ImportError(f"openvino is not installed: {INSTALL}") from None
     return openvino
-
-
-def installed() -> bool:
-    return importlib.util.find_spec("openvino") is not None
 
 
 def why_not(artifact: ArtifactRecord) -> str | None:
@@ -107,13 +103,13 @@ class OpenVinoRunner(Runner):
 
 
 def openvino_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Runner]:
-    if not installed() or why_not(artifact) is not None:
+    if not installed("openvino") or why_not(artifact) is not None:
         return []
     return [OpenVinoRunner(artifact.name, Path(artifact.path), settings.threads, list(settings.outputs))]
 
 
 def openvino_declined(artifact: ArtifactRecord, settings: RunnerSettings) -> dict[str, str]:
-    reason = why_not(artifact) if installed() else None
+    reason = why_not(artifact) if installed("openvino") else None
     return {RUNTIME: reason} if reason else {}
 
 

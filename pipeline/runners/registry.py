@@ -115,9 +115,8 @@ def runtime_environment() -> dict[str, object]:
     their fingerprints (a GPU appearing makes engines runnable and adds CUDA rows)."""
     from pipeline.toolchain.trt.flavour import installed_flavours
 
-    probe = host.probe()
     return {
-        "gpu": probe.gpu,
-        "onnxruntime_providers": sorted(probe.ort_providers),
+        "gpu": host.gpu_name(),
+        "onnxruntime_providers": sorted(host.ort_providers()),
         "tensorrt_flavours": installed_flavours(),
     }

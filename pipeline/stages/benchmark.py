@@ -235,15 +235,11 @@ def confirm_winner(
 def _declined(
     artifacts: dict[str, ArtifactRecord], settings: RunnerSettings, timing: hosts.HostTiming
 ) -> list[dict[str, str]]:
-    """The runtimes this host has but does not offer for an artifact (registry.declined_runtimes), except
-    opt-in runtimes the recipe does not ask for."""
-    from pipeline.runners.registry import declined_runtimes
-
+    """not_timed entries for the runtimes this host does not offer for an artifact (hosts.declined)."""
     return [
         {"artifact": name, "runtime": runtime, "io": "any", "reason": reason}
         for name, record in artifacts.items()
-        for runtime, reason in declined_runtimes(record, settings).items()
-        if not hosts.opted_out(timing, runtime)
+        for runtime, reason in hosts.declined(timing, record, settings).items()
     ]
 
 

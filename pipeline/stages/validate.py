@@ -206,7 +206,7 @@ def validate_artifact(
     nowhere because faster twins are, on one of the runtimes it was left out of), and check each; a runtime
     error is that runtime's failure, not a crash. `peers`: the other artifacts' (artifact, runtime)
     pairs on this host, whose faster twins the benchmark leaves some pairs untimed for (pipeline/bench/hosts)."""
-    from pipeline.runners.registry import declined_runtimes, runners_for
+    from pipeline.runners.registry import runners_for
 
     found = runners_for(record, config.runners)
     if isinstance(found, NotRunnable):
@@ -224,9 +224,7 @@ def validate_artifact(
         )[:1]
     if not timed:
         declined = "".join(
-            f"{why}; "
-            for runtime, why in declined_runtimes(record, config.runners).items()
-            if not hosts.opted_out(config.timing, runtime)
+            f"{why}; " for why in hosts.declined(config.timing, record, config.runners).values()
         )
         return NotRunnable(
             record.name,

@@ -20,11 +20,15 @@ def strict(hidden: int = 64, layers: int = 2) -> nn.Module:
     return TinyEncoder(hidden=hidden, layers=layers)
 
 
-class _Single(nn.Module):
+class _Wrapping(nn.Module):
+    """A small real encoder inside a forward that goes wrong in one way of its own."""
+
     def __init__(self) -> None:
         super().__init__()
         self.inner = TinyEncoder(hidden=32, layers=1)
 
+
+class _Single(_Wrapping):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         return self.inner(input_ids, attention_mask)[1]
 
@@ -33,11 +37,7 @@ def one_output(**kwargs: int) -> nn.Module:
     return _Single()
 
 
-class _Named(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.inner = TinyEncoder(hidden=32, layers=1)
-
+class _Named(_Wrapping):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
         hidden, pooled = self.inner(input_ids, attention_mask)
         return {"states": hidden, "embedding": pooled}
@@ -47,11 +47,7 @@ def named_outputs(**kwargs: int) -> nn.Module:
     return _Named()
 
 
-class _Scalar(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.inner = TinyEncoder(hidden=32, layers=1)
-
+class _Scalar(_Wrapping):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         hidden, pooled = self.inner(input_ids, attention_mask)
         return hidden.sum(), pooled
@@ -61,11 +57,7 @@ def scalar_output(**kwargs: int) -> nn.Module:
     return _Scalar()
 
 
-class _Nested(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.inner = TinyEncoder(hidden=32, layers=1)
-
+class _Nested(_Wrapping):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple:
         hidden, pooled = self.inner(input_ids, attention_mask)
         return hidden, [pooled]
@@ -75,11 +67,7 @@ def nested_output(**kwargs: int) -> nn.Module:
     return _Nested()
 
 
-class _OneInput(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.inner = TinyEncoder(hidden=32, layers=1)
-
+class _OneInput(_Wrapping):
     def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.inner(input_ids, torch.ones_like(input_ids))
 
@@ -88,11 +76,7 @@ def one_input(**kwargs: int) -> nn.Module:
     return _OneInput()
 
 
-class _Empty(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.inner = TinyEncoder(hidden=32, layers=1)
-
+class _Empty(_Wrapping):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         hidden, pooled = self.inner(input_ids, attention_mask)
         return hidden, pooled[:, :0]
@@ -154,12 +138,8 @@ def hangs(**kwargs: int) -> nn.Module:
         time.sleep(1)
 
 
-class _ExitsWhenTraced(nn.Module):
+class _ExitsWhenTraced(_Wrapping):
     """Runs eagerly (pre-flight passes), calls sys.exit(0) while TorchScript traces it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.inner = TinyEncoder(hidden=32, layers=1)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if torch.jit.is_tracing():
@@ -173,13 +153,9 @@ def exits_when_traced(**kwargs: int) -> nn.Module:
     return _ExitsWhenTraced()
 
 
-class _InterruptsOnBatches(nn.Module):
+class _InterruptsOnBatches(_Wrapping):
     """Runs eagerly at batch 1 (all pre-flight runs), raises KeyboardInterrupt on an eager batch larger than
     one (validation's batches), exports cleanly (tracing and exporting are not eager)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.inner = TinyEncoder(hidden=32, layers=1)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         exporting = torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting()
@@ -192,11 +168,7 @@ def interrupts_on_batches(**kwargs: int) -> nn.Module:
     return _InterruptsOnBatches()
 
 
-class _Chatty(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.inner = TinyEncoder(hidden=32, layers=1)
-
+class _Chatty(_Wrapping):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         print("chatty: forward")
         return self.inner(input_ids, attention_mask)

@@ -26,7 +26,7 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return found
 
 
-def runtime_strings(path: Path, names: set[str]) -> list[str]:
+def runtime_strings(path: Path, names: set[str], base: Path = PACKAGE.parent) -> list[str]:
     """Every string constant in the module (docstrings aside) that is a runtime's name or a piece of one."""
     tree = ast.parse(path.read_text())
     skip = _docstrings(tree)
@@ -35,7 +35,7 @@ def runtime_strings(path: Path, names: set[str]) -> list[str]:
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
             text = node.value
             if text in names or text in FRAGMENTS:
-                hits.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {text!r}")
+                hits.append(f"{path.relative_to(base)}:{node.lineno}: {text!r}")
     return hits
 
 
@@ -45,12 +45,7 @@ def test_the_probe_finds_a_runtime_name_where_one_is_written(tmp_path) -> None:
     module.write_text(
         '"""torch-cuda in a docstring is prose."""\nGPU = "-cuda" in runtime\nX = "onnxruntime-cpu"\n'
     )
-    global PACKAGE
-    saved, PACKAGE = PACKAGE, tmp_path / "pipeline"
-    try:
-        hits = runtime_strings(module, {"onnxruntime-cpu"})
-    finally:
-        PACKAGE = saved
+    hits = runtime_strings(module, {"onnxruntime-cpu"}, base=tmp_path)
     assert sorted(h.split(": ", 1)[1] for h in hits) == ["'-cuda'", "'onnxruntime-cpu'"]
 
 
