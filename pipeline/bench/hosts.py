@@ -14,9 +14,9 @@ A GPU deploy should not spend minutes timing rows that cannot win. By default a 
   MatMul, since ONNX Runtime fuses Q/DQ MatMuls for its CPU provider only (that graph is built for TensorRT),
   its float graph): its rows go in both I/O modes, since the twin has its own host-I/O row. Each was measured
   slower than its twin at every batch on the H200, and their windows would cost the deploy seconds.
-  Validation still checks an artifact left with no timed row (left_for_twin), so every built artifact carries
-  an accuracy verdict; speed.json names each pair left out under conditions.runtimes_timed.not_timed (a
-  runtime listed under selection.runtimes is never left out);
+  The matrix (pipeline/bench/matrix.py) still validates an artifact left with no timed row (left_for_twin), so
+  every built artifact carries an accuracy verdict; speed.json names each pair left out under
+  conditions.runtimes_timed.not_timed (a runtime listed under selection.runtimes is never left out);
 - the CPU reference (torch-fp32 on the CPU) at the smallest batch only, as a yardstick.
 A CPU host times the CPU runtimes. Either host leaves out an opt-in runtime the recipe does not list. A recipe that lists `benchmark.runtimes` times exactly those, at every
 batch and in both I/O modes.
@@ -34,13 +34,11 @@ from pipeline.core.variants import REFERENCE
 from pipeline.runners import registry
 
 if TYPE_CHECKING:
-    from pipeline.core.artifacts import ArtifactRecord
-    from pipeline.inputs.specs import RunnerSettings
     from pipeline.recipe import Recipe
 
 
 class HostTiming(BaseModel):
-    """The recipe's say in which (artifact, runtime) pairs are timed: validation covers exactly these."""
+    """The recipe's say in which (artifact, runtime) pairs are timed (pipeline/bench/matrix.py applies it)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -48,6 +46,7 @@ class HostTiming(BaseModel):
     batch_sizes: list[int]  # the batches the benchmark measures (1 when the model has no batch dim)
     objective_batch: int = 1  # selection.objective.batch: host I/O rows are timed there too
     winner_runtimes: list[str] = []  # selection.runtimes: never left out as a faster twin's
+    include_reference: bool = True  # benchmark.include_reference: the PyTorch reference is timed too
 
     @classmethod
     def from_recipe(cls, recipe: Recipe) -> HostTiming:
@@ -57,6 +56,7 @@ class HostTiming(BaseModel):
             batch_sizes=list(bench.batch_sizes) if bench.batch_dim in recipe.dims else [1],
             objective_batch=recipe.selection.objective.batch,
             winner_runtimes=list(recipe.selection.runtimes),
+            include_reference=bench.include_reference,
         )
 
 
@@ -84,13 +84,6 @@ def opted_out(timing: HostTiming, runtime: str) -> bool:
     """An opt-in runtime the recipe lists neither under benchmark.runtimes nor under selection.runtimes."""
     listed = [*(timing.runtimes or []), *timing.winner_runtimes]
     return registry.runtime(runtime).opt_in and runtime not in listed
-
-
-def declined(timing: HostTiming, artifact: ArtifactRecord, settings: RunnerSettings) -> dict[str, str]:
-    """The runtimes this host has but does not offer for the artifact, with why (registry.declined_runtimes),
-    except opt-in runtimes the recipe does not ask for: validation and the benchmark report the same ones."""
-    found = registry.declined_runtimes(artifact, settings)
-    return {runtime: why for runtime, why in found.items() if not opted_out(timing, runtime)}
 
 
 def _left_for_twin(timing: HostTiming, artifact: str, runtime: str, pairs: Collection[Pair]) -> Twin | None:
@@ -135,14 +128,6 @@ def left_for_twin(
         return False
     twin = _left_for_twin(timing, artifact, runtime, pairs)
     return bool(twin and twin.every_io)
-
-
-def timed_anywhere(
-    timing: HostTiming, artifact: str, runtime: str, gpu_host: bool, io: str, pairs: Collection[Pair] = ()
-) -> bool:
-    """Whether this (artifact, runtime) is timed at some batch in this I/O mode: validation covers exactly
-    the pairs with a runner timed somewhere."""
-    return any(timed(timing, artifact, runtime, b, gpu_host, io, pairs) for b in timing.batch_sizes)
 
 
 def not_timed(timing: HostTiming, pairs: Iterable[Pair], gpu_host: bool) -> list[dict[str, str]]:

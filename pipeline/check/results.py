@@ -4,7 +4,8 @@ reports/speed.json and reports/selection.json (winner.json), and of an engine's 
 They are plain JSON-ready dicts with declared keys (the contract's keys are required, the rest optional, more
 may be added), so a stage hands them on in memory by declared name (pipeline/run/executor.py), the reports read
 them as they are, and each is written as JSON once, by the stage that makes it. A report is parsed from its
-file only when its stage was reused from an earlier version (`read_report`)."""
+file only when its stage was reused from an earlier version (`read_report`). The readers below (and a speed
+row's identity and figures, in check/speed.py) are how every other module reads them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 if TYPE_CHECKING:
     from pipeline.check.accuracy import ArtifactAccuracy
+
+Row = Mapping[str, Any]
 
 
 class SpeedRow(TypedDict):
@@ -145,8 +148,31 @@ def runtime_passed(entry: Mapping[str, Any] | None, runtime: str) -> bool:
     return bool(record and record.get("passed"))
 
 
+def artifacts_of(accuracy: Row | None) -> dict[str, Row]:
+    """accuracy.json's entries by artifact (none for a missing report)."""
+    return dict((accuracy or {}).get("artifacts") or {})
+
+
+def runtime_entry(entry: Row | None, runtime: str | None) -> Row | None:
+    """An artifact's accuracy entry as seen on one runtime: that runtime's verdict and checks (entries
+    written before per-runtime records existed are returned whole)."""
+    if entry is None or runtime is None:
+        return entry
+    record = (entry.get("runtimes") or {}).get(runtime)
+    if record is None:
+        return entry if not entry.get("runtimes") else None
+    checks = [c for c in entry.get("checks") or [] if c.get("runtime", runtime) == runtime]
+    return {**entry, **record, "checks": checks}
+
+
+def results_of(speed: Row | None) -> list[Row]:
+    """speed.json's rows (none for a missing report)."""
+    return list((speed or {}).get("results") or [])
+
+
 REPORTS = {  # declared name -> the file its stage writes
     "report:accuracy": "reports/accuracy.json",
     "report:speed": "reports/speed.json",
     "report:selection": "reports/selection.json",
+    "report:matrix": "reports/matrix.json",  # pipeline/bench/matrix.py: what is validated and timed
 }

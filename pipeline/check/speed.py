@@ -5,6 +5,7 @@ all read rows this way."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -13,6 +14,22 @@ Row = Mapping[str, Any]
 Interval = tuple[float, float]
 METRIC_INTERVAL = {"p50_ms": "p50", "p90_ms": "p90", "p99_ms": "p99", "mean_ms": "mean"}
 THROUGHPUT = "sequences_per_s"  # the throughput run's figure (row["throughput"]), the one metric maximized
+
+
+RowId = tuple[str, str, str, bool, str]  # (artifact, runtime, io, cuda_graph, shapes as sorted JSON)
+
+
+def row_id(row: Row) -> RowId:
+    """A speed row's identity, the one every reader matches rows by: what ran (artifact, runtime, I/O, whether
+    replayed as a CUDA graph) and on which input shapes (which hold the batch and the sequence length)."""
+    shapes = json.dumps(row.get("shapes") or {}, sort_keys=True)
+    return (
+        str(row.get("artifact")),
+        str(row.get("runtime")),
+        str(row.get("io") or "host"),
+        bool(row.get("cuda_graph")),
+        shapes,
+    )
 
 
 def maximized(metric: str) -> bool:

@@ -7,8 +7,8 @@ the benchmark computes it from whole windows, so it reflects window-to-window dr
 throughput run's segments. Among the candidates whose interval overlaps the best's, the simplest wins
 (`simplicity`: fewer transformations of the artifact, then simpler runtimes), and the reason names every
 candidate it is tied with. A winner whose measurement never stabilized is chosen provisionally and says so.
-Read by the select stage and by the benchmark (which measures an unstable would-be latency winner again
-before selection sees it)."""
+The select stage chooses, once; the benchmark only asks which rows contend with an unstable would-be winner
+(`unsettled_contenders`), to measure them again before selection sees them."""
 
 from __future__ import annotations
 
@@ -166,8 +166,8 @@ def choose(
     if not ranked:
         return None
     fastest = ranked[0]
-    noise = [r for r in ranked if tied(r, fastest, metric)]  # the tie group: within noise of the best
-    winner = min(noise, key=lambda r: (simplicity(r), rank_key(r, metric)))
+    noise = _tie_group(ranked, metric)
+    winner = _simplest(noise, metric)
     within = [r for r in noise if r is not winner]  # the reason names exactly the group it chose from
     others = [r for r in ranked if r is not winner]
     runner_up = others[0] if others else None
@@ -197,6 +197,35 @@ def choose(
         "within_noise_of": [_label(r) for r in within],  # the tie group (within noise of the fastest)
         "reason": reason,
     }
+
+
+def _tie_group(ranked: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
+    """The candidates within noise of the fastest (ranked best first)."""
+    return [r for r in ranked if tied(r, ranked[0], metric)]
+
+
+def _simplest(rows: list[dict[str, Any]], metric: str) -> dict[str, Any]:
+    return min(rows, key=lambda r: (simplicity(r), rank_key(r, metric)))
+
+
+def unsettled_contenders(
+    policy: SelectionPolicy, speed: dict[str, Any], accuracy: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The rows to measure again before selection decides, when the candidate that would win a latency
+    objective now never stabilized: it first, then every candidate it or the fastest is tied with. Empty when the
+    would-be winner is stable, there is none, or the objective is throughput (more latency windows do not
+    settle a throughput run). The benchmark asks this; only the select stage chooses."""
+    metric = policy.objective.metric
+    ranked = candidates(policy, speed, accuracy)
+    if maximized(metric) or not ranked:
+        return []
+    chosen = _simplest(_tie_group(ranked, metric), metric)
+    if stable(chosen, metric):
+        return []
+    tied_rows = [
+        r for r in ranked if r is not chosen and (tied(r, chosen, metric) or tied(r, ranked[0], metric))
+    ]
+    return [chosen, *tied_rows]
 
 
 def _peer(row: dict[str, Any] | None, metric: str, entries: dict[str, Any]) -> dict[str, Any] | None:

@@ -13,15 +13,21 @@ reported, not gated."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.check.accuracy import tolerance_share
-from pipeline.check.speed import Interval, interval, is_winner_row, maximized, unit_of, value
+from pipeline.check.speed import interval, is_winner_row, unit_of, value
+from pipeline.check.version_diff import (
+    accuracy_changes,
+    change,
+    slowdown,
+    speed_changes,
+    speed_verdict,
+    worst_shares,
+)
 from pipeline.core.errors import PipelineError
 from pipeline.core.stored import Damaged, read_stored
 from pipeline.recipe import RegressionBudget
@@ -91,50 +97,13 @@ def _version(folder: Path) -> dict[str, Any]:
 # ---------------------------------------------------------------- speed
 
 
-def speed_verdict(a_ci: Interval | None, b_ci: Interval | None, metric: str = "p50_ms") -> str:
-    """faster / slower (B against A) when the intervals are disjoint, within noise when they overlap. Faster is
-    a lower latency, or a higher throughput."""
-    if a_ci is None or b_ci is None:
-        return "no interval"
-    lower, higher = ("slower", "faster") if maximized(metric) else ("faster", "slower")
-    if b_ci[1] < a_ci[0]:
-        return lower
-    if b_ci[0] > a_ci[1]:
-        return higher
-    return "within noise"
-
-
-def change(a: float | None, b: float | None) -> float | None:
-    """B's value relative to A's (+0.1: 10 % higher), whichever way is better."""
-    if a is None or b is None or not a:
-        return None
-    return (b - a) / a
-
-
-def slowdown(a: float | None, b: float | None, metric: str) -> float | None:
-    """How much slower B is than A, relative to A: a longer latency, or a lower throughput (negative: faster)."""
-    relative = change(a, b)
-    if relative is None:
-        return None
-    return -relative if maximized(metric) else relative
-
-
-def _row_key(row: dict[str, Any]) -> tuple[Any, ...]:
-    shapes = json.dumps(row.get("shapes") or {}, sort_keys=True)
-    return (row["artifact"], row["runtime"], row.get("io", "host"), bool(row.get("cuda_graph")), shapes)
-
-
 def compare_rows(a: dict[str, Any], b: dict[str, Any], metric: str) -> list[dict[str, Any]]:
-    rows_a = {_row_key(r): r for r in a.get("results", [])}
+    """The rows both versions measured, with B's change against A (check/version_diff.py)."""
     out = []
-    for row_b in b.get("results", []):
-        row_a = rows_a.get(_row_key(row_b))
-        if row_a is None:
+    for moved in speed_changes(a, b, metric):
+        if moved.a is None or moved.b is None:
             continue
-        value_a, value_b = value(row_a, metric), value(row_b, metric)
-        if value_a is None or value_b is None:
-            continue
-        a_ci, b_ci = interval(row_a, metric), interval(row_b, metric)
+        row_a, row_b = moved.before or {}, moved.row
         out.append(
             {
                 **{
@@ -142,12 +111,12 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any], metric: str) -> list[dict
                     for k in ("artifact", "runtime", "io", "batch", "sequence_length", "shapes")
                 },
                 "metric": metric,
-                "a": value_a,
-                "b": value_b,
-                "a_ci95": a_ci,
-                "b_ci95": b_ci,
-                "change": change(value_a, value_b),
-                "verdict": speed_verdict(a_ci, b_ci, metric),
+                "a": moved.a,
+                "b": moved.b,
+                "a_ci95": moved.a_ci,
+                "b_ci95": moved.b_ci,
+                "change": moved.change,
+                "verdict": moved.verdict,
                 "stable": bool(row_a.get("stable", True) and row_b.get("stable", True)),
             }
         )
@@ -165,40 +134,21 @@ def _winner_row(version: dict[str, Any]) -> dict[str, Any] | None:
 # ---------------------------------------------------------------- accuracy
 
 
-def _shares(entry: dict[str, Any] | None) -> dict[tuple[str, str, str], float]:
-    """Worst tolerance share per required check (output, inputs, metric)."""
-    out: dict[tuple[str, str, str], float] = {}
-    for check in (entry or {}).get("checks", []):
-        if check.get("informational"):
-            continue
-        share = tolerance_share(check["metric"], check.get("value"), check.get("threshold"))
-        if share is not None:
-            key = (check["output"], check["inputs"], check["metric"])
-            out[key] = max(out.get(key, share), share)
-    return out
-
-
 def compare_accuracy(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    entries_a = a.get("artifacts", {})
-    for name, entry_b in b.get("artifacts", {}).items():
-        entry_a = entries_a.get(name)
-        if entry_a is None:
-            continue
-        shares_a, shares_b = _shares(entry_a), _shares(entry_b)
-        growth = [shares_b[k] - shares_a[k] for k in shares_b if k in shares_a]
-        out.append(
-            {
-                "artifact": name,
-                "a_passed": bool(entry_a.get("passed")),
-                "b_passed": bool(entry_b.get("passed")),
-                "a_worst_share": max(shares_a.values(), default=None),
-                "b_worst_share": max(shares_b.values(), default=None),
-                "largest_share_growth": max(growth, default=None),
-                "now_fails": bool(entry_a.get("passed")) and not entry_b.get("passed"),
-            }
-        )
-    return out
+    """The artifacts both versions validated, with the share of its tolerance each uses."""
+    return [
+        {
+            "artifact": moved.artifact,
+            "a_passed": moved.a_passed,
+            "b_passed": moved.b_passed,
+            "a_worst_share": max(worst_shares(moved.before).values(), default=None),
+            "b_worst_share": max(worst_shares(moved.after).values(), default=None),
+            "largest_share_growth": moved.share_growth,
+            "now_fails": moved.a_passed and not moved.b_passed,
+        }
+        for moved in accuracy_changes(a, b)
+        if moved.before is not None and moved.after is not None
+    ]
 
 
 # ---------------------------------------------------------------- environment and recipe
@@ -276,7 +226,7 @@ def regressions(a: dict[str, Any], b: dict[str, Any], ship: dict[str, Any] | Non
         name = b["winner"]["artifact"]
         entries_a = a["accuracy"].get("artifacts", {})
         baseline = entries_a.get(name) or _winner_accuracy(a)
-        shares_a, shares_b = _shares(baseline), _shares(_winner_accuracy(b))
+        shares_a, shares_b = worst_shares(baseline), worst_shares(_winner_accuracy(b))
         for key, share in sorted(shares_b.items()):
             if key in shares_a and share - shares_a[key] > budget.max_accuracy_loss:
                 found.append(

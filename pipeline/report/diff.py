@@ -1,7 +1,8 @@
 """What changed since the previous signed-off version, one plain line per change.
 
 A version here is a dict {"version": "v0002", "accuracy": {...}, "speed": {...}, "winner": {...} | None,
-"signed_off": bool (optional)} holding the contract's JSON reports of that version.
+"signed_off": bool (optional)} holding the contract's JSON reports of that version. The changes themselves come
+from check/version_diff.py, which `compare` gates on too; this module only words them.
 """
 
 from __future__ import annotations
@@ -9,18 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.check.speed import figure_text
+from pipeline.check.speed import RowId, figure_text, row_id
+from pipeline.check.version_diff import RowChange, accuracy_changes, speed_changes
 from pipeline.report.facts import (
-    artifacts_of,
-    cis_overlap,
     fmt_change,
     fmt_metric,
     fmt_ms,
     intervals_overlap,
     key_checks,
     not_run,
-    results_of,
-    row_key,
     shape_text,
 )
 
@@ -78,19 +76,17 @@ def _verdict(entry: Mapping[str, Any]) -> str:
 
 
 def _accuracy_lines(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> list[str]:
-    old, new = artifacts_of(before), artifacts_of(after)
     lines: list[str] = []
-    for name in sorted(set(old) | set(new)):
-        if name not in new:
+    for moved in sorted(accuracy_changes(before, after), key=lambda m: m.artifact):
+        name, old, new = moved.artifact, moved.before, moved.after
+        if new is None:
             lines.append(f"{name} not validated any more")
-        elif name not in old:
-            lines.append(f"{name} new: accuracy {_verdict(new[name])}{_reason(new[name])}")
-        elif _verdict(old[name]) != _verdict(new[name]):
-            lines.append(
-                f"{name} accuracy {_verdict(old[name])} -> {_verdict(new[name])}{_reason(new[name])}"
-            )
+        elif old is None:
+            lines.append(f"{name} new: accuracy {_verdict(new)}{_reason(new)}")
+        elif moved.verdict_changed:
+            lines.append(f"{name} accuracy {_verdict(old)} -> {_verdict(new)}{_reason(new)}")
         else:
-            lines += _figure_lines(name, old[name], new[name])
+            lines += _figure_lines(name, old, new)
     return lines
 
 
@@ -114,42 +110,43 @@ def _figure_lines(name: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> 
 
 def _speed_lines(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> list[str]:
     """One line per row that moved beyond noise, new or gone; rows whose p50 CIs overlap share one line."""
-    old = {row_key(r): r for r in results_of(before)}
-    new = {row_key(r): r for r in results_of(after)}
-    labels = _labels(list(old.values()) + list(new.values()))
+    moves = sorted(speed_changes(before, after, "p50_ms"), key=lambda m: _sortable(m.row))
+    labels = _labels([m.row for m in moves])
     lines: list[str] = []
     steady: list[str] = []
-    for key in sorted(set(old) | set(new), key=_sortable):
-        label = labels[key]
-        if key not in new:
+    for moved in moves:
+        label = labels[moved.id]
+        if moved.verdict == "gone":
             lines.append(f"{label} not benchmarked any more")
-        elif key not in old:
-            lines.append(f"{label} new: p50 {fmt_ms(new[key].get('p50_ms'))} ms")
-        elif cis_overlap(old[key], new[key]):
-            steady.append(f"{label} ({_percent(old[key], new[key])})")
+        elif moved.verdict == "new":
+            lines.append(f"{label} new: p50 {fmt_ms(moved.b)} ms")
+        elif moved.verdict == "within noise":
+            steady.append(f"{label} ({_percent(moved)})")
         else:
-            lines.append(_speed_change(label, old[key], new[key]))
+            line = f"{label} p50 {fmt_ms(moved.a)} -> {fmt_ms(moved.b)} ms ({_percent(moved)})"
+            lines.append(line + ", unstable" if moved.row.get("stable") is False else line)
     if steady:
         lines.append("within noise (p50 95% CIs overlap): " + ", ".join(steady))
     return lines
 
 
-def _percent(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
-    a, b = old.get("p50_ms"), new.get("p50_ms")
-    return fmt_change(a, b) if isinstance(a, int | float) and isinstance(b, int | float) else "n/a"
+def _percent(moved: RowChange) -> str:
+    return fmt_change(moved.a, moved.b) if moved.a is not None and moved.b is not None else "n/a"
 
 
-def _speed_change(label: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
-    line = f"{label} p50 {fmt_ms(old.get('p50_ms'))} -> {fmt_ms(new.get('p50_ms'))} ms ({_percent(old, new)})"
-    return line + ", unstable" if new.get("stable") is False else line
+def _sortable(row: Mapping[str, Any]) -> tuple:
+    batch = row.get("batch")
+    shapes = tuple((k, tuple(v)) for k, v in (row.get("shapes") or {}).items())
+    return (
+        str(row.get("artifact")),
+        str(row.get("runtime")),
+        str(row.get("io")),
+        batch if isinstance(batch, int) else 0,
+        repr(shapes),
+    )
 
 
-def _sortable(key: tuple) -> tuple:
-    artifact, runtime, io, batch, shapes = key
-    return (str(artifact), str(runtime), str(io), batch if isinstance(batch, int) else 0, repr(shapes))
-
-
-def _labels(rows: list[Mapping[str, Any]]) -> dict[tuple, str]:
+def _labels(rows: list[Mapping[str, Any]]) -> dict[RowId, str]:
     """'onnx-fp32 batch 1', naming runtime, I/O or shape only where they tell rows of one artifact apart."""
     runners: dict[str, set] = {}
     shapes: dict[tuple, set] = {}
@@ -164,7 +161,7 @@ def _labels(rows: list[Mapping[str, Any]]) -> dict[tuple, str]:
         label += f" batch {row.get('batch')}"
         if len(shapes[(row.get("artifact"), row.get("batch"))]) > 1:
             label += f" shape {shape_text(row.get('shapes'))}"
-        labels[row_key(row)] = label
+        labels[row_id(row)] = label
     return labels
 
 

@@ -11,11 +11,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
+from pipeline.check.results import artifacts_of, runtime_entry
 from pipeline.check.speed import figure_text, fmt_rate, is_winner_row
 from pipeline.report.blocks import Block, Bullets, Cell, Document, Image, Para, Section, Table, Text
 from pipeline.report.diff import diff_versions
 from pipeline.report.facts import (
-    artifacts_of,
     check_text,
     check_tone,
     failing_checks,
@@ -29,7 +29,6 @@ from pipeline.report.facts import (
     key_checks,
     metrics_present,
     not_run,
-    runtime_entry,
     scalar_text,
     shape_text,
     sorted_results,

@@ -10,7 +10,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pipeline.check.accuracy import LOWER_BOUNDS, tolerance_share
-from pipeline.check.speed import as_interval, fmt_ms, interval, overlap
+from pipeline.check.results import artifacts_of, results_of
+from pipeline.check.speed import as_interval, fmt_ms, overlap
 from pipeline.core.variants import precision_of as _named_precision
 
 METRIC_ORDER = ("cosine", "neighbours", "max_abs", "mean_abs", "max_rel")
@@ -158,22 +159,6 @@ def where(check: Row) -> str:
     return f"{check.get('output')} @ {check.get('inputs')}"
 
 
-def artifacts_of(accuracy: Row | None) -> dict[str, Row]:
-    return dict((accuracy or {}).get("artifacts") or {})
-
-
-def runtime_entry(entry: Row | None, runtime: str | None) -> Row | None:
-    """An artifact's accuracy entry as seen on one runtime: that runtime's verdict and checks (entries
-    written before per-runtime records existed are returned whole)."""
-    if entry is None or runtime is None:
-        return entry
-    record = (entry.get("runtimes") or {}).get(runtime)
-    if record is None:
-        return entry if not entry.get("runtimes") else None
-    checks = [c for c in entry.get("checks") or [] if c.get("runtime", runtime) == runtime]
-    return {**entry, **record, "checks": checks}
-
-
 def precision_of(name: str, accuracy: Row | None = None) -> str:
     """The precision recorded by validation, else the one named in the contract's artifact name."""
     entry = artifacts_of(accuracy).get(name) or {}
@@ -185,10 +170,6 @@ def precision_of(name: str, accuracy: Row | None = None) -> str:
 # ------------------------------------------------------------------ speed
 
 
-def results_of(speed: Row | None) -> list[Row]:
-    return list((speed or {}).get("results") or [])
-
-
 def shape_text(shapes: Mapping[str, Any] | None) -> str:
     """'1×128' when every input has that shape, else 'input_ids 1×128, pixels 1×3×224×224'."""
     if not shapes:
@@ -197,11 +178,6 @@ def shape_text(shapes: Mapping[str, Any] | None) -> str:
     if len(set(dims.values())) == 1:
         return next(iter(dims.values()))
     return ", ".join(f"{name} {text}" for name, text in dims.items())
-
-
-def row_key(row: Row) -> tuple:
-    shapes = tuple((k, tuple(v)) for k, v in (row.get("shapes") or {}).items())
-    return (row.get("artifact"), row.get("runtime"), row.get("io"), row.get("batch"), shapes)
 
 
 def group_key(row: Row) -> tuple[int, str]:
@@ -237,11 +213,6 @@ def flag_text(flag: Any) -> str:
         f"{k} {scalar_text(v)}" for k, v in flag.items() if k != "kind"
     )
     return f"{kind}: {where.strip()}: {message}" if where.strip() else f"{kind}: {message}"
-
-
-def cis_overlap(a: Row, b: Row) -> bool:
-    """Whether two rows' p50 confidence intervals overlap (the benchmark's 'within noise')."""
-    return overlap(interval(a, "p50_ms"), interval(b, "p50_ms"))
 
 
 def intervals_overlap(a: Any, b: Any) -> bool:

@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline.check.results import artifacts_of
 from pipeline.check.speed import is_winner_row
 from pipeline.core.files import write_bytes_atomic
 from pipeline.core.variants import REFERENCE
 from pipeline.report.facts import (
     LOWER_BOUNDS,
-    artifacts_of,
     fmt_metric,
     group_key,
     is_informational,

@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pipeline.check.accuracy import LOWER_BOUNDS
+from pipeline.check.results import artifacts_of, results_of, runtime_entry
 from pipeline.check.speed import THROUGHPUT, fmt_rate, is_winner_row, maximized, value
 from pipeline.core.variants import REFERENCE
 from pipeline.report.facts import (
-    artifacts_of,
     failing_checks,
     first_line,
     fmt_metric,
@@ -19,8 +19,6 @@ from pipeline.report.facts import (
     key_checks,
     not_run,
     precision_of,
-    results_of,
-    runtime_entry,
     unique,
 )
 

@@ -22,20 +22,20 @@ from typing import Any
 from pipeline.bench import hosts
 from pipeline.bench.device import MemoryProbe, throughput
 from pipeline.bench.environment import capture_environment
+from pipeline.bench.matrix import MatrixReport, timed_batches
 from pipeline.bench.rows import failure, flags, one_line, speed_row
 from pipeline.bench.shapes import BenchShape, benchmark_shapes
 from pipeline.bench.timer import Timer, on_gpu, timer_for
 from pipeline.bench.windows import Measurement, WindowPolicy, measure_interleaved, measure_more
 from pipeline.check.results import REPORTS, SpeedReport
-from pipeline.check.speed import maximized
+from pipeline.check.speed import maximized, row_id
 from pipeline.core import host
 from pipeline.core.artifacts import ArtifactRecord
 from pipeline.core.files import write_report
 from pipeline.core.heap import frozen_heap
 from pipeline.core.packages import package_version
 from pipeline.core.variants import REFERENCE
-from pipeline.decide.selection import SelectionPolicy, choose, tied
-from pipeline.decide.selection import candidates as ranked
+from pipeline.decide.selection import SelectionPolicy, unsettled_contenders
 from pipeline.inputs.specs import DataSpec, ModelSpec, RunnerSettings
 from pipeline.recipe import BenchmarkConfig, Recipe
 from pipeline.runners.base import NotRunnable, Runner
@@ -47,13 +47,13 @@ SCHEMA_VERSION = 1
 REPORT = REPORTS["report:speed"]
 NAME = "benchmark"
 ACCURACY = "report:accuracy"  # read to know which candidate would win (an unstable one is measured again)
+MATRIX = "report:matrix"  # what is timed, at which batches (pipeline/bench/matrix.py)
 
 
 class BenchmarkStageConfig(StageConfig):
     benchmark: BenchmarkConfig
     selection: SelectionPolicy  # the would-be winner is measured again when it is unstable
     runners: RunnerSettings
-    timing: hosts.HostTiming
     model: ModelSpec  # the reference
     data: DataSpec
     gpu_only: list[str]  # variants.gpu not built on a host without a GPU: reported as not run
@@ -65,7 +65,6 @@ class BenchmarkStageConfig(StageConfig):
             benchmark=recipe.benchmark,
             selection=SelectionPolicy.from_recipe(recipe),
             runners=RunnerSettings.from_recipe(recipe),
-            timing=hosts.HostTiming.from_recipe(recipe),
             model=ModelSpec.from_recipe(recipe, recipe_dir),
             data=DataSpec.from_recipe(recipe, recipe_dir),
             gpu_only=hosts.gpu_only_variants(recipe),
@@ -93,10 +92,11 @@ class Candidate:
 def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     return Stage(
         name=NAME,
-        version=12,  # what each version changed: CHANGELOG.md, "Stage versions"
+        version=13,  # what each version changed: CHANGELOG.md, "Stage versions"
         config=BenchmarkStageConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=run,
         environment=_environment,
+        consumes=(MATRIX,),
         consumes_any=(*artifacts, ACCURACY),
         produces=("report:speed",),
         critical=True,
@@ -116,13 +116,13 @@ def _environment() -> dict[str, Any]:
 def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
     policy = WindowPolicy.from_config(config.benchmark)
     artifacts = {name: record for name, record in inputs.items() if not name.startswith("report:")}
-    candidates, not_run = _candidates(ctx, config, artifacts)
-    gpu_host = host.has_cuda()
-    not_run += hosts.skipped_gpu_variants(config.gpu_only, gpu_host)
+    work: MatrixReport = inputs[MATRIX].report()
+    candidates = _candidates(ctx, config, artifacts, work)
+    not_run = list(work["not_run"]) + hosts.skipped_gpu_variants(config.gpu_only, work["gpu_host"])
     shapes = benchmark_shapes(config.benchmark, config.data.dims, _token_lengths(ctx, config))
     try:
         with frozen_heap():  # the collections after each shape walk only what the candidates made
-            results, failed = _measure_all(ctx, config, inputs, candidates, shapes, policy)
+            results, failed = _measure_all(ctx, config, inputs, candidates, shapes, policy, work)
     finally:  # the compiled modules kept since validation (pipeline.runners.compiled)
         release_all()
         _free_memory()
@@ -131,15 +131,7 @@ def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, Artifac
         "conditions": {
             **_conditions(config, policy, shapes),
             "cuda_graphs": "per row (cuda_graph); captured outside the timed windows",
-            "runtimes_timed": {
-                **hosts.policy(config.timing, gpu_host),
-                "not_timed": hosts.not_timed(
-                    config.timing,
-                    dict.fromkeys((c.runner.artifact, c.runner.runtime) for c in candidates),
-                    gpu_host,
-                )
-                + _declined(artifacts, config.runners, config.timing),
-            },
+            "runtimes_timed": {**work["policy"], "not_timed": work["not_timed"]},
         },
         "results": results,
         "not_run": not_run,  # artifacts this host cannot run at all
@@ -164,27 +156,16 @@ def _measure_all(
     candidates: list[Candidate],
     shapes: list[BenchShape],
     policy: WindowPolicy,
+    work: MatrixReport,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Every shape's rows and failures, the would-be winner confirmed."""
-    gpu_host = host.has_cuda()
+    """Every shape's rows and failures (the matrix's cells at that shape's batch), the would-be winner
+    confirmed."""
     results: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
     measured: dict[BenchShape, dict[Key, Measurement]] = {}
-    pairs = {(c.runner.artifact, c.runner.runtime) for c in candidates}
+    batches = timed_batches(work)
     for shape in shapes:
-        timed = [
-            c
-            for c in candidates
-            if hosts.timed(
-                config.timing,
-                c.runner.artifact,
-                c.runner.runtime,
-                shape.batch,
-                gpu_host,
-                c.runner.io,
-                pairs,
-            )
-        ]
+        timed = [c for c in candidates if shape.batch in batches.get(c.key, ())]
         rows, failures, measured[shape] = _measure_shape(ctx, config, shape, timed, policy)
         results += rows
         failed += failures
@@ -203,44 +184,25 @@ def confirm_winner(
     measured: dict[BenchShape, dict[Key, Measurement]],
     policy: WindowPolicy,
 ) -> list[dict[str, Any]]:
-    """An unstable would-be winner is measured again before it is chosen: it and every candidate it or the
-    fastest is tied with get more windows (interleaved, earlier windows kept, a second full budget), and
-    their rows are rebuilt. Selection then decides on the new rows (provisionally, if still unstable)."""
-    selection = config.selection
-    metric = selection.objective.metric
-    if maximized(metric):  # more latency windows do not settle a throughput run
+    """An unstable would-be winner is measured again before it is chosen: the rows contending with it
+    (selection.unsettled_contenders) get more windows (interleaved, earlier windows kept, a second full
+    budget), and their rows are rebuilt. Selection then decides on the new rows (provisionally, if still
+    unstable)."""
+    contenders = unsettled_contenders(config.selection, {"results": results}, accuracy)
+    if not contenders:
         return results
-    winner = choose(selection, {"results": results}, accuracy)
-    if winner is None or winner["stable"]:
-        return results
-    rows = ranked(selection, {"results": results}, accuracy)
-    chosen = next(r for r in rows if r["artifact"] == winner["artifact"])
-    contenders = [r for r in rows if r is chosen or tied(r, chosen, metric) or tied(r, rows[0], metric)]
+    chosen = contenders[0]
     shape = next(
         s for s in measured if (s.batch, s.sequence) == (chosen["batch"], chosen.get("sequence_length"))
     )
     keys = {(r["artifact"], r["runtime"], r["io"]) for r in contenders}
     again = [c for c in candidates if c.key in keys]
     ctx.report(
-        f"benchmark: the would-be winner {winner['artifact']} is unstable; measuring {len(again)} again"
+        f"benchmark: the would-be winner {chosen['artifact']} is unstable; measuring {len(again)} again"
     )
     rebuilt, _, _ = _measure_shape(ctx, config, shape, again, policy, earlier=measured[shape])
-    fresh = {(r["artifact"], r["runtime"], r["io"], r["batch"], r.get("sequence_length")): r for r in rebuilt}
-    return [
-        fresh.get((r["artifact"], r["runtime"], r["io"], r["batch"], r.get("sequence_length")), r)
-        for r in results
-    ]
-
-
-def _declined(
-    artifacts: dict[str, ArtifactRecord], settings: RunnerSettings, timing: hosts.HostTiming
-) -> list[dict[str, str]]:
-    """not_timed entries for the runtimes this host does not offer for an artifact (hosts.declined)."""
-    return [
-        {"artifact": name, "runtime": runtime, "io": "any", "reason": reason}
-        for name, record in artifacts.items()
-        for runtime, reason in hosts.declined(timing, record, settings).items()
-    ]
+    fresh = {row_id(r): r for r in rebuilt}
+    return [fresh.get(row_id(r), r) for r in results]
 
 
 def _token_lengths(ctx: RunContext, config: BenchmarkStageConfig) -> list[int]:
@@ -248,23 +210,20 @@ def _token_lengths(ctx: RunContext, config: BenchmarkStageConfig) -> list[int]:
 
 
 def _candidates(
-    ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, ArtifactRecord]
-) -> tuple[list[Candidate], list[dict[str, Any]]]:
+    ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, ArtifactRecord], work: MatrixReport
+) -> list[Candidate]:
+    """A candidate per cell of the matrix, in the recipe's order (the reference first)."""
+    cells = timed_batches(work)
     candidates: list[Candidate] = []
-    not_run: list[dict[str, Any]] = []
-    order = config.artifacts
     if config.benchmark.include_reference:
         model = functools.partial(ctx.model, config.model)
         candidates += [Candidate(r, "fp32") for r in reference_runners(config.runners, model)]
-    names = [n for n in order if n in inputs] + [n for n in inputs if n not in order]
-    for name in names:
-        artifact = inputs[name]
-        runners = runners_for(artifact, config.runners)
-        if isinstance(runners, NotRunnable):
-            not_run.append({"artifact": runners.artifact, "reason": runners.reason})
-        else:
-            candidates += [Candidate(r, artifact.precision) for r in runners]
-    return candidates, not_run
+    order = config.artifacts
+    for name in [n for n in order if n in inputs] + [n for n in inputs if n not in order]:
+        runners = runners_for(inputs[name], config.runners)
+        if not isinstance(runners, NotRunnable):
+            candidates += [Candidate(r, inputs[name].precision) for r in runners]
+    return [c for c in candidates if c.key in cells]
 
 
 def _measure_shape(

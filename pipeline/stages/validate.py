@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.bench import hosts
+from pipeline.bench.matrix import ArtifactPlan, Matrix
 from pipeline.check.accuracy import ArtifactAccuracy, evaluate
 from pipeline.check.results import REPORTS, AccuracyReport, artifact_entry
 from pipeline.core import host
@@ -34,6 +35,7 @@ from pipeline.runners.registry import runtime_environment
 from pipeline.stages.base import Late, Output, RunContext, Stage, StageConfig, StageResult
 
 REPORT = REPORTS["report:accuracy"]
+MATRIX = REPORTS["report:matrix"]
 ERROR_CHARS = 400
 
 
@@ -42,7 +44,7 @@ class ValidateConfig(StageConfig):
     model: ModelSpec  # the reference
     data: DataSpec
     runners: RunnerSettings
-    timing: hosts.HostTiming  # validation covers exactly the (artifact, runtime) pairs the benchmark times
+    timing: hosts.HostTiming  # the validate stage plans the matrix of work the benchmark times
     artifacts: list[str]  # in report order; whichever of them were built are validated
 
     @classmethod
@@ -181,16 +183,18 @@ def runtime_runners(runners: list[Runner]) -> list[Runner]:
     return list(chosen.values())
 
 
-def host_pairs(records: list[ArtifactRecord], settings: RunnerSettings) -> frozenset[hosts.Pair]:
-    """The (artifact, runtime) pairs this host can run the built artifacts on."""
-    from pipeline.runners.registry import runners_for
+def offer(matrix: Matrix, record: ArtifactRecord, settings: RunnerSettings) -> list[Runner]:
+    """Offer an artifact to the matrix: the ways this host runs it (or why it cannot), and the runtimes that
+    decline it; returns its runners."""
+    from pipeline.runners.registry import declined_runtimes, runners_for
 
-    pairs = set()
-    for record in records:
-        found = runners_for(record, settings)
-        if not isinstance(found, NotRunnable):
-            pairs |= {(record.name, r.runtime) for r in found}
-    return frozenset(pairs)
+    found = runners_for(record, settings)
+    declined = declined_runtimes(record, settings)
+    if isinstance(found, NotRunnable):
+        matrix.cannot_run(record.name, found.reason, declined)
+        return []
+    matrix.offer(record.name, [(r.runtime, r.io) for r in found], declined)
+    return found
 
 
 def validate_artifact(
@@ -199,41 +203,14 @@ def validate_artifact(
     record: ArtifactRecord,
     batches: list[Batch],
     reference: Any,
+    runners: list[Runner],
+    plan: ArtifactPlan,
     onnx_reference: ArtifactRecord | None = None,
-    peers: frozenset[hosts.Pair] = frozenset(),
-) -> list[ArtifactAccuracy] | NotRunnable:
-    """Run one artifact over the batches on every runtime the benchmark will time it on (or, when it is timed
-    nowhere because faster twins are, on one of the runtimes it was left out of), and check each; a runtime
-    error is that runtime's failure, not a crash. `peers`: the other artifacts' (artifact, runtime)
-    pairs on this host, whose faster twins the benchmark leaves some pairs untimed for (pipeline/bench/hosts)."""
-    from pipeline.runners.registry import runners_for
-
-    found = runners_for(record, config.runners)
-    if isinstance(found, NotRunnable):
-        return found
-    if not found:
-        return NotRunnable(record.name, "no runner for this artifact kind")
-    gpu_host = host.has_cuda()
-    pairs = peers | {(record.name, r.runtime) for r in found}
-    timed = [
-        r for r in found if hosts.timed_anywhere(config.timing, record.name, r.runtime, gpu_host, r.io, pairs)
-    ]
-    if not timed:  # left out for faster twins: checked all the same, on the first such runtime
-        timed = runtime_runners(
-            [r for r in found if hosts.left_for_twin(config.timing, record.name, r.runtime, gpu_host, pairs)]
-        )[:1]
-    if not timed:
-        declined = "".join(
-            f"{why}; " for why in hosts.declined(config.timing, record, config.runners).values()
-        )
-        return NotRunnable(
-            record.name,
-            f"{declined}none of its runtimes is timed on this host "
-            f"({hosts.policy(config.timing, gpu_host)['rule']})",
-        )
-    results = [
-        validate_on(ctx, config, record, runner, batches, reference) for runner in runtime_runners(timed)
-    ]
+) -> list[ArtifactAccuracy]:
+    """Run one artifact over the batches on every runtime its plan validates it on (pipeline/bench/matrix.py),
+    and check each; a runtime error is that runtime's failure, not a crash."""
+    chosen = runtime_runners([r for r in runners if r.runtime in plan.validated])
+    results = [validate_on(ctx, config, record, runner, batches, reference) for runner in chosen]
     if onnx_reference is not None and record.kind == "onnx" and record.name != onnx_reference.name:
         for accuracy in results:
             if not accuracy and accuracy.error is None:
@@ -386,24 +363,29 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
     reference_runtime = None
     coverage: dict[str, Any] = {}
     data_warnings: list[str] = []
+    matrix = Matrix(config.timing, host.has_cuda())
+    reference_runner, *_ = references = reference_runners(config.runners, lambda: ctx.model(config.model))
+    if config.timing.include_reference:
+        matrix.offer(REFERENCE, [(r.runtime, r.io) for r in references])
+        matrix.plan(REFERENCE)
+    del references
+    runners = {record.name: offer(matrix, record, config.runners) for record in ready}
     if present:
         batches = validation_batches(ctx.dataset(config.data), config.validation)
         coverage, data_warnings = input_coverage(ctx.dataset(config.data), batches)
         reference_weights = ctx.model(config.model).weights_digest()
-        reference_runner = reference_runners(config.runners, lambda: ctx.model(config.model))[0]
         reference_runtime = reference_runner.runtime
         reference = run_batches(ctx, config.runners, reference_runner, batches, REFERENCE)
-        del reference_runner
-        peers = set(host_pairs(ready, config.runners))
         pending = {item.name: item for item in late}
         built: dict[str, ArtifactRecord | None] = {}
 
         def arrived(item: Late) -> ArtifactRecord | None:
-            """Wait for a record building in the background (once), and add its pairs to the peers."""
+            """Wait for a record building in the background (once), and offer it to the matrix."""
             if item.name not in built:
                 ctx.report(f"validate: waiting for {item.name} (building in the background)")
-                built[item.name] = item.wait()
-                peers.update(host_pairs([r for r in [built[item.name]] if r], config.runners))
+                built[item.name] = record = item.wait()
+                if record is not None:
+                    runners[record.name] = offer(matrix, record, config.runners)
             return built[item.name]
 
         with frozen_heap():  # the collection after each runner walks only what came after the reference
@@ -413,24 +395,30 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
                     absent.append(item.name)
                     continue
                 check_weights(record, reference_weights)
-                for twin in hosts.twin_artifacts(record.name):  # its runtimes depend on its twins
+                if record.name in matrix.not_run:
+                    not_run.append(NotRunnable(record.name, matrix.not_run[record.name]))
+                    continue
+                for twin in hosts.twin_artifacts(record.name):  # its plan depends on its twins
                     if twin in pending:
                         arrived(pending[twin])
+                plan = matrix.plan(record.name)
+                if plan.reason is not None:
+                    not_run.append(NotRunnable(record.name, plan.reason))
+                    continue
                 # the FP32 graph, once built (in the background: once it has arrived)
                 onnx_reference = built.get("onnx-fp32") if "onnx-fp32" in pending else inputs.get("onnx-fp32")
-                outcome = validate_artifact(
-                    ctx, config, record, batches, reference, onnx_reference, frozenset(peers)
+                results[record.name] = validate_artifact(
+                    ctx, config, record, batches, reference, runners[record.name], plan, onnx_reference
                 )
-                if isinstance(outcome, NotRunnable):
-                    not_run.append(outcome)
-                else:
-                    results[record.name] = outcome
         del reference
         gc.collect()
+    del reference_runner
     results = {name: results[name] for name in order if name in results}  # report order: the recipe's
     warnings = coverage_warnings(config.validation, config.model.dims) + data_warnings
     report = accuracy_report(results, not_run, reference_runtime, warnings, coverage)
     write_report(ctx.path(REPORT), report, allow_nan=False)
+    work = matrix.report(order)
+    write_report(ctx.path(MATRIX), work)
     entries = report["artifacts"]
     summary = {
         "passed": [name for name, e in entries.items() if e["passed"]],
@@ -440,7 +428,11 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
         "accuracy_warnings": report["warnings"],  # in the report; not stage warnings (said once)
     }
     return StageResult(
-        outputs=[Output(REPORT, "report", "report:accuracy", details=summary, value=report)], details=summary
+        outputs=[
+            Output(REPORT, "report", "report:accuracy", details=summary, value=report),
+            Output(MATRIX, "report", "report:matrix", value=work),
+        ],
+        details=summary,
     )
 
 
@@ -448,7 +440,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     """The validate stage over whichever of `artifacts` were built (consumes_any)."""
     return Stage(
         name="validate",
-        version=6,  # what each version changed: CHANGELOG.md, "Stage versions"
+        version=7,  # what each version changed: CHANGELOG.md, "Stage versions"
         config=ValidateConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=_run,
         environment=lambda: {
@@ -456,7 +448,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
             **runtime_environment(),
         },
         consumes_any=tuple(artifacts),
-        produces=("report:accuracy",),
+        produces=("report:accuracy", "report:matrix"),
         critical=True,
         takes_late=True,
     )

@@ -104,6 +104,14 @@ def test_reports_follow_the_contract(first) -> None:
     }
     winner = json.loads((version / "winner.json").read_text())
     assert winner["artifact"] in ("onnx-fp32", "torchscript-fp32") and winner["unit"] == "ms"
+    # one matrix of work: the benchmark timed exactly its cells, each validated on that runtime
+    matrix = json.loads((version / "reports/matrix.json").read_text())
+    cells = {(c["artifact"], c["runtime"], c["io"], b) for c in matrix["cells"] for b in c["batches"]}
+    assert cells == {(r["artifact"], r["runtime"], r["io"], r["batch"]) for r in speed["results"]}
+    for artifact, runtime, _, _ in cells - {c for c in cells if c[0] == "torch-fp32"}:
+        assert runtime in matrix["validated"][artifact]
+        assert accuracy["artifacts"][artifact]["runtimes"][runtime]["passed"] is True
+    assert speed["conditions"]["runtimes_timed"]["not_timed"] == matrix["not_timed"]
     stages = {s["name"]: s for s in json.loads((version / "stages.json").read_text())["stages"]}
     assert [
         stages[n]["status"]

@@ -10,7 +10,8 @@ import pytest
 
 from pipeline.check.accuracy import tolerance_share
 from pipeline.check.speed import interval
-from pipeline.release.compare import regressions, shipped, speed_verdict
+from pipeline.check.version_diff import speed_verdict
+from pipeline.release.compare import regressions, shipped
 
 
 @pytest.mark.parametrize(
@@ -93,3 +94,57 @@ def test_throughput_gate_counts_a_lower_rate_as_the_slowdown() -> None:
     faster = version("v0003", 1300.0, [1290.0, 1310.0])
     ship = shipped(a, faster, "sequences_per_s")
     assert ship["verdict"] == "faster" and regressions(a, faster, ship) == []
+
+
+def _row(artifact: str, p50: float, ci: list[float], cuda_graph: bool = False) -> dict[str, Any]:
+    return {
+        "artifact": artifact,
+        "runtime": "onnxruntime-cpu",
+        "io": "host",
+        "batch": 1,
+        "shapes": {"input_ids": [1, 16]},
+        "p50_ms": p50,
+        "p50_ci95_ms": ci,
+        "cuda_graph": cuda_graph,
+    }
+
+
+def test_compare_and_the_signoffs_changes_since_read_one_diff() -> None:
+    """A row faster beyond noise, one within noise, one new and one gone: `compare` and the report's "changes
+    since" say the same of each (check/version_diff.py), matching rows by the one row identity."""
+    from pipeline.check.version_diff import speed_changes
+    from pipeline.release.compare import compare_rows
+    from pipeline.report.diff import diff_versions
+
+    a = {
+        "results": [
+            _row("onnx-fp32", 10.0, [9.8, 10.2]),
+            _row("torchscript-fp32", 5.0, [4.9, 5.1]),
+            _row("onnx-int8", 7.0, [6.9, 7.1]),
+        ]
+    }
+    b = {
+        "results": [
+            _row("onnx-fp32", 8.0, [7.9, 8.1]),
+            _row("torchscript-fp32", 5.05, [4.95, 5.15]),
+            _row("onnx-fp16", 6.0, [5.9, 6.1]),
+            _row("onnx-fp32", 3.0, [2.9, 3.1], cuda_graph=True),
+        ]
+    }
+    verdicts = {
+        m.row["artifact"] + ("+graph" if m.row["cuda_graph"] else ""): m.verdict for m in speed_changes(a, b)
+    }
+    assert verdicts == {
+        "onnx-fp32": "faster",
+        "torchscript-fp32": "within noise",
+        "onnx-int8": "gone",
+        "onnx-fp16": "new",
+        "onnx-fp32+graph": "new",
+    }  # a CUDA graph is another row
+    compared = {r["artifact"]: r["verdict"] for r in compare_rows(a, b, "p50_ms")}
+    assert compared == {"onnx-fp32": "faster", "torchscript-fp32": "within noise"}
+    lines = diff_versions({"speed": a}, {"speed": b})
+    assert "onnx-int8 batch 1 not benchmarked any more" in lines
+    assert "onnx-fp16 batch 1 new: p50 6.00 ms" in lines
+    assert any(line.startswith("onnx-fp32 batch 1 p50 10.0 -> 8.00 ms") for line in lines)
+    assert any(line.startswith("within noise") and "torchscript-fp32" in line for line in lines)

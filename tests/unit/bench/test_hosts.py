@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.bench import hosts
+from pipeline.bench.matrix import Matrix
 from pipeline.core import host
 from pipeline.run.plan import needed_variants
 from tests.unit.stages.onnx_fixtures import tiny_context
@@ -80,9 +81,22 @@ def test_a_mode_whose_faster_twin_is_timed_is_left_out_and_named() -> None:
     # the plain package's device-I/O rows go for its captured graph; its host-I/O row (no twin there) stays
     assert not hosts.timed(recipe, "aoti-fp16", "torch-aoti-cuda", 1, True, "device", aoti)
     assert hosts.timed(recipe, "aoti-fp16", "torch-aoti-cuda", 1, True, "host", aoti)
-    assert hosts.timed_anywhere(recipe, "aoti-fp16", "torch-aoti-cuda", True, "host", aoti)  # so validated
-    # validation covers what is timed: a mode left out in every I/O mode it has is not validated either
-    assert not hosts.timed_anywhere(recipe, "exported-fp16", "torch-cuda", True, "device", exported)
+    # validation covers what is timed (the matrix): the plain package on its host-I/O row; the eager
+    # ExportedProgram, left out in the only I/O mode it has, is validated on its compiled mode only
+    offers = {
+        "aoti-fp16": [
+            (r, io)
+            for r in aoti_modes
+            for io in ("host", "device")
+            if r == "torch-aoti-cuda" or io == "device"
+        ],
+        "exported-fp16": [(r, "device") for _, r in exported],
+    }
+    matrix = Matrix(recipe, gpu_host=True)
+    for artifact, found in offers.items():
+        matrix.offer(artifact, found)
+    assert "torch-aoti-cuda" in matrix.plan("aoti-fp16").validated
+    assert matrix.plan("exported-fp16").validated == ("torch-compile-cuda-reduce-overhead",)
     left = hosts.not_timed(recipe, aoti + exported, gpu_host=True)
     assert [(x["artifact"], x["runtime"], x["io"]) for x in left] == [
         ("aoti-fp16", "torch-aoti-cuda", "device"),
@@ -111,7 +125,9 @@ def test_plain_onnx_graphs_leave_their_device_rows_to_the_optimized_ones_on_the_
             )
         # the twin has a host-I/O row of its own: the plain graph's goes too, but validation still checks it
         assert not hosts.timed(recipe, artifact, "onnxruntime-cuda", 1, True, "host", every)
-        assert not hosts.timed_anywhere(recipe, artifact, "onnxruntime-cuda", True, "host", every)
+        assert not any(
+            hosts.timed(recipe, artifact, "onnxruntime-cuda", b, True, "host", every) for b in (1, 2)
+        )
         assert hosts.left_for_twin(recipe, artifact, "onnxruntime-cuda", True, every)
     assert not hosts.timed(recipe, "onnx-int8", "onnxruntime-cuda", 1, True, "device", every)
     assert not hosts.timed(recipe, "onnx-int8", "onnxruntime-cuda", 1, True, "host", every)

@@ -1,0 +1,147 @@
+"""What changed between two versions' reports: speed row by row, accuracy artifact by artifact.
+
+One diff for both readers: `compare A B` (pipeline/release/compare.py) gates a release on it, and the sign-off's
+"changes since" (pipeline/report/diff.py) writes it as lines. Rows are matched by their one identity
+(check/speed.row_id); a difference is faster or slower only when the two rows' 95% intervals of the metric do
+not overlap, else within noise; accuracy moves are read as the share of its tolerance a check uses, so that
+they read the same for every metric.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.check.accuracy import tolerance_share
+from pipeline.check.speed import Interval, RowId, interval, maximized, row_id, value
+
+Row = Mapping[str, Any]
+
+
+def speed_verdict(a_ci: Interval | None, b_ci: Interval | None, metric: str = "p50_ms") -> str:
+    """faster / slower (B against A) when the intervals are disjoint, within noise when they overlap. Faster is
+    a lower latency, or a higher throughput."""
+    if a_ci is None or b_ci is None:
+        return "no interval"
+    lower, higher = ("slower", "faster") if maximized(metric) else ("faster", "slower")
+    if b_ci[1] < a_ci[0]:
+        return lower
+    if b_ci[0] > a_ci[1]:
+        return higher
+    return "within noise"
+
+
+def change(a: float | None, b: float | None) -> float | None:
+    """B's value relative to A's (+0.1: 10 % higher), whichever way is better."""
+    if a is None or b is None or not a:
+        return None
+    return (b - a) / a
+
+
+def slowdown(a: float | None, b: float | None, metric: str) -> float | None:
+    """How much slower B is than A, relative to A: a longer latency, or a lower throughput (negative: faster)."""
+    relative = change(a, b)
+    if relative is None:
+        return None
+    return -relative if maximized(metric) else relative
+
+
+@dataclass(frozen=True)
+class RowChange:
+    """One speed row in A, in B, or in both, and how its metric moved."""
+
+    id: RowId
+    before: Row | None
+    after: Row | None
+    metric: str
+
+    @property
+    def a(self) -> float | None:
+        return value(self.before, self.metric) if self.before is not None else None
+
+    @property
+    def b(self) -> float | None:
+        return value(self.after, self.metric) if self.after is not None else None
+
+    @property
+    def a_ci(self) -> Interval | None:
+        return interval(self.before, self.metric) if self.before is not None else None
+
+    @property
+    def b_ci(self) -> Interval | None:
+        return interval(self.after, self.metric) if self.after is not None else None
+
+    @property
+    def change(self) -> float | None:
+        return change(self.a, self.b)
+
+    @property
+    def verdict(self) -> str:
+        """new, gone, faster, slower, within noise, or no interval."""
+        if self.before is None:
+            return "new"
+        if self.after is None:
+            return "gone"
+        return speed_verdict(self.a_ci, self.b_ci, self.metric)
+
+    @property
+    def row(self) -> Row:
+        """The newest of the two rows (B's when it has one)."""
+        found = self.after if self.after is not None else self.before
+        assert found is not None
+        return found
+
+
+def speed_changes(before: Row | None, after: Row | None, metric: str = "p50_ms") -> list[RowChange]:
+    """Every row of either version's speed.json, matched by identity, in A's order then B's new ones."""
+    old = {row_id(r): r for r in (before or {}).get("results") or []}
+    new = {row_id(r): r for r in (after or {}).get("results") or []}
+    return [RowChange(key, old.get(key), new.get(key), metric) for key in dict.fromkeys([*old, *new])]
+
+
+def worst_shares(entry: Row | None) -> dict[tuple[str, str, str], float]:
+    """Per required check (output, inputs, metric), the largest share of its tolerance it uses."""
+    out: dict[tuple[str, str, str], float] = {}
+    for check in (entry or {}).get("checks", []):
+        if check.get("informational"):
+            continue
+        share = tolerance_share(check["metric"], check.get("value"), check.get("threshold"))
+        if share is not None:
+            key = (check["output"], check["inputs"], check["metric"])
+            out[key] = max(out.get(key, share), share)
+    return out
+
+
+@dataclass(frozen=True)
+class ArtifactChange:
+    """One artifact's accuracy entry in A, in B, or in both."""
+
+    artifact: str
+    before: Row | None
+    after: Row | None
+
+    @property
+    def a_passed(self) -> bool:
+        return bool((self.before or {}).get("passed"))
+
+    @property
+    def b_passed(self) -> bool:
+        return bool((self.after or {}).get("passed"))
+
+    @property
+    def verdict_changed(self) -> bool:
+        return self.before is not None and self.after is not None and self.a_passed != self.b_passed
+
+    @property
+    def share_growth(self) -> float | None:
+        """The largest growth, over the checks both have, of the share of its tolerance a check uses."""
+        a, b = worst_shares(self.before), worst_shares(self.after)
+        return max((b[k] - a[k] for k in b if k in a), default=None)
+
+
+def accuracy_changes(before: Row | None, after: Row | None) -> list[ArtifactChange]:
+    """Every artifact of either version's accuracy.json: B's in its order, then those only A has."""
+    old = (before or {}).get("artifacts") or {}
+    new = (after or {}).get("artifacts") or {}
+    return [ArtifactChange(name, old.get(name), new.get(name)) for name in dict.fromkeys([*new, *old])]
