@@ -13,7 +13,13 @@ from pipeline.bench.rows import flags
 from pipeline.bench.shapes import BenchShape, benchmark_shapes, data_sequence_lengths
 from pipeline.stages.benchmark import stage
 from tests.contract import SPEED_ROW_KEYS
-from tests.unit.runners.tiny_artifacts import export_onnx, export_torchscript, record, tiny_context
+from tests.unit.runners.tiny_artifacts import (
+    export_onnx,
+    export_torchscript,
+    planned_matrix,
+    record,
+    tiny_context,
+)
 
 TINY_WINDOWS = dict(
     warmup_iters=2,
@@ -46,9 +52,10 @@ def speed(tmp_path_factory: pytest.TempPathFactory) -> dict:
     }
     bench = stage(ctx.recipe, ctx.recipe_dir, list(inputs))
     assert bench.name == "benchmark" and bench.critical and bench.volatile
+    assert bench.consumes == ("report:matrix",)  # what to time: the matrix the validate stage planned
     assert bench.consumes_any == (*inputs, "report:accuracy")  # to measure an unstable winner again
     json.dumps(bench.config.fingerprinted())
-    result = ctx.run(bench, inputs)
+    result = ctx.run(bench, {**inputs, "report:matrix": planned_matrix(ctx, inputs, art)})
     assert [o.path for o in result.outputs] == ["reports/speed.json"] and result.outputs[0].kind == "report"
     report = json.loads((workdir / "reports" / "speed.json").read_text())
     report["_messages"] = messages
@@ -193,6 +200,7 @@ def test_an_unstable_would_be_winner_is_measured_again(tmp_path: Path) -> None:
     inputs_with_accuracy = {
         **inputs,
         "report:accuracy": record("report:accuracy", tmp_path / "accuracy.json", "report", None),
+        "report:matrix": planned_matrix(ctx, inputs, tmp_path),
     }
     ctx.run(stage(ctx.recipe, ctx.recipe_dir, list(inputs)), inputs_with_accuracy)
     speed = json.loads((tmp_path / "reports" / "speed.json").read_text())
@@ -227,7 +235,10 @@ def test_a_throughput_objective_measures_every_row_and_selects_on_it(tmp_path: P
         "onnx-fp32": export_onnx(ctx, tmp_path / "model.onnx"),
         "torchscript-fp32": export_torchscript(ctx, tmp_path / "model.ts"),
     }
-    ctx.run(stage(ctx.recipe, ctx.recipe_dir, list(inputs)), inputs)
+    ctx.run(
+        stage(ctx.recipe, ctx.recipe_dir, list(inputs)),
+        {**inputs, "report:matrix": planned_matrix(ctx, inputs, tmp_path)},
+    )
     speed = json.loads((tmp_path / "reports" / "speed.json").read_text())
     assert speed["results"]
     for row in speed["results"]:

@@ -133,8 +133,14 @@ def test_report_follows_the_contract(validated) -> None:
     report, result, _, _ = validated
     assert report["schema_version"] == 1 and report["reference"] == "torch-fp32"
     assert report["reference_runtime"] == "torch-cpu"
-    assert [o.path for o in result.outputs] == ["reports/accuracy.json"]
-    assert result.outputs[0].kind == "report"
+    assert [o.path for o in result.outputs] == ["reports/accuracy.json", "reports/matrix.json"]
+    assert {o.kind for o in result.outputs} == {"report"}
+    # the matrix of work it planned: each artifact validated on exactly the runtimes its accuracy entry records
+    matrix = result.outputs[1].value
+    assert {a: set(e["runtimes"]) for a, e in report["artifacts"].items()} == {
+        a: set(runtimes) for a, runtimes in matrix["validated"].items()
+    }
+    assert {c["artifact"] for c in matrix["cells"]} >= {"torch-fp32", *report["artifacts"]}
     for entry in report["artifacts"].values():
         assert {"passed", "reason", "precision", "runtime", "checks"} <= set(entry)
         for check in entry["checks"]:

@@ -64,3 +64,32 @@ def expected(ctx: StageEnv, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarra
     with torch.no_grad():
         out = ctx.model().module(*(torch.from_numpy(feeds[s.name]) for s in ctx.recipe.inputs))
     return {name: t.numpy() for name, t in zip(ctx.recipe.outputs, out, strict=True)}
+
+
+def planned_matrix(ctx: StageEnv, artifacts: dict[str, ArtifactRecord], folder: Path) -> ArtifactRecord:
+    """The matrix of work the validate stage would hand the benchmark for these artifacts on this host
+    (pipeline/bench/matrix.py, offered through the validate stage's own `offer`), written and recorded as
+    report:matrix."""
+    import json
+
+    from pipeline.bench.hosts import HostTiming
+    from pipeline.bench.matrix import Matrix
+    from pipeline.core import host
+    from pipeline.core.variants import REFERENCE
+    from pipeline.inputs.specs import RunnerSettings
+    from pipeline.runners.registry import reference_runners
+    from pipeline.stages.validate import offer
+
+    settings = RunnerSettings.from_recipe(ctx.recipe)
+    matrix = Matrix(HostTiming.from_recipe(ctx.recipe), host.has_cuda())
+    if ctx.recipe.benchmark.include_reference:
+        matrix.offer(REFERENCE, [(r.runtime, r.io) for r in reference_runners(settings, ctx.model)])
+        matrix.plan(REFERENCE)
+    for record_ in artifacts.values():
+        offer(matrix, record_, settings)
+    for name in artifacts:
+        if name not in matrix.not_run:
+            matrix.plan(name)
+    path = folder / "matrix.json"
+    path.write_text(json.dumps(matrix.report(list(artifacts))))
+    return record("report:matrix", path, "report", None)
