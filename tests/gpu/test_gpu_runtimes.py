@@ -17,7 +17,7 @@ from pipeline.runners.compiled import release_all
 from pipeline.runners.registry import runners_for
 from pipeline.stages import benchmark, export_torchscript
 from tests.stage_env import StageEnv
-from tests.unit.runners.tiny_artifacts import export_onnx
+from tests.unit.runners.tiny_artifacts import export_onnx, planned_matrix
 from tests.unit.stages.onnx_fixtures import lowest_cosine, tiny_context
 
 pytestmark = [
@@ -171,7 +171,9 @@ def test_torchscript_traced_on_the_gpu(tmp_path: Path) -> None:
 
 def test_benchmark_rows_have_memory_and_throughput(ctx: StageEnv, aoti: ArtifactRecord) -> None:
     bench = benchmark.stage(ctx.recipe, ctx.recipe_dir, ["aoti-fp16"])
-    ctx.run(bench, {"aoti-fp16": aoti})
+    ctx.run(
+        bench, {"aoti-fp16": aoti, "report:matrix": planned_matrix(ctx, {"aoti-fp16": aoti}, ctx.workdir)}
+    )
     speed = json.loads((ctx.workdir / benchmark.REPORT).read_text())
     rows = speed["results"]
     assert {r["runtime"] for r in rows if r["artifact"] == "aoti-fp16"} == {
@@ -220,7 +222,10 @@ def test_a_plain_onnx_graph_leaves_its_rows_to_its_optimized_twin(ctx: StageEnv,
     assert set(accuracy["onnx-fp32"]["runtimes"]) == {"onnxruntime-cuda"}, accuracy
     assert accuracy["onnx-fp32"]["passed"], accuracy["onnx-fp32"]
     assert {"onnxruntime-cuda", "onnxruntime-cuda-graph"} <= set(accuracy["onnx-optimized-fp32"]["runtimes"])
-    ctx.run(benchmark.stage(ctx.recipe, ctx.recipe_dir, list(inputs)), inputs)
+    matrix = record(
+        "report:matrix", ctx.workdir / validate.MATRIX, "report", None
+    )  # as validation planned it
+    ctx.run(benchmark.stage(ctx.recipe, ctx.recipe_dir, list(inputs)), {**inputs, "report:matrix": matrix})
     speed = json.loads((ctx.workdir / benchmark.REPORT).read_text())
     rows = [(r["artifact"], r["runtime"], r["io"], r["batch"]) for r in speed["results"]]
     assert not [row for row in rows if row[0] == "onnx-fp32"], rows
