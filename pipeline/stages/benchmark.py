@@ -1,5 +1,7 @@
-"""Benchmark stage: every runnable artifact (and the PyTorch reference) on the same input batches, with the
-same timer, warm-up and window policy, interleaved per shape (docs/benchmarking.md). Writes reports/speed.json.
+"""Benchmark stage: the cells of the matrix of work the validate stage planned (pipeline/bench/matrix.py: which
+artifact on which runtime and I/O, at which batches, the PyTorch reference among them) on the same input
+batches, with the same timer, warm-up and window policy, interleaved per shape (docs/benchmarking.md). Writes
+reports/speed.json.
 
 Per shape every candidate is activated and given the same prepared inputs; windows then run A B C A B C
 until each candidate is stable or capped (on a GPU host the GPU candidates among themselves, then the CPU
