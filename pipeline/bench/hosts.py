@@ -46,7 +46,6 @@ class HostTiming(BaseModel):
     batch_sizes: list[int]  # the batches the benchmark measures (1 when the model has no batch dim)
     objective_batch: int = 1  # selection.objective.batch: host I/O rows are timed there too
     winner_runtimes: list[str] = []  # selection.runtimes: never left out as a faster twin's
-    include_reference: bool = True  # benchmark.include_reference: the PyTorch reference is timed too
 
     @classmethod
     def from_recipe(cls, recipe: Recipe) -> HostTiming:
@@ -56,7 +55,6 @@ class HostTiming(BaseModel):
             batch_sizes=list(bench.batch_sizes) if bench.batch_dim in recipe.dims else [1],
             objective_batch=recipe.selection.objective.batch,
             winner_runtimes=list(recipe.selection.runtimes),
-            include_reference=bench.include_reference,
         )
 
 

@@ -7,6 +7,10 @@ the benchmark's policy and the benchmark never re-derives it: a pair is timed on
 because both read one plan. The rules themselves (which pairs a host times by default) are in
 pipeline/bench/hosts.py; this module applies them to what was built.
 
+The reference (the eager PyTorch model) is planned like an artifact but never validated; its cells are timed
+when the recipe's benchmark.include_reference says so, a choice the benchmark applies, so that toggling it does
+not make validation stale.
+
 An artifact's plan depends only on which of its faster twins exist (hosts.twin_artifacts): whoever plans it
 must have offered those first (the validate stage waits for them when they build in the background).
 """
@@ -148,7 +152,10 @@ class Matrix:
             "not_validated": [
                 {"artifact": a, "reason": self.plans[a].reason or ""} for a in planned if self.plans[a].reason
             ],
-            "not_run": [{"artifact": a, "reason": why} for a, why in self.not_run.items()],
+            "not_run": [
+                {"artifact": a, "reason": self.not_run[a]}
+                for a in sorted(self.not_run, key=lambda a: rank.get(a, len(rank)))
+            ],
             "not_timed": hosts.not_timed(self.timing, self._planned_pairs(planned), self.gpu_host) + declined,
         }
 

@@ -94,10 +94,10 @@ class RowChange:
 
 
 def speed_changes(before: Row | None, after: Row | None, metric: str = "p50_ms") -> list[RowChange]:
-    """Every row of either version's speed.json, matched by identity, in A's order then B's new ones."""
+    """Every row of either version's speed.json, matched by identity: B's in its order, then those only A has."""
     old = {row_id(r): r for r in (before or {}).get("results") or []}
     new = {row_id(r): r for r in (after or {}).get("results") or []}
-    return [RowChange(key, old.get(key), new.get(key), metric) for key in dict.fromkeys([*old, *new])]
+    return [RowChange(key, old.get(key), new.get(key), metric) for key in dict.fromkeys([*new, *old])]
 
 
 def worst_shares(entry: Row | None) -> dict[tuple[str, str, str], float]:

@@ -214,7 +214,8 @@ def _token_lengths(ctx: RunContext, config: BenchmarkStageConfig) -> list[int]:
 def _candidates(
     ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, ArtifactRecord], work: MatrixReport
 ) -> list[Candidate]:
-    """A candidate per cell of the matrix, in the recipe's order (the reference first)."""
+    """A candidate per cell of the matrix, in the recipe's order (the reference first, if the recipe times
+    it: benchmark.include_reference)."""
     cells = timed_batches(work)
     candidates: list[Candidate] = []
     if config.benchmark.include_reference:

@@ -365,9 +365,8 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
     data_warnings: list[str] = []
     matrix = Matrix(config.timing, host.has_cuda())
     reference_runner, *_ = references = reference_runners(config.runners, lambda: ctx.model(config.model))
-    if config.timing.include_reference:
-        matrix.offer(REFERENCE, [(r.runtime, r.io) for r in references])
-        matrix.plan(REFERENCE)
+    matrix.offer(REFERENCE, [(r.runtime, r.io) for r in references])  # timed if benchmark.include_reference
+    matrix.plan(REFERENCE)
     del references
     runners = {record.name: offer(matrix, record, config.runners) for record in ready}
     if present:

@@ -82,9 +82,8 @@ def planned_matrix(ctx: StageEnv, artifacts: dict[str, ArtifactRecord], folder: 
 
     settings = RunnerSettings.from_recipe(ctx.recipe)
     matrix = Matrix(HostTiming.from_recipe(ctx.recipe), host.has_cuda())
-    if ctx.recipe.benchmark.include_reference:
-        matrix.offer(REFERENCE, [(r.runtime, r.io) for r in reference_runners(settings, ctx.model)])
-        matrix.plan(REFERENCE)
+    matrix.offer(REFERENCE, [(r.runtime, r.io) for r in reference_runners(settings, ctx.model)])
+    matrix.plan(REFERENCE)
     for record_ in artifacts.values():
         offer(matrix, record_, settings)
     for name in artifacts:
