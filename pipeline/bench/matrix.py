@@ -135,12 +135,15 @@ class Matrix:
 
     def report(self, order: Iterable[str] = ()) -> MatrixReport:
         """The plans made: the reference first, then the artifacts in `order` (the recipe's), then any other."""
-        order = [REFERENCE, *order]
-        rank = {name: i for i, name in enumerate(order)}
-        planned = sorted(self.plans, key=lambda a: rank.get(a, len(rank)))
+        rank = {name: i for i, name in enumerate([REFERENCE, *order])}
+
+        def in_order(names: Iterable[str]) -> list[str]:
+            return sorted(names, key=lambda a: rank.get(a, len(rank)))
+
+        planned = in_order(self.plans)
         declined = [
             {"artifact": artifact, "runtime": rt, "io": "any", "reason": why}
-            for artifact in sorted(self.declined, key=lambda a: rank.get(a, len(rank)))
+            for artifact in in_order(self.declined)
             for rt, why in self._declined(artifact).items()
         ]
         return {
@@ -152,10 +155,7 @@ class Matrix:
             "not_validated": [
                 {"artifact": a, "reason": self.plans[a].reason or ""} for a in planned if self.plans[a].reason
             ],
-            "not_run": [
-                {"artifact": a, "reason": self.not_run[a]}
-                for a in sorted(self.not_run, key=lambda a: rank.get(a, len(rank)))
-            ],
+            "not_run": [{"artifact": a, "reason": self.not_run[a]} for a in in_order(self.not_run)],
             "not_timed": hosts.not_timed(self.timing, self._planned_pairs(planned), self.gpu_host) + declined,
         }
 

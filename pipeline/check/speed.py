@@ -16,12 +16,13 @@ METRIC_INTERVAL = {"p50_ms": "p50", "p90_ms": "p90", "p99_ms": "p99", "mean_ms":
 THROUGHPUT = "sequences_per_s"  # the throughput run's figure (row["throughput"]), the one metric maximized
 
 
-RowId = tuple[str, str, str, bool, int | None, str]  # (artifact, runtime, io, cuda_graph, batch, shapes JSON)
+RowId = tuple[str, str, str, bool, int, str]  # (artifact, runtime, io, cuda_graph, batch, shapes JSON)
 
 
 def row_id(row: Row) -> RowId:
     """A speed row's identity, the one every reader matches rows by: what ran (artifact, runtime, I/O, whether
-    replayed as a CUDA graph) and on which inputs (the batch, and the shapes, which hold the sequence length)."""
+    replayed as a CUDA graph) and on which inputs (the batch, and the shapes, which hold the sequence length).
+    Ids sort in the order a reader scans rows (a row without a batch sorts as batch 0)."""
     shapes = json.dumps(row.get("shapes") or {}, sort_keys=True)
     batch = row.get("batch")
     return (
@@ -29,7 +30,7 @@ def row_id(row: Row) -> RowId:
         str(row.get("runtime")),
         str(row.get("io") or "host"),
         bool(row.get("cuda_graph")),
-        batch if isinstance(batch, int) else None,
+        batch if isinstance(batch, int) else 0,
         shapes,
     )
 

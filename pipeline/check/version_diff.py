@@ -9,14 +9,10 @@ they read the same for every metric.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from pipeline.check.accuracy import tolerance_share
-from pipeline.check.speed import Interval, RowId, interval, maximized, row_id, value
-
-Row = Mapping[str, Any]
+from pipeline.check.speed import Interval, Row, RowId, interval, maximized, row_id, value
 
 
 def speed_verdict(a_ci: Interval | None, b_ci: Interval | None, metric: str = "p50_ms") -> str:

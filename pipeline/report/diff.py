@@ -110,7 +110,7 @@ def _figure_lines(name: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> 
 
 def _speed_lines(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> list[str]:
     """One line per row that moved beyond noise, new or gone; rows whose p50 CIs overlap share one line."""
-    moves = sorted(speed_changes(before, after, "p50_ms"), key=lambda m: _sortable(m.row))
+    moves = sorted(speed_changes(before, after, "p50_ms"), key=lambda m: m.id)
     labels = _labels([m.row for m in moves])
     lines: list[str] = []
     steady: list[str] = []
@@ -132,18 +132,6 @@ def _speed_lines(before: Mapping[str, Any] | None, after: Mapping[str, Any] | No
 
 def _percent(moved: RowChange) -> str:
     return fmt_change(moved.a, moved.b) if moved.a is not None and moved.b is not None else "n/a"
-
-
-def _sortable(row: Mapping[str, Any]) -> tuple:
-    batch = row.get("batch")
-    shapes = tuple((k, tuple(v)) for k, v in (row.get("shapes") or {}).items())
-    return (
-        str(row.get("artifact")),
-        str(row.get("runtime")),
-        str(row.get("io")),
-        batch if isinstance(batch, int) else 0,
-        repr(shapes),
-    )
 
 
 def _labels(rows: list[Mapping[str, Any]]) -> dict[RowId, str]:
