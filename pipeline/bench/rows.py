@@ -9,7 +9,8 @@ from typing import Any
 from pipeline.bench.stats import latency_stats
 from pipeline.bench.timer import CudaEventTimer, Timer, on_gpu
 from pipeline.bench.windows import Measurement, WindowPolicy
-from pipeline.check.speed import interval_or_point, overlap
+from pipeline.check.results import Timing
+from pipeline.check.speed import overlap
 from pipeline.runners.base import Runner
 
 HOST_BOUND_RATIO = 0.5  # GPU time below half the wall time: the host, not the GPU, sets the pace
@@ -121,7 +122,8 @@ def _int8_flag(int8: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, An
     else:
         return None
     best = min(peers, key=lambda r: r["p50_ms"])
-    apart = not overlap(interval_or_point(int8, "p50_ms"), interval_or_point(best, "p50_ms"))
+    spans = [Timing.read(r).interval_or_point("p50_ms") for r in (int8, best)]
+    apart = not overlap(*spans)
     if int8["p50_ms"] >= best["p50_ms"]:
         verdict = "slower" if apart else "slower by p50, within the noise (confidence intervals overlap)"
     elif not apart:

@@ -1,38 +1,19 @@
-"""How a speed row is read, in one place: the value and 95 % interval of an objective metric (a latency
-statistic, lower is better, or throughput, higher is better), whether two intervals overlap (within noise), the
-row's sequence length, and whether it is the row the winner was chosen on. Selection, compare and the reports
-all read rows this way."""
+"""Speed metrics in one place: which way each objective metric is better (a latency statistic, lower; throughput,
+higher), how its figures are written, whether two intervals overlap (within noise), and whether a row is the one
+the winner was chosen on. A row itself is read as a `Timing` (check/results.py)."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-Row = Mapping[str, Any]
+if TYPE_CHECKING:
+    from pipeline.check.results import Timing
+
 Interval = tuple[float, float]
 METRIC_INTERVAL = {"p50_ms": "p50", "p90_ms": "p90", "p99_ms": "p99", "mean_ms": "mean"}
 THROUGHPUT = "sequences_per_s"  # the throughput run's figure (row["throughput"]), the one metric maximized
-
-
-RowId = tuple[str, str, str, bool, int, str]  # (artifact, runtime, io, cuda_graph, batch, shapes JSON)
-
-
-def row_id(row: Row) -> RowId:
-    """A speed row's identity, the one every reader matches rows by: what ran (artifact, runtime, I/O, whether
-    replayed as a CUDA graph) and on which inputs (the batch, and the shapes, which hold the sequence length).
-    Ids sort in the order a reader scans rows (a row without a batch sorts as batch 0)."""
-    shapes = json.dumps(row.get("shapes") or {}, sort_keys=True)
-    batch = row.get("batch")
-    return (
-        str(row.get("artifact")),
-        str(row.get("runtime")),
-        str(row.get("io") or "host"),
-        bool(row.get("cuda_graph")),
-        batch if isinstance(batch, int) else 0,
-        shapes,
-    )
 
 
 def maximized(metric: str) -> bool:
@@ -73,47 +54,11 @@ def metric_name(metric: str) -> str:
     return "sequences/s" if maximized(metric) else METRIC_INTERVAL.get(metric, metric)
 
 
-def value(row: Row, metric: str) -> float | None:
-    """The row's figure for an objective metric; None when it has none (a row without a throughput run)."""
-    found = (row.get("throughput") or {}).get(THROUGHPUT) if maximized(metric) else row.get(metric)
-    return float(found) if isinstance(found, int | float) else None
-
-
-def rank_key(row: Row, metric: str) -> float:
-    """Sort key, best first, for rows that have the metric."""
-    found = value(row, metric)
-    assert found is not None, f"row without {metric}"
-    return -found if maximized(metric) else found
-
-
-def interval(row: Row, metric: str) -> Interval | None:
-    """The row's 95 % interval of an objective metric: for a latency statistic `ci95_ms[p50|p90|p99|mean]` when
-    the row has it, else `p50_ci95_ms` for the median; for throughput the throughput run's `ci95`; None when
-    the row gives none."""
-    if maximized(metric):
-        return as_interval((row.get("throughput") or {}).get("ci95"))
-    key = METRIC_INTERVAL.get(metric, metric.removesuffix("_ms"))
-    found = (row.get("ci95_ms") or {}).get(key)
-    if found is None and key == "p50":
-        found = row.get("p50_ci95_ms")
-    return as_interval(found)
-
-
 def as_interval(value: Any) -> Interval | None:
     """A [low, high] pair as an interval; None for anything else."""
     if isinstance(value, Sequence) and not isinstance(value, str) and len(value) == 2:
         return (float(value[0]), float(value[1]))
     return None
-
-
-def interval_or_point(row: Row, metric: str) -> Interval:
-    """The row's interval, or its value as a point when the benchmark gave none."""
-    found = interval(row, metric)
-    if found is not None:
-        return found
-    point = value(row, metric)
-    assert point is not None, f"row without {metric}"
-    return (point, point)
 
 
 def overlap(a: Interval | None, b: Interval | None) -> bool:
@@ -124,28 +69,21 @@ def overlap(a: Interval | None, b: Interval | None) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
 
 
-def sequence_of(row: Row) -> int | None:
-    """The row's sequence length: recorded, else the second axis of its first input's shape."""
-    if row.get("sequence_length") is not None:
-        return row["sequence_length"]
-    shapes = list((row.get("shapes") or {}).values())
-    return shapes[0][1] if shapes and len(shapes[0]) > 1 else None
-
-
-def is_winner_row(row: Row, winner: Row | None) -> bool:
+def is_winner_row(row: Timing, winner: Mapping[str, Any] | None) -> bool:
     """The row the winner was chosen on: its artifact, runtime and I/O at the objective's batch and at the
     shapes winner.json records (without them, at the objective's sequence length)."""
     if not winner:
         return False
-    who = ("artifact", "runtime")
-    if [row.get(k) for k in who] != [winner.get(k) for k in who] or row.get("io", "host") != winner.get(
-        "io", "host"
+    if (row.artifact, row.runtime, row.io) != (
+        winner.get("artifact"),
+        winner.get("runtime"),
+        winner.get("io", "host"),
     ):
         return False
     objective = winner.get("objective") or {}
-    if objective.get("batch") is not None and row.get("batch") != objective["batch"]:
+    if objective.get("batch") is not None and row.batch != objective["batch"]:
         return False
     if winner.get("shapes"):
-        return row.get("shapes") == winner["shapes"]
+        return dict(row.shapes) == winner["shapes"]
     sequence = objective.get("sequence_length")
-    return sequence is None or sequence_of(row) == sequence
+    return sequence is None or row.sequence_length == sequence

@@ -2,7 +2,7 @@
 
 One diff for both readers: `compare A B` (pipeline/release/compare.py) gates a release on it, and the sign-off's
 "changes since" (pipeline/report/diff.py) writes it as lines. Rows are matched by their one identity
-(check/speed.row_id); a difference is faster or slower only when the two rows' 95% intervals of the metric do
+(`Timing.id`, check/results.py); a difference is faster or slower only when the two rows' 95% intervals of the metric do
 not overlap, else within noise; accuracy moves are read as the share of its tolerance a check uses, so that
 they read the same for every metric.
 """
@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.check.accuracy import tolerance_share
-from pipeline.check.speed import Interval, Row, RowId, interval, maximized, row_id, value
+from pipeline.check.results import AccuracyRecord, Row, RowId, Timing, records, timings
+from pipeline.check.speed import Interval, maximized
 
 
 def speed_verdict(a_ci: Interval | None, b_ci: Interval | None, metric: str = "p50_ms") -> str:
@@ -48,25 +49,25 @@ class RowChange:
     """One speed row in A, in B, or in both, and how its metric moved."""
 
     id: RowId
-    before: Row | None
-    after: Row | None
+    before: Timing | None
+    after: Timing | None
     metric: str
 
     @property
     def a(self) -> float | None:
-        return value(self.before, self.metric) if self.before is not None else None
+        return self.before.value(self.metric) if self.before is not None else None
 
     @property
     def b(self) -> float | None:
-        return value(self.after, self.metric) if self.after is not None else None
+        return self.after.value(self.metric) if self.after is not None else None
 
     @property
     def a_ci(self) -> Interval | None:
-        return interval(self.before, self.metric) if self.before is not None else None
+        return self.before.interval(self.metric) if self.before is not None else None
 
     @property
     def b_ci(self) -> Interval | None:
-        return interval(self.after, self.metric) if self.after is not None else None
+        return self.after.interval(self.metric) if self.after is not None else None
 
     @property
     def change(self) -> float | None:
@@ -82,7 +83,7 @@ class RowChange:
         return speed_verdict(self.a_ci, self.b_ci, self.metric)
 
     @property
-    def row(self) -> Row:
+    def row(self) -> Timing:
         """The newest of the two rows (B's when it has one)."""
         found = self.after if self.after is not None else self.before
         assert found is not None
@@ -91,20 +92,20 @@ class RowChange:
 
 def speed_changes(before: Row | None, after: Row | None, metric: str = "p50_ms") -> list[RowChange]:
     """Every row of either version's speed.json, matched by identity: B's in its order, then those only A has."""
-    old = {row_id(r): r for r in (before or {}).get("results") or []}
-    new = {row_id(r): r for r in (after or {}).get("results") or []}
+    old = {r.id: r for r in timings(before)}
+    new = {r.id: r for r in timings(after)}
     return [RowChange(key, old.get(key), new.get(key), metric) for key in dict.fromkeys([*new, *old])]
 
 
-def worst_shares(entry: Row | None) -> dict[tuple[str, str, str], float]:
+def worst_shares(entry: AccuracyRecord | None) -> dict[tuple[str, str, str], float]:
     """Per required check (output, inputs, metric), the largest share of its tolerance it uses."""
     out: dict[tuple[str, str, str], float] = {}
-    for check in (entry or {}).get("checks", []):
-        if check.get("informational"):
+    for check in entry.checks if entry else ():
+        if check.informational:
             continue
-        share = tolerance_share(check["metric"], check.get("value"), check.get("threshold"))
+        share = tolerance_share(check.metric, check.value, check.threshold)
         if share is not None:
-            key = (check["output"], check["inputs"], check["metric"])
+            key = (str(check.output), str(check.inputs), check.metric)
             out[key] = max(out.get(key, share), share)
     return out
 
@@ -114,16 +115,16 @@ class ArtifactChange:
     """One artifact's accuracy entry in A, in B, or in both."""
 
     artifact: str
-    before: Row | None
-    after: Row | None
+    before: AccuracyRecord | None
+    after: AccuracyRecord | None
 
     @property
     def a_passed(self) -> bool:
-        return bool((self.before or {}).get("passed"))
+        return bool(self.before and self.before.passed)
 
     @property
     def b_passed(self) -> bool:
-        return bool((self.after or {}).get("passed"))
+        return bool(self.after and self.after.passed)
 
     @property
     def verdict_changed(self) -> bool:
@@ -138,6 +139,5 @@ class ArtifactChange:
 
 def accuracy_changes(before: Row | None, after: Row | None) -> list[ArtifactChange]:
     """Every artifact of either version's accuracy.json: B's in its order, then those only A has."""
-    old = (before or {}).get("artifacts") or {}
-    new = (after or {}).get("artifacts") or {}
+    old, new = records(before), records(after)
     return [ArtifactChange(name, old.get(name), new.get(name)) for name in dict.fromkeys([*new, *old])]

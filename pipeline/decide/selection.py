@@ -17,19 +17,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.check.accuracy import LOWER_BOUNDS
-from pipeline.check.results import Winner, runtime_passed
-from pipeline.check.speed import (
-    fmt_ms,
-    fmt_rate,
-    interval_or_point,
-    maximized,
-    metric_name,
-    overlap,
-    rank_key,
-    sequence_of,
-    unit_of,
-    value,
-)
+from pipeline.check.results import AccuracyRecord, Row, Timing, Winner, records, timings
+from pipeline.check.speed import fmt_ms, fmt_rate, maximized, metric_name, overlap, unit_of
 from pipeline.core.variants import parse
 from pipeline.recipe import Objective, Recipe
 from pipeline.runners import registry
@@ -63,18 +52,18 @@ class SelectionPolicy(BaseModel):
 BASELINES = ("onnx-fp32", "torchscript-fp32")  # what a release manager compares the winner's cost with
 
 
-def simplicity(row: dict[str, Any]) -> tuple[int, int, int, int]:
+def simplicity(row: Timing) -> tuple[int, int, int, int]:
     return (
-        _transformations(row["artifact"]),
-        registry.tier(row["runtime"]),
-        int(bool(row.get("cuda_graph"))),
-        int(row.get("io") != "host"),
+        _transformations(row.artifact),
+        registry.tier(row.runtime),
+        int(row.cuda_graph),
+        int(row.io != "host"),
     )
 
 
-def tied(a: dict[str, Any], b: dict[str, Any], metric: str) -> bool:
+def tied(a: Timing, b: Timing, metric: str) -> bool:
     """Whether two rows' intervals of the objective's metric overlap: the difference is within the noise."""
-    return overlap(interval_or_point(a, metric), interval_or_point(b, metric))
+    return overlap(a.interval_or_point(metric), b.interval_or_point(metric))
 
 
 def _transformations(artifact: str) -> int:
@@ -84,81 +73,62 @@ def _transformations(artifact: str) -> int:
         return 4
 
 
-def objective_rows(
-    policy: SelectionPolicy, speed: dict[str, Any], accuracy: dict[str, Any]
-) -> list[dict[str, Any]]:
+def objective_rows(policy: SelectionPolicy, speed: Row, accuracy: Row) -> list[Timing]:
     """Benchmark rows at the objective's shape whose artifact passed validation on that row's runtime, within
     the recipe's constraints, with a figure for the objective's metric. A row without its own accuracy record is
     never a candidate; nor, under a throughput objective, is a row without a throughput run."""
     obj, sel = policy.objective, policy
-    entries = accuracy.get("artifacts", {})
+    entries = records(accuracy)
     seq_dim = policy.sequence_dim
     rows = []
-    for row in speed.get("results", []):
-        if row["batch"] != obj.batch or not runtime_passed(entries.get(row["artifact"]), row["runtime"]):
+    for row in timings(speed):
+        entry = entries.get(row.artifact)
+        if row.batch != obj.batch or entry is None or not entry.passed_on(row.runtime):
             continue
-        if obj.sequence_length is not None and seq_dim and sequence_of(row) != obj.sequence_length:
+        if obj.sequence_length is not None and seq_dim and row.sequence_length != obj.sequence_length:
             continue
-        if obj.io is not None and row["io"] != obj.io:
+        if obj.io is not None and row.io != obj.io:
             continue
-        if sel.runtimes and row["runtime"] not in sel.runtimes:
+        if sel.runtimes and row.runtime not in sel.runtimes:
             continue
-        if sel.max_p99_ms is not None and row["p99_ms"] > sel.max_p99_ms:
+        if sel.max_p99_ms is not None and (row.p99_ms is None or row.p99_ms > sel.max_p99_ms):
             continue
-        if value(row, obj.metric) is None:
+        if row.value(obj.metric) is None:
             continue
         rows.append(row)
     if obj.sequence_length is None and seq_dim:
-        lengths = sorted({sequence_of(row) for row in rows} - {None})
+        lengths = sorted({row.sequence_length for row in rows} - {None})
         if lengths:
-            rows = [r for r in rows if sequence_of(r) in (None, lengths[0])]
+            rows = [r for r in rows if r.sequence_length in (None, lengths[0])]
     return rows
 
 
-def _label(row: dict[str, Any]) -> str:
-    io = "" if row["io"] == "host" else f", {row['io']} I/O"
-    graph = ", CUDA graph" if row.get("cuda_graph") else ""
-    return f"{row['artifact']} ({row['runtime']}{io}{graph})"
+def _label(row: Timing) -> str:
+    io = "" if row.io == "host" else f", {row.io} I/O"
+    graph = ", CUDA graph" if row.cuda_graph else ""
+    return f"{row.artifact} ({row.runtime}{io}{graph})"
 
 
-def _figure(row: dict[str, Any], metric: str) -> str:
-    low, high = interval_or_point(row, metric)
+def _figure(row: Timing, metric: str) -> str:
+    low, high = row.interval_or_point(metric)
     if maximized(metric):
-        return f"{fmt_rate(value(row, metric))} seq/s [{fmt_rate(low)}–{fmt_rate(high)}]"
-    return f"{fmt_ms(value(row, metric))} ms [{fmt_ms(low)}–{fmt_ms(high)}]"
+        return f"{fmt_rate(row.value(metric))} seq/s [{fmt_rate(low)}–{fmt_rate(high)}]"
+    return f"{fmt_ms(row.value(metric))} ms [{fmt_ms(low)}–{fmt_ms(high)}]"
 
 
-def stable(row: dict[str, Any], metric: str) -> bool:
-    """Whether the row's measurement of the metric settled: the latency windows, or the throughput segments."""
-    if maximized(metric):
-        return bool((row.get("throughput") or {}).get("stable", True))
-    return bool(row.get("stable", True))
-
-
-def _unsettled(row: dict[str, Any], metric: str) -> str:
-    if maximized(metric):
-        return (row.get("throughput") or {}).get("unstable_reason") or "throughput segments disagree"
-    return row.get("unstable_reason") or row.get("stop_reason") or "no stable windows"
-
-
-def candidates(
-    policy: SelectionPolicy, speed: dict[str, Any], accuracy: dict[str, Any]
-) -> list[dict[str, Any]]:
+def candidates(policy: SelectionPolicy, speed: Row, accuracy: Row) -> list[Timing]:
     """One row per artifact (its best passing runtime and I/O mode by the objective's metric), best first."""
     metric = policy.objective.metric
-    best: dict[str, dict[str, Any]] = {}
+    best: dict[str, Timing] = {}
     for row in objective_rows(policy, speed, accuracy):
-        held = best.get(row["artifact"])
-        if held is None or rank_key(row, metric) < rank_key(held, metric):
-            best[row["artifact"]] = row
-    return sorted(best.values(), key=lambda r: (rank_key(r, metric), simplicity(r)))
+        held = best.get(row.artifact)
+        if held is None or row.rank_key(metric) < held.rank_key(metric):
+            best[row.artifact] = row
+    return sorted(best.values(), key=lambda r: (r.rank_key(metric), simplicity(r)))
 
 
 def choose(
-    policy: SelectionPolicy,
-    speed: dict[str, Any],
-    accuracy: dict[str, Any],
-    files: dict[str, str] | None = None,
+    policy: SelectionPolicy, speed: Row, accuracy: Row, files: dict[str, str] | None = None
 ) -> Winner | None:
     """The winner as winner.json holds it, or None when no candidate exists."""
     metric = policy.objective.metric
@@ -172,26 +142,27 @@ def choose(
     others = [r for r in ranked if r is not winner]
     runner_up = others[0] if others else None
     reason = _reason(winner, fastest, within, runner_up, metric)
-    provisional = not stable(winner, metric)
+    provisional = not winner.settled(metric)
     if provisional:
-        reason += f"; provisional: winner did not stabilize ({_unsettled(winner, metric)})"
-    entries = accuracy.get("artifacts", {})
-    baseline = next((r for r in ranked if r["artifact"] in BASELINES and r is not winner), None)
+        reason += f"; provisional: winner did not stabilize ({winner.unsettled_reason(metric)})"
+    entries = records(accuracy)
+    baseline = next((r for r in ranked if r.artifact in BASELINES and r is not winner), None)
+    p50_ci = winner.interval("p50_ms")
     return {
-        "artifact": winner["artifact"],
-        "file": (files or {}).get(winner["artifact"]),
-        "runtime": winner["runtime"],
-        "io": winner["io"],
-        "cuda_graph": bool(winner.get("cuda_graph")),
+        "artifact": winner.artifact,
+        "file": (files or {}).get(winner.artifact),
+        "runtime": winner.runtime,
+        "io": winner.io,
+        "cuda_graph": winner.cuda_graph,
         "objective": policy.objective.model_dump(),
-        "value": value(winner, metric),
+        "value": winner.value(metric),
         "unit": unit_of(metric),
-        "interval": list(interval_or_point(winner, metric)),
-        "p50_ci95_ms": winner.get("p50_ci95_ms"),
-        "shapes": winner.get("shapes"),
-        "stable": stable(winner, metric),
+        "interval": list(winner.interval_or_point(metric)),
+        "p50_ci95_ms": list(p50_ci) if p50_ci else None,
+        "shapes": dict(winner.shapes) or None,
+        "stable": winner.settled(metric),
         "provisional": provisional,
-        "accuracy": accuracy_record(entries.get(winner["artifact"]), winner),
+        "accuracy": accuracy_record(entries.get(winner.artifact), winner),
         "runner_up": _peer(runner_up, metric, entries),
         "baseline": _peer(baseline, metric, entries),
         "within_noise_of": [_label(r) for r in within],  # the tie group (within noise of the fastest)
@@ -199,18 +170,16 @@ def choose(
     }
 
 
-def _tie_group(ranked: list[dict[str, Any]], metric: str) -> list[dict[str, Any]]:
+def _tie_group(ranked: list[Timing], metric: str) -> list[Timing]:
     """The candidates within noise of the fastest (ranked best first)."""
     return [r for r in ranked if tied(r, ranked[0], metric)]
 
 
-def _simplest(rows: list[dict[str, Any]], metric: str) -> dict[str, Any]:
-    return min(rows, key=lambda r: (simplicity(r), rank_key(r, metric)))
+def _simplest(rows: list[Timing], metric: str) -> Timing:
+    return min(rows, key=lambda r: (simplicity(r), r.rank_key(metric)))
 
 
-def unsettled_contenders(
-    policy: SelectionPolicy, speed: dict[str, Any], accuracy: dict[str, Any]
-) -> list[dict[str, Any]]:
+def unsettled_contenders(policy: SelectionPolicy, speed: Row, accuracy: Row) -> list[Timing]:
     """The rows to measure again before selection decides, when the candidate that would win a latency
     objective now never stabilized: it first, then every candidate it or the fastest is tied with. Empty when the
     would-be winner is stable, there is none, or the objective is throughput (more latency windows do not
@@ -220,7 +189,7 @@ def unsettled_contenders(
     if maximized(metric) or not ranked:
         return []
     chosen = _simplest(_tie_group(ranked, metric), metric)
-    if stable(chosen, metric):
+    if chosen.settled(metric):
         return []
     tied_rows = [
         r for r in ranked if r is not chosen and (tied(r, chosen, metric) or tied(r, ranked[0], metric))
@@ -228,52 +197,47 @@ def unsettled_contenders(
     return [chosen, *tied_rows]
 
 
-def _peer(row: dict[str, Any] | None, metric: str, entries: dict[str, Any]) -> dict[str, Any] | None:
+def _peer(row: Timing | None, metric: str, entries: dict[str, AccuracyRecord]) -> dict[str, Any] | None:
     if row is None:
         return None
     return {
-        "artifact": row["artifact"],
-        "runtime": row["runtime"],
-        "io": row["io"],
-        "value": value(row, metric),
-        "interval": list(interval_or_point(row, metric)),
-        "accuracy": accuracy_record(entries.get(row["artifact"]), row)["figures"],
+        "artifact": row.artifact,
+        "runtime": row.runtime,
+        "io": row.io,
+        "value": row.value(metric),
+        "interval": list(row.interval_or_point(metric)),
+        "accuracy": accuracy_record(entries.get(row.artifact), row)["figures"],
     }
 
 
-def accuracy_record(entry: dict[str, Any] | None, row: dict[str, Any]) -> dict[str, Any]:
+def accuracy_record(entry: AccuracyRecord | None, row: Timing) -> dict[str, Any]:
     """Where the candidate's own accuracy record is, and per metric its worst figure on that runtime: among
     the checks that gate when there are any (as the accuracy table shows it), else the informational ones."""
-    runtime = row["runtime"]
-    checks = [c for c in (entry or {}).get("checks", []) if c.get("runtime", runtime) == runtime]
+    runtime = row.runtime
+    verdict = entry.on(runtime) if entry else None
     figures: dict[str, float] = {}
     gating: set[str] = set()
-    for check in checks:
-        value, metric = check.get("value"), check.get("metric")
-        if not isinstance(value, int | float) or metric in ("finite", "comparable"):
+    for check in verdict.checks if verdict else ():
+        value, metric = check.value, check.metric
+        if value is None or metric in ("finite", "comparable"):
             continue
-        required = not check.get("informational")
-        if metric in gating and not required:
+        if metric in gating and not check.required:
             continue
-        if required and metric not in gating:
+        if check.required and metric not in gating:
             gating.add(metric)
             figures.pop(metric, None)
         worse = min if metric in LOWER_BOUNDS else max
         figures[metric] = worse(figures.get(metric, value), value)
     return {
         "runtime": runtime,
-        "passed": runtime_passed(entry, runtime),
-        "record": f"reports/accuracy.json: artifacts.{row['artifact']}.runtimes.{runtime}",
+        "passed": bool(entry and entry.passed_on(runtime)),
+        "record": f"reports/accuracy.json: artifacts.{row.artifact}.runtimes.{runtime}",
         "figures": figures,
     }
 
 
 def _reason(
-    winner: dict[str, Any],
-    fastest: dict[str, Any],
-    within: list[dict[str, Any]],
-    runner_up: dict[str, Any] | None,
-    metric: str,
+    winner: Timing, fastest: Timing, within: list[Timing], runner_up: Timing | None, metric: str
 ) -> str:
     lead = f"highest {metric_name(metric)}" if maximized(metric) else f"fastest by {metric_name(metric)}"
     if runner_up is None:
@@ -296,15 +260,11 @@ def _reason(
     )
 
 
-def selection_problems(accuracy: dict[str, Any], winner: dict[str, Any] | None) -> list[str]:
+def selection_problems(accuracy: Row, winner: Row | None) -> list[str]:
     """Why nothing can be signed off from selection's side (empty when a winner exists)."""
     if winner is not None:
         return []
-    entries = accuracy.get("artifacts", {})
-    if not any(
-        e.get("passed") or any(r.get("passed") for r in e.get("runtimes", {}).values())
-        for e in entries.values()
-    ):
+    if not any(entry.passed_anywhere for entry in records(accuracy).values()):
         return ["no artifact passed validation"]
     return [
         "no artifact that passed validation on its runtime has a benchmark at the objective's shape within constraints"

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from pipeline.check.results import Winner
+from pipeline.check.results import records as accuracy_records
 
 SHAPE_DEPENDENT = "shape_dependent"  # set in a stage's details when a trace disagreed with eager at a corner
 WEIGHTS = "weights"  # an export's details: weights_digest of the model it was exported from
@@ -86,9 +87,9 @@ def variant_failures(
         for artifact in record.produces:
             if artifact in wanted:
                 failures.append(VariantFailure(artifact, record.name, record.error or record.status))
-    for artifact, entry in ((accuracy or {}).get("artifacts") or {}).items():
-        if artifact in wanted and not entry.get("passed"):
-            failures.append(VariantFailure(artifact, "validate", str(entry.get("reason") or "failed")))
+    for artifact, entry in accuracy_records(accuracy).items():
+        if artifact in wanted and not entry.passed:
+            failures.append(VariantFailure(artifact, "validate", entry.reason or "failed"))
     for item in (speed or {}).get("failed") or []:
         artifact = str(item.get("artifact"))
         if artifact in wanted:

@@ -19,7 +19,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.check.speed import interval, is_winner_row, unit_of, value
+from pipeline.check.results import AccuracyRecord, Timing, records, timings
+from pipeline.check.speed import is_winner_row, unit_of
 from pipeline.check.version_diff import (
     accuracy_changes,
     change,
@@ -103,13 +104,15 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any], metric: str) -> list[dict
     for moved in speed_changes(a, b, metric):
         if moved.a is None or moved.b is None:
             continue
-        row_a, row_b = moved.before or {}, moved.row
+        row_a, row_b = moved.before, moved.row
         out.append(
             {
-                **{
-                    k: row_b.get(k)
-                    for k in ("artifact", "runtime", "io", "batch", "sequence_length", "shapes")
-                },
+                "artifact": row_b.artifact,
+                "runtime": row_b.runtime,
+                "io": row_b.io,
+                "batch": row_b.batch,
+                "sequence_length": row_b.recorded_sequence,
+                "shapes": dict(row_b.shapes),
                 "metric": metric,
                 "a": moved.a,
                 "b": moved.b,
@@ -117,18 +120,19 @@ def compare_rows(a: dict[str, Any], b: dict[str, Any], metric: str) -> list[dict
                 "b_ci95": moved.b_ci,
                 "change": moved.change,
                 "verdict": moved.verdict,
-                "stable": bool(row_a.get("stable", True) and row_b.get("stable", True)),
+                "stable": bool((row_a is None or row_a.stable) and row_b.stable),
             }
         )
     return out
 
 
-def _winner_row(version: dict[str, Any]) -> dict[str, Any] | None:
-    """The speed row the winner was chosen on (its intervals), else winner.json itself."""
+def _winner_row(version: dict[str, Any]) -> Timing | None:
+    """The speed row the winner was chosen on (its intervals), else winner.json itself read as a row."""
     winner = version["winner"]
     if not winner:
         return None
-    return next((row for row in version["speed"].get("results", []) if is_winner_row(row, winner)), winner)
+    found = next((row for row in timings(version["speed"]) if is_winner_row(row, winner)), None)
+    return found or Timing.read(winner)
 
 
 # ---------------------------------------------------------------- accuracy
@@ -176,9 +180,9 @@ def objective_metric(version: dict[str, Any]) -> str:
     return (selection.get("objective") or {}).get("metric", "p50_ms")
 
 
-def _shipped_value(version: dict[str, Any], row: dict[str, Any], metric: str) -> float:
+def _shipped_value(version: dict[str, Any], row: Timing, metric: str) -> float:
     """The winner's figure from its speed row, else winner.json's own value (no row found)."""
-    found = value(row, metric)
+    found = row.value(metric)
     return found if found is not None else version["winner"]["value"]
 
 
@@ -187,7 +191,7 @@ def shipped(a: dict[str, Any], b: dict[str, Any], metric: str) -> dict[str, Any]
     if row_a is None or row_b is None:
         return None
     value_a, value_b = _shipped_value(a, row_a, metric), _shipped_value(b, row_b, metric)
-    a_ci, b_ci = interval(row_a, metric), interval(row_b, metric)
+    a_ci, b_ci = row_a.interval(metric), row_b.interval(metric)
     return {
         "a": {"artifact": a["winner"]["artifact"], "runtime": a["winner"]["runtime"], "value": value_a},
         "b": {"artifact": b["winner"]["artifact"], "runtime": b["winner"]["runtime"], "value": value_b},
@@ -201,14 +205,14 @@ def shipped(a: dict[str, Any], b: dict[str, Any], metric: str) -> dict[str, Any]
     }
 
 
-def _winner_accuracy(version: dict[str, Any]) -> dict[str, Any] | None:
+def _winner_accuracy(version: dict[str, Any]) -> AccuracyRecord | None:
     """The accuracy record the winner passed: winner.json's own when it carries one, else the artifact's."""
     winner = version["winner"]
     if not winner:
         return None
     if isinstance(winner.get("accuracy"), dict) and "checks" in winner["accuracy"]:
-        return winner["accuracy"]
-    return version["accuracy"].get("artifacts", {}).get(winner["artifact"])
+        return AccuracyRecord.read(winner["artifact"], winner["accuracy"])
+    return records(version["accuracy"]).get(winner["artifact"])
 
 
 def regressions(a: dict[str, Any], b: dict[str, Any], ship: dict[str, Any] | None) -> list[str]:
@@ -224,8 +228,7 @@ def regressions(a: dict[str, Any], b: dict[str, Any], ship: dict[str, Any] | Non
         )
     if b["winner"]:
         name = b["winner"]["artifact"]
-        entries_a = a["accuracy"].get("artifacts", {})
-        baseline = entries_a.get(name) or _winner_accuracy(a)
+        baseline = records(a["accuracy"]).get(name) or _winner_accuracy(a)
         shares_a, shares_b = worst_shares(baseline), worst_shares(_winner_accuracy(b))
         for key, share in sorted(shares_b.items()):
             if key in shares_a and share - shares_a[key] > budget.max_accuracy_loss:

@@ -17,6 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
+from pipeline.check.results import records, timings
 from pipeline.recipe import MlflowTracking, Recipe
 
 SIGNOFF_FILES = ("winner.json", "recipe.yaml", "manifest.json", "stages.json")
@@ -45,18 +46,16 @@ def flatten(data: Any, prefix: str = "") -> dict[str, str]:
 def metrics(version: Path) -> dict[str, float]:
     """Accuracy per artifact and check, latency per row, and the winner's objective value."""
     out: dict[str, float] = {}
-    accuracy = _read(version / "reports/accuracy.json") or {}
-    for name, entry in accuracy.get("artifacts", {}).items():
-        out[f"accuracy.{name}.passed"] = float(bool(entry.get("passed")))
-        for check in entry.get("checks", []):
-            if isinstance(check.get("value"), int | float):
-                key = f"accuracy.{name}.{check['output']}.{check['inputs']}.{check['metric']}"
-                out[key] = float(check["value"])
-    for row in (_read(version / "reports/speed.json") or {}).get("results", []):
-        shape = f"b{row['batch']}" + (f".s{row['sequence_length']}" if row.get("sequence_length") else "")
+    for name, entry in records(_read(version / "reports/accuracy.json")).items():
+        out[f"accuracy.{name}.passed"] = float(entry.passed)
+        for check in entry.checks:
+            if check.value is not None:
+                out[f"accuracy.{name}.{check.output}.{check.inputs}.{check.metric}"] = check.value
+    for row in timings(_read(version / "reports/speed.json")):
+        shape = f"b{row.batch}" + (f".s{row.recorded_sequence}" if row.recorded_sequence else "")
         for stat in LATENCY_STATS:
-            if isinstance(row.get(stat), int | float):
-                out[f"latency.{row['artifact']}.{row['runtime']}.{row['io']}.{shape}.{stat}"] = row[stat]
+            if stat in row.latency_ms:
+                out[f"latency.{row.artifact}.{row.runtime}.{row.io}.{shape}.{stat}"] = row.latency_ms[stat]
     winner = _read(version / "winner.json")
     if winner:
         out[f"winner.{winner['objective']['metric']}"] = float(winner["value"])

@@ -17,7 +17,8 @@ from typing import Any
 import onnx
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.check import speed as speed_rows
+from pipeline.check.results import timings
+from pipeline.check.speed import THROUGHPUT
 from pipeline.core.files import write_text_atomic
 from pipeline.core.variants import parse
 from pipeline.recipe import DimRange, InputSpec, Recipe
@@ -154,14 +155,14 @@ def preferred_batch_sizes(winner: dict[str, Any], speed: dict[str, Any], max_bat
     throughput objective), else batch / p50 of calls made one at a time (a CPU runtime serves that way)."""
     key = (winner["artifact"], winner["runtime"], winner.get("io", "host"))
     best: dict[int, float] = {}
-    for row in speed.get("results", []):
-        if (row["artifact"], row["runtime"], row.get("io", "host")) != key:
+    for row in timings(speed):
+        if (row.artifact, row.runtime, row.io) != key or row.batch is None:
             continue
-        rate = speed_rows.value(row, speed_rows.THROUGHPUT)
-        if rate is None and row.get("p50_ms"):
-            rate = 1000.0 * row["batch"] / row["p50_ms"]
+        rate = row.value(THROUGHPUT)
+        if rate is None and row.p50_ms:
+            rate = 1000.0 * row.batch / row.p50_ms
         if rate is not None:
-            best[row["batch"]] = max(best.get(row["batch"], 0.0), rate)
+            best[row.batch] = max(best.get(row.batch, 0.0), rate)
     chosen, top = [], 0.0
     for batch in sorted(best):
         if batch > 1 and best[batch] > top and batch <= max_batch:
@@ -221,9 +222,9 @@ def model_config(
 def _dynamic_batching(winner: dict[str, Any], speed: dict[str, Any], max_batch: int) -> str:
     preferred = preferred_batch_sizes(winner, speed, max_batch)
     single = [
-        r["p50_ms"]
-        for r in speed.get("results", [])
-        if (r["artifact"], r["runtime"], r["batch"]) == (winner["artifact"], winner["runtime"], 1)
+        r.p50_ms
+        for r in timings(speed)
+        if (r.artifact, r.runtime, r.batch) == (winner["artifact"], winner["runtime"], 1) and r.p50_ms
     ]
     body = []
     if preferred:

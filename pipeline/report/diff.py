@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.check.speed import RowId, figure_text, row_id
+from pipeline.check.results import AccuracyRecord, RowId, Timing
+from pipeline.check.speed import figure_text
 from pipeline.check.version_diff import RowChange, accuracy_changes, speed_changes
 from pipeline.report.facts import (
     fmt_change,
@@ -71,8 +72,8 @@ def _winner_lines(before: Mapping[str, Any] | None, after: Mapping[str, Any] | N
     return [f"winner {_winner_text(before)} -> {_winner_text(after)}, {values}"]
 
 
-def _verdict(entry: Mapping[str, Any]) -> str:
-    return "pass" if entry.get("passed") else "FAIL"
+def _verdict(entry: AccuracyRecord) -> str:
+    return "pass" if entry.passed else "FAIL"
 
 
 def _accuracy_lines(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> list[str]:
@@ -90,19 +91,19 @@ def _accuracy_lines(before: Mapping[str, Any] | None, after: Mapping[str, Any] |
     return lines
 
 
-def _reason(entry: Mapping[str, Any]) -> str:
-    return f": {entry['reason']}" if entry.get("reason") and not entry.get("passed") else ""
+def _reason(entry: AccuracyRecord) -> str:
+    return f": {entry.reason}" if entry.reason and not entry.passed else ""
 
 
-def _figure_lines(name: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+def _figure_lines(name: str, old: AccuracyRecord, new: AccuracyRecord) -> list[str]:
     """Key figures that moved while the verdict held (same artifact, re-validated with other data or code)."""
-    old_checks, new_checks = key_checks(old), key_checks(new)
+    old_checks, new_checks = key_checks(old.overall), key_checks(new.overall)
     lines = []
     for metric in new_checks:
         if metric not in old_checks:
             continue
-        a = fmt_metric(metric, old_checks[metric].get("value"))
-        b = fmt_metric(metric, new_checks[metric].get("value"))
+        a = fmt_metric(metric, old_checks[metric].value)
+        b = fmt_metric(metric, new_checks[metric].value)
         if a != b:
             lines.append(f"{name} {metric} {a} -> {b}")
     return lines
@@ -124,7 +125,7 @@ def _speed_lines(before: Mapping[str, Any] | None, after: Mapping[str, Any] | No
             steady.append(f"{label} ({_percent(moved)})")
         else:
             line = f"{label} p50 {fmt_ms(moved.a)} -> {fmt_ms(moved.b)} ms ({_percent(moved)})"
-            lines.append(line + ", unstable" if moved.row.get("stable") is False else line)
+            lines.append(line if moved.row.stable else line + ", unstable")
     if steady:
         lines.append("within noise (p50 95% CIs overlap): " + ", ".join(steady))
     return lines
@@ -134,22 +135,22 @@ def _percent(moved: RowChange) -> str:
     return fmt_change(moved.a, moved.b) if moved.a is not None and moved.b is not None else "n/a"
 
 
-def _labels(rows: list[Mapping[str, Any]]) -> dict[RowId, str]:
+def _labels(rows: list[Timing]) -> dict[RowId, str]:
     """'onnx-fp32 batch 1', naming runtime, I/O or shape only where they tell rows of one artifact apart."""
     runners: dict[str, set] = {}
     shapes: dict[tuple, set] = {}
     for row in rows:
-        runners.setdefault(str(row.get("artifact")), set()).add((row.get("runtime"), row.get("io")))
-        shapes.setdefault((row.get("artifact"), row.get("batch")), set()).add(shape_text(row.get("shapes")))
+        runners.setdefault(row.artifact, set()).add((row.runtime, row.io))
+        shapes.setdefault((row.artifact, row.batch), set()).add(shape_text(row.shapes))
     labels = {}
     for row in rows:
-        label = str(row.get("artifact"))
+        label = row.artifact
         if len(runners[label]) > 1:
-            label += f" [{row.get('runtime')}, {row.get('io')} I/O]"
-        label += f" batch {row.get('batch')}"
-        if len(shapes[(row.get("artifact"), row.get("batch"))]) > 1:
-            label += f" shape {shape_text(row.get('shapes'))}"
-        labels[row_id(row)] = label
+            label += f" [{row.runtime}, {row.io} I/O]"
+        label += f" batch {row.batch}"
+        if len(shapes[(row.artifact, row.batch)]) > 1:
+            label += f" shape {shape_text(row.shapes)}"
+        labels[row.id] = label
     return labels
 
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
-from pipeline.check.results import artifacts_of, runtime_entry
+from pipeline.check.results import AccuracyRecord, Throughput, Verdict, records
 from pipeline.check.speed import figure_text, fmt_rate, is_winner_row
 from pipeline.report.blocks import Block, Bullets, Cell, Document, Image, Para, Section, Table, Text
 from pipeline.report.diff import diff_versions
@@ -25,7 +25,6 @@ from pipeline.report.facts import (
     fmt_metric,
     fmt_ms,
     intervals_overlap,
-    is_informational,
     key_checks,
     metrics_present,
     not_run,
@@ -207,21 +206,19 @@ def _ratio(winner: Dict, runner_up: Dict) -> str:
 # ------------------------------------------------------------------ accuracy
 
 
-def _accuracy_lines(entries: Dict) -> list[tuple[str, str | None, Dict]]:
-    """(artifact, runtime, entry as seen on that runtime): one line per runtime an artifact was validated on."""
-    lines = []
+def _accuracy_lines(entries: Mapping[str, AccuracyRecord]) -> list[tuple[str, str | None, Verdict]]:
+    """(artifact, runtime, verdict on that runtime): one line per runtime an artifact was validated on."""
+    lines: list[tuple[str, str | None, Verdict]] = []
     for name, entry in entries.items():
-        runtimes = list((entry.get("runtimes") or {}).keys())
-        if len(runtimes) <= 1:
-            lines.append((name, runtimes[0] if runtimes else entry.get("runtime"), entry))
+        if len(entry.runtimes) <= 1:
+            lines.append((name, next(iter(entry.runtimes), entry.runtime), entry.overall))
             continue
-        for runtime in runtimes:
-            lines.append((name, runtime, runtime_entry(entry, runtime) or entry))
+        lines += [(name, runtime, verdict) for runtime, verdict in entry.runtimes.items()]
     return lines
 
 
 def _accuracy(accuracy: Dict | None, image: str | None) -> Section:
-    entries = artifacts_of(accuracy)
+    entries = records(accuracy)
     if not entries:
         return Section(
             "Accuracy", [Para("No artifact was validated.", tone="bad")] if accuracy is not None else []
@@ -232,18 +229,18 @@ def _accuracy(accuracy: Dict | None, image: str | None) -> Section:
     tones = []
     for name, runtime, entry in _accuracy_lines(entries):
         picked = key_checks(entry)
-        required = [c for c in entry.get("checks") or [] if not is_informational(c)]
+        required = [c for c in entry.checks if c.required]
         cells: list[Text] = [
             name,
             str(runtime or "—"),
-            str(entry.get("precision") or "—"),
-            "pass" if entry.get("passed") else "FAIL",
-            f"{sum(bool(c.get('passed')) for c in required)}/{len(required)}",
+            entry.precision or "—",
+            "pass" if entry.passed else "FAIL",
+            f"{sum(c.passed for c in required)}/{len(required)}",
         ]
         cells += [Cell(check_text(picked[m]), check_tone(picked[m])) if m in picked else "—" for m in metrics]
-        cells.append(str(entry.get("reason") or ""))
+        cells.append(entry.reason or "")
         rows.append(cells)
-        tones.append("" if entry.get("passed") else "bad")
+        tones.append("" if entry.passed else "bad")
     reference = (accuracy or {}).get("reference", "the reference")
     blocks: list[Block] = [
         Para(
@@ -274,13 +271,12 @@ def _accuracy(accuracy: Dict | None, image: str | None) -> Section:
     return Section("Accuracy", blocks)
 
 
-def _divergences(entries: Dict) -> list[str]:
+def _divergences(entries: Mapping[str, AccuracyRecord]) -> list[str]:
     lines = []
     for name, entry in entries.items():
-        for runtime, record in (entry.get("runtimes") or {}).items():
-            found = record.get("divergence")
-            if isinstance(found, Mapping) and found.get("text"):
-                lines.append(f"{name} on {runtime}: {found['text']}")
+        for runtime, verdict in entry.runtimes.items():
+            if verdict.divergence and verdict.divergence.get("text"):
+                lines.append(f"{name} on {runtime}: {verdict.divergence['text']}")
     return lines
 
 
@@ -306,35 +302,33 @@ def _speed(header: Dict, speed: Dict | None, winner: Dict | None, image: str | N
         "n",
         "stable",
     ]
-    with_throughput = any(r.get("throughput") for r in rows_in)
-    with_memory = any(r.get("peak_memory") for r in rows_in)
+    with_throughput = any(r.throughput for r in rows_in)
+    with_memory = any(r.peak_memory_bytes is not None for r in rows_in)
     headers += ["seq/s", "seq/s 95% CI"] if with_throughput else []
     headers += ["peak MiB"] if with_memory else []
     rows: list[list[Text]] = []
     tones = []
     for r in rows_in:
         won = is_winner_row(r, winner)
-        graph = " (CUDA graph)" if r.get("cuda_graph") else ""
+        graph = " (CUDA graph)" if r.cuda_graph else ""
         rows.append(
             [
-                f"{r.get('artifact')} ★" if won else str(r.get("artifact")),
-                f"{r.get('runtime')}{graph}",
-                str(r.get("io")),
-                str(r.get("batch")),
-                shape_text(r.get("shapes")),
-                fmt_ms(r.get("p50_ms")),
-                fmt_ms(r.get("p99_ms")),
-                fmt_ci(r.get("p50_ci95_ms")),
-                f"{r['cv']:.3f}" if isinstance(r.get("cv"), int | float) else "—",
-                scalar_text(r.get("n")),
-                "yes"
-                if r.get("stable")
-                else Cell(f"NO: {r.get('unstable_reason') or r.get('stop_reason') or '?'}", "bad"),
-                *(_throughput_cells(r.get("throughput")) if with_throughput else []),
-                *([_memory_cell(r.get("peak_memory"))] if with_memory else []),
+                f"{r.artifact} ★" if won else r.artifact,
+                f"{r.runtime}{graph}",
+                r.io,
+                scalar_text(r.batch),
+                shape_text(r.shapes),
+                fmt_ms(r.p50_ms),
+                fmt_ms(r.p99_ms),
+                fmt_ci(r.interval("p50_ms")),
+                "—" if r.cv is None else f"{r.cv:.3f}",
+                scalar_text(r.n),
+                "yes" if r.stable else Cell(f"NO: {r.unsettled_reason('p50_ms')}", "bad"),
+                *(_throughput_cells(r.throughput) if with_throughput else []),
+                *([_memory_cell(r.peak_memory_bytes)] if with_memory else []),
             ]
         )
-        tones.append("winner" if won else ("warn" if not r.get("stable") else ""))
+        tones.append("winner" if won else ("warn" if not r.stable else ""))
     blocks: list[Block] = [
         Para(_measured(header, speed), tone="note" if header.get("benchmark_reused_from") else "")
     ]
@@ -352,7 +346,7 @@ def _speed(header: Dict, speed: Dict | None, winner: Dict | None, image: str | N
             " peak MiB: the candidate's own peak device memory over loading, staging and its first call "
             "(the larger of the torch allocator's peak and the device's used-memory growth)."
         )
-    if any(not r.get("stable") for r in rows_in):
+    if any(not r.stable for r in rows_in):
         notes += (
             " Rows with stable NO never had their window medians agree within the policy: read their spread "
             "(p50 to p99), not a clean number."
@@ -368,22 +362,25 @@ def _speed(header: Dict, speed: Dict | None, winner: Dict | None, image: str | N
 def _span(span: Any, unit: Any) -> str:
     if (unit or "ms") == "ms":
         return fmt_ci(span)
-    return f"{fmt_rate(span[0])}–{fmt_rate(span[1])}" if isinstance(span, list) and len(span) == 2 else "—"
+    return (
+        f"{fmt_rate(span[0])}–{fmt_rate(span[1])}"
+        if isinstance(span, list | tuple) and len(span) == 2
+        else "—"
+    )
 
 
-def _throughput_cells(run: Dict | None) -> list[Text]:
+def _throughput_cells(run: Throughput | None) -> list[Text]:
     if not run:
         return ["—", "—"]
-    if run.get("error"):
-        return [Cell(f"error: {first_line(run['error'], 120)}", "bad"), "—"]
-    figure = fmt_rate(run["sequences_per_s"])
-    span = _span(run.get("ci95"), "seq/s")
-    return [figure if run.get("stable", True) else Cell(f"{figure} (unstable)", "warn"), span]
+    if run.error:
+        return [Cell(f"error: {first_line(run.error, 120)}", "bad"), "—"]
+    figure = fmt_rate(run.sequences_per_s)
+    span = _span(run.ci95, "seq/s")
+    return [figure if run.stable else Cell(f"{figure} (unstable)", "warn"), span]
 
 
-def _memory_cell(memory: Dict | None) -> Text:
-    found = (memory or {}).get("bytes")
-    return f"{found / 2**20:.0f}" if isinstance(found, int | float) else "—"
+def _memory_cell(found: float | None) -> Text:
+    return "—" if found is None else f"{found / 2**20:.0f}"
 
 
 def _measured(header: Dict, speed: Dict | None) -> str:

@@ -1,6 +1,7 @@
-"""Small readings of the report dicts shared by every renderer, so the page, the plots and the console agree.
+"""Small readings of the reports shared by every renderer, so the page, the plots and the console agree.
 
-Everything here is pure: plain contract dicts in, plain values out. The renderers decide the look.
+Everything here is pure: typed records (check/results.py) or contract dicts in, plain values out. The renderers
+decide the look.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pipeline.check.accuracy import LOWER_BOUNDS, tolerance_share
-from pipeline.check.results import artifacts_of, results_of
+from pipeline.check.results import CheckRecord, Timing, Verdict, records, timings
 from pipeline.check.speed import as_interval, fmt_ms, overlap
 from pipeline.core.variants import precision_of as _named_precision
 
@@ -58,55 +59,46 @@ def fmt_change(old: float, new: float) -> str:
 # ------------------------------------------------------------------ accuracy
 
 
-def _number(value: Any) -> float:
-    return float(value) if isinstance(value, int | float) else math.nan
-
-
-def margin(check: Row) -> float:
+def margin(check: CheckRecord) -> float:
     """How close a check is to its threshold (its tolerance share): 1.0 is on it, above 1 fails. NaN values
     are the worst; a check without a threshold has none to be close to."""
-    value, threshold = _number(check.get("value")), check.get("threshold")
+    value = check.measured
     if math.isnan(value):
         return math.inf
-    if not isinstance(threshold, int | float):
+    if check.threshold is None:
         return 0.0
-    share = tolerance_share(str(check.get("metric")), value, threshold)
+    share = tolerance_share(check.metric, value, check.threshold)
     if share is None:  # a zero-width tolerance (the finite check's 0): exact, or past it
-        return 0.0 if check.get("passed") else math.inf
+        return 0.0 if check.passed else math.inf
     return share
 
 
-def is_informational(check: Row) -> bool:
-    return bool(check.get("informational"))
-
-
-def badness(check: Row) -> float:
+def badness(check: CheckRecord) -> float:
     """How bad a check's figure is on its own, higher is worse: the value for error metrics, its shortfall from
     1 for lower bounds (cosine, neighbours); NaN is the worst. Ranks checks that have no threshold."""
-    value = _number(check.get("value"))
+    value = check.measured
     if math.isnan(value):
         return math.inf
-    return 1.0 - value if check.get("metric") in LOWER_BOUNDS else value
+    return 1.0 - value if check.metric in LOWER_BOUNDS else value
 
 
-def key_checks(entry: Row) -> dict[str, Row]:
+def key_checks(entry: Verdict) -> dict[str, CheckRecord]:
     """Per metric, the check that decides the artifact: the worst required one, else the worst informational.
     Worst by the share of its threshold it uses, and among checks with no threshold (or the same share) by
     the figure itself, so the table's "worst" is the worst for every metric.
 
     Ties keep the first check in file order, so the pick is deterministic.
     """
-    picked: dict[str, Row] = {}
-    for check in entry.get("checks") or []:
-        metric = check.get("metric")
-        current = picked.get(metric)
+    picked: dict[str, CheckRecord] = {}
+    for check in entry.checks:
+        current = picked.get(check.metric)
         if current is None:
-            picked[metric] = check
+            picked[check.metric] = check
             continue
-        rank_new = (not is_informational(check), margin(check), badness(check))
-        rank_old = (not is_informational(current), margin(current), badness(current))
+        rank_new = (check.required, margin(check), badness(check))
+        rank_old = (current.required, margin(current), badness(current))
         if rank_new > rank_old:
-            picked[metric] = check
+            picked[check.metric] = check
     return {m: picked[m] for m in sorted(picked, key=metric_sort_key)}
 
 
@@ -115,55 +107,53 @@ def metric_sort_key(metric: str) -> tuple[int, str]:
 
 
 def metrics_present(accuracy: Row | None) -> list[str]:
-    found = {c.get("metric") for e in artifacts_of(accuracy).values() for c in e.get("checks") or []}
-    return sorted((m for m in found if m), key=metric_sort_key)
+    found = {c.metric for e in records(accuracy).values() for c in e.checks}
+    return sorted(found, key=metric_sort_key)
 
 
-def relation(check: Row) -> str:
+def relation(check: CheckRecord) -> str:
     """The relation that holds: '≥'/'≤' when the check passed, '<'/'>' when it did not."""
-    lower = check.get("metric") in LOWER_BOUNDS
-    if check.get("passed"):
+    lower = check.metric in LOWER_BOUNDS
+    if check.passed:
         return "≥" if lower else "≤"
     return "<" if lower else ">"
 
 
-def check_text(check: Row, with_metric: bool = False) -> str:
+def check_text(check: CheckRecord, with_metric: bool = False) -> str:
     """'0.971200 < 0.98 ✗' for a failing required check, '1.85 > 1 (info)' for an informational one that is
     over its threshold (it never gates, so it never gets a ✗), '0.999871 ≥ 0.9999 ✓' when it holds."""
-    metric = str(check.get("metric"))
-    threshold = check.get("threshold")
-    text = fmt_metric(metric, check.get("value"))
-    if isinstance(threshold, int | float):
-        text += f" {relation(check)} {threshold:g}"
-    if is_informational(check):
+    text = fmt_metric(check.metric, check.value)
+    if check.threshold is not None:
+        text += f" {relation(check)} {check.threshold:g}"
+    if check.informational:
         text += " (info)"
     else:
-        text += " ✓" if check.get("passed") else " ✗"
-    return f"{metric} {text}" if with_metric else text
+        text += " ✓" if check.passed else " ✗"
+    return f"{check.metric} {text}" if with_metric else text
 
 
-def check_tone(check: Row) -> str:
+def check_tone(check: CheckRecord) -> str:
     """How a check's cell looks: failing required ones are bad, informational ones grey, the rest plain."""
-    if is_informational(check):
+    if check.informational:
         return "info"
-    return "" if check.get("passed") else "bad"
+    return "" if check.passed else "bad"
 
 
-def failing_checks(entry: Row) -> list[Row]:
+def failing_checks(entry: Verdict) -> list[CheckRecord]:
     """Required checks that failed, worst first."""
-    failed = [c for c in entry.get("checks") or [] if not c.get("passed") and not is_informational(c)]
+    failed = [c for c in entry.checks if not c.passed and c.required]
     return sorted(failed, key=margin, reverse=True)
 
 
-def where(check: Row) -> str:
-    return f"{check.get('output')} @ {check.get('inputs')}"
+def where(check: CheckRecord) -> str:
+    return f"{check.output} @ {check.inputs}"
 
 
 def precision_of(name: str, accuracy: Row | None = None) -> str:
     """The precision recorded by validation, else the one named in the contract's artifact name."""
-    entry = artifacts_of(accuracy).get(name) or {}
-    if entry.get("precision"):
-        return str(entry["precision"])
+    entry = records(accuracy).get(name)
+    if entry is not None and entry.precision:
+        return entry.precision
     return _named_precision(name) or "—"
 
 
@@ -180,17 +170,18 @@ def shape_text(shapes: Mapping[str, Any] | None) -> str:
     return ", ".join(f"{name} {text}" for name, text in dims.items())
 
 
-def group_key(row: Row) -> tuple[int, str]:
+def group_key(row: Timing) -> tuple[int, str]:
     """Rows that are comparable with each other: same batch, same shapes."""
-    batch = row.get("batch")
-    return (batch if isinstance(batch, int) else 0, shape_text(row.get("shapes")))
+    return (row.batch or 0, shape_text(row.shapes))
 
 
-def sorted_results(speed: Row | None) -> list[Row]:
+def sorted_results(speed: Row | None) -> list[Timing]:
     """By batch, shape, then fastest first: the order a reader compares in."""
-    return sorted(
-        results_of(speed), key=lambda r: (group_key(r), _number(r.get("p50_ms")), str(r.get("artifact")))
-    )
+    return sorted(timings(speed), key=lambda r: (group_key(r), _number(r.p50_ms), r.artifact))
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) else math.nan
 
 
 def runner_label(row: Row) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.check.results import artifacts_of
+from pipeline.check.results import CheckRecord, Timing, records
 from pipeline.check.speed import is_winner_row
 from pipeline.core.files import write_bytes_atomic
 from pipeline.core.variants import REFERENCE
@@ -22,10 +22,8 @@ from pipeline.report.facts import (
     LOWER_BOUNDS,
     fmt_metric,
     group_key,
-    is_informational,
     key_checks,
     metrics_present,
-    runner_label,
     sorted_results,
 )
 
@@ -90,10 +88,10 @@ def latency_figure(speed: Dict | None, winner: Dict | None = None, accuracy: Dic
     Artifacts that failed validation are drawn faded and say so: fast but not deployable.
     """
     rows = sorted_results(speed)
-    rows = [r for r in rows if isinstance(r.get("p50_ms"), int | float)]
+    rows = [r for r in rows if r.p50_ms is not None]
     if not rows:
         return None
-    groups: dict[tuple, list[Dict]] = {}
+    groups: dict[tuple, list[Timing]] = {}
     for row in rows:
         groups.setdefault(group_key(row), []).append(row)
     heights = [len(g) for g in groups.values()]
@@ -110,19 +108,19 @@ def latency_figure(speed: Dict | None, winner: Dict | None = None, accuracy: Dic
 
 
 def _failed(accuracy: Dict | None) -> set[str]:
-    return {name for name, entry in artifacts_of(accuracy).items() if not entry.get("passed")}
+    return {name for name, entry in records(accuracy).items() if not entry.passed}
 
 
-def _latency_panel(ax: Any, rows: list[Dict], winner: Dict | None, failed: set[str]) -> None:
+def _latency_panel(ax: Any, rows: list[Timing], winner: Dict | None, failed: set[str]) -> None:
     y = list(range(len(rows)))[::-1]  # fastest on top
-    p50 = [float(r["p50_ms"]) for r in rows]
-    p99 = [max(float(r.get("p99_ms") or r["p50_ms"]), float(r["p50_ms"])) for r in rows]
+    p50 = [r.p50_ms or 0.0 for r in rows]
+    p99 = [max(r.p99_ms or a, a) for r, a in zip(rows, p50, strict=True)]
     colours = [_bar_colour(r, winner) for r in rows]
     bars = ax.barh(y, p50, color=colours, edgecolor="#333", linewidth=0.6, height=0.62)
     for bar, row in zip(bars, rows, strict=True):
-        if row.get("stable") is False:
+        if not row.stable:
             bar.set_hatch("///")
-        if row.get("artifact") in failed:
+        if row.artifact in failed:
             bar.set_alpha(0.4)
     ax.errorbar(
         p50,
@@ -134,28 +132,28 @@ def _latency_panel(ax: Any, rows: list[Dict], winner: Dict | None, failed: set[s
         capsize=3,
     )
     for yi, row in zip(y, rows, strict=True):
-        ci = row.get("p50_ci95_ms")
-        if isinstance(ci, list | tuple) and len(ci) == 2:
+        ci = row.interval("p50_ms")
+        if ci is not None:
             ax.hlines(yi, ci[0], ci[1], color="black", linewidth=4)
     log = max(p99) / max(min(p50), 1e-9) > 20
     if log:
         ax.set_xscale("log")
         ax.minorticks_off()
     for yi, a, b, row in zip(y, p50, p99, rows, strict=True):
-        note = f"p50 {a:.3g} · p99 {b:.3g} ms" + ("  unstable" if row.get("stable") is False else "")
-        note += "  failed validation" if row.get("artifact") in failed else ""
+        note = f"p50 {a:.3g} · p99 {b:.3g} ms" + ("" if row.stable else "  unstable")
+        note += "  failed validation" if row.artifact in failed else ""
         # a column right of the axes: never over a bar, and the layout makes room for it
         ax.text(1.01, yi, note, va="center", fontsize=8, transform=ax.get_yaxis_transform())
     ax.set_xlim(left=min(p50) / 2 if log else 0, right=max(p99) * (1.5 if log else 1.08))
-    ax.set_yticks(y, [runner_label(r) for r in rows], fontsize=8)
+    ax.set_yticks(y, [r.label for r in rows], fontsize=8)
     ax.grid(axis="x", color="#eee")
     ax.set_axisbelow(True)
 
 
-def _bar_colour(row: Dict, winner: Dict | None) -> str:
+def _bar_colour(row: Timing, winner: Dict | None) -> str:
     if is_winner_row(row, winner):
         return GREEN
-    return GREY if row.get("artifact") == REFERENCE else BLUE
+    return GREY if row.artifact == REFERENCE else BLUE
 
 
 def _latency_legend() -> list:
@@ -177,7 +175,7 @@ def _latency_legend() -> list:
 
 def accuracy_figure(accuracy: Dict | None):
     """Per metric, each artifact's deciding check (dot) against its threshold (bar), on a log scale of error."""
-    entries = artifacts_of(accuracy)
+    entries = records(accuracy)
     metrics = metrics_present(accuracy)[:4]
     if not entries or not metrics:
         return None
@@ -186,11 +184,11 @@ def accuracy_figure(accuracy: Dict | None):
     axes = fig.subplots(1, len(metrics), squeeze=False, sharey=True)
     y = list(range(len(names)))[::-1]
     for ax, metric in zip(axes[0], metrics, strict=True):
-        _accuracy_panel(ax, metric, [key_checks(entries[n]).get(metric) for n in names], y)
+        _accuracy_panel(ax, metric, [key_checks(entries[n].overall).get(metric) for n in names], y)
     first = axes[0, 0]
     first.set_yticks(y, names, fontsize=8)
     for label, name in zip(first.get_yticklabels(), names, strict=True):
-        if not entries[name].get("passed"):
+        if not entries[name].passed:
             label.set_color(RED)
     fig.legend(handles=_accuracy_legend(), loc="outside upper center", ncols=4, fontsize=8, frameon=False)
     return fig
@@ -203,9 +201,9 @@ def _error(metric: str, value: Any) -> float:
     return 1.0 - value if metric in LOWER_BOUNDS else float(value)
 
 
-def _accuracy_panel(ax: Any, metric: str, checks: Sequence[Dict | None], y: list[int]) -> None:
+def _accuracy_panel(ax: Any, metric: str, checks: Sequence[CheckRecord | None], y: list[int]) -> None:
     points = [
-        (yi, c, _error(metric, c.get("value")), _error(metric, c.get("threshold")))
+        (yi, c, _error(metric, c.value), _error(metric, c.threshold))
         for yi, c in zip(y, checks, strict=True)
         if c is not None
     ]
@@ -223,7 +221,7 @@ def _accuracy_panel(ax: Any, metric: str, checks: Sequence[Dict | None], y: list
             ax.plot([thr], [yi], marker="|", markersize=14, markeredgewidth=2, color="black")
         ax.plot([shown], [yi], marker="o", markersize=7, color=colour, markeredgecolor="#222")
     for yi, check, _, _ in points:  # the values in a column right of the panel, clear of the markers
-        text = fmt_metric(metric, check.get("value"))
+        text = fmt_metric(metric, check.value)
         ax.text(1.02, yi, text, va="center", fontsize=7, color="#333", transform=ax.get_yaxis_transform())
     ax.set_xscale("log")
     ax.minorticks_off()  # a decade grid reads as well, and unlabelled minor ticks cost seconds of layout
@@ -235,10 +233,10 @@ def _accuracy_panel(ax: Any, metric: str, checks: Sequence[Dict | None], y: list
     ax.set_axisbelow(True)
 
 
-def _check_colour(check: Dict) -> str:
-    if check.get("passed"):
+def _check_colour(check: CheckRecord) -> str:
+    if check.passed:
         return GREEN
-    return AMBER if is_informational(check) else RED
+    return AMBER if check.informational else RED
 
 
 def _accuracy_legend() -> list:

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pipeline.check.accuracy import LOWER_BOUNDS
-from pipeline.check.results import artifacts_of, results_of, runtime_entry
-from pipeline.check.speed import THROUGHPUT, fmt_rate, is_winner_row, maximized, value
+from pipeline.check.results import Timing, Verdict, records, timings
+from pipeline.check.speed import THROUGHPUT, fmt_rate, is_winner_row, maximized
 from pipeline.core.variants import REFERENCE
 from pipeline.report.facts import (
     failing_checks,
@@ -46,7 +46,7 @@ def summary_table(
     """
     from rich.table import Table
 
-    rows = results_of(speed)
+    rows = timings(speed)
     columns = unique(f"{b}|{s}" for b, s in sorted({group_key(r) for r in rows}))
     if objective_batch is not None:
         columns = [c for c in columns if c.split("|", 1)[0] == str(objective_batch)]
@@ -62,7 +62,7 @@ def summary_table(
         label = "seq/s" if by_rate else "p50 / p99 ms"
         table.add_column(f"{label}\nbatch {batch}, {shape}", justify="right", no_wrap=True)
     table.add_column("note", ratio=1, overflow="fold")
-    lines = _lines(accuracy, speed, winner, columns, by_rate)
+    lines = _lines(accuracy, rows, speed, winner, columns, by_rate)
     shown = {line["name"] for line in lines}
     for failure in failed or []:
         if failure["artifact"] in shown:
@@ -78,33 +78,29 @@ def summary_table(
     return table
 
 
-def _caption(winner: Dict | None, rows: list[Dict], by_rate: bool) -> str:
+def _caption(winner: Dict | None, rows: list[Timing], by_rate: bool) -> str:
     parts = []
     if winner:
         parts.append(f"★ winner: {winner.get('artifact')} ({winner.get('runtime')}, {winner.get('io')} I/O)")
     else:
         parts.append("no winner: nothing passed sign-off")
-    if by_rate and any((r.get("throughput") or {}).get("stable") is False for r in rows):
+    if by_rate and any(not r.settled(THROUGHPUT) for r in rows):
         parts.append("~ throughput run did not settle: read its interval in the sign-off")
-    elif not by_rate and any(r.get("stable") is False for r in rows):
+    elif not by_rate and any(not r.stable for r in rows):
         parts.append("~ unstable row: read its spread, not a clean number")
     return "; ".join(parts)
 
 
-def _runners(accuracy: Dict | None, speed: Dict | None) -> list[tuple[str, str | None, str | None]]:
+def _runners(
+    accuracy: Dict | None, rows: list[Timing], speed: Dict | None
+) -> list[tuple[str, str | None, str | None]]:
     """(artifact, runtime, io) lines: validated artifacts first, then benchmark-only ones, then the not-run."""
     names = unique(
-        [
-            *artifacts_of(accuracy),
-            *(str(r.get("artifact")) for r in results_of(speed)),
-            *(a for a, _, _ in not_run(accuracy, speed)),
-        ]
+        [*records(accuracy), *(r.artifact for r in rows), *(a for a, _, _ in not_run(accuracy, speed))]
     )
-    lines = []
+    lines: list[tuple[str, str | None, str | None]] = []
     for name in names:
-        runners = unique(
-            f"{r.get('runtime')}|{r.get('io')}" for r in results_of(speed) if r.get("artifact") == name
-        )
+        runners = unique(f"{r.runtime}|{r.io}" for r in rows if r.artifact == name)
         if not runners:
             lines.append((name, None, None))
         for runner in runners:
@@ -114,29 +110,30 @@ def _runners(accuracy: Dict | None, speed: Dict | None) -> list[tuple[str, str |
 
 
 def _lines(
-    accuracy: Dict | None, speed: Dict | None, winner: Dict | None, columns: list[str], by_rate: bool
+    accuracy: Dict | None,
+    rows: list[Timing],
+    speed: Dict | None,
+    winner: Dict | None,
+    columns: list[str],
+    by_rate: bool,
 ) -> list[dict]:
-    entries = artifacts_of(accuracy)
+    entries = records(accuracy)
     reasons = {a: r for a, r, _ in reversed(not_run(accuracy, speed))}
-    timed = {r.get("artifact") for r in results_of(speed)}
+    timed = {r.artifact for r in rows}
     for left in _left_for_twins(speed):  # validated, never timed: say why no figure follows
         if left["artifact"] not in timed:
             reasons.setdefault(left["artifact"], f"not timed: {left['reason']}")
     lines = []
-    for name, runtime, io in _runners(accuracy, speed):
-        mine = [
-            r
-            for r in results_of(speed)
-            if (r.get("artifact"), r.get("runtime"), r.get("io")) == (name, runtime, io)
-        ]
+    for name, runtime, io in _runners(accuracy, rows, speed):
+        mine = [r for r in rows if (r.artifact, r.runtime, r.io) == (name, runtime, io)]
         won = any(is_winner_row(r, winner) for r in mine)
         cell = _rate if by_rate else _latency
         cells_by_column = {"|".join(map(str, group_key(r))): cell(r) for r in mine}
         runtime_text = runtime if io in (None, "host") else f"{runtime} ({io} I/O)"
-        entry = runtime_entry(entries.get(name), runtime)
+        entry = entries[name].on(runtime) if name in entries else None
         note = _note(entry, reasons.get(name), bool(mine))
         first = [r for r in mine if columns and "|".join(map(str, group_key(r))) == columns[0]]
-        figure = value(first[0], THROUGHPUT if by_rate else "p50_ms") if first else None
+        figure = first[0].value(THROUGHPUT if by_rate else "p50_ms") if first else None
         order = math.inf if figure is None else (-figure if by_rate else figure)
         lines.append(
             {
@@ -150,40 +147,39 @@ def _lines(
                     *[cells_by_column.get(c, "—") for c in columns],
                     note,
                 ],
-                "style": "bold green"
-                if won
-                else ("red" if entry is not None and not entry.get("passed") else None),
+                "style": "bold green" if won else ("red" if entry is not None and not entry.passed else None),
             }
         )
     return lines
 
 
-def _latency(row: Dict) -> str:
-    text = f"{fmt_ms(row.get('p50_ms'))} / {fmt_ms(row.get('p99_ms'))}"
-    return text + " ~" if row.get("stable") is False else text
+def _latency(row: Timing) -> str:
+    text = f"{fmt_ms(row.p50_ms)} / {fmt_ms(row.p99_ms)}"
+    return text if row.stable else text + " ~"
 
 
-def _rate(row: Dict) -> str:
-    text = fmt_rate(value(row, THROUGHPUT))
-    return text + " ~" if (row.get("throughput") or {}).get("stable") is False else text
+def _rate(row: Timing) -> str:
+    text = fmt_rate(row.value(THROUGHPUT))
+    return text if row.settled(THROUGHPUT) else text + " ~"
 
 
-def _accuracy_cell(name: str, entry: Dict | None) -> str:
+def _accuracy_cell(name: str, entry: Verdict | None) -> str:
     """'pass cosine 0.999930' or 'FAIL cosine 0.971200 < 0.98': the same metric for every passing line."""
     if entry is None:
         return "reference" if name == REFERENCE else "not validated"
     failing = failing_checks(entry)
     if failing:
         check = failing[0]
-        broken = "<" if check.get("metric") in LOWER_BOUNDS else ">"
-        return f"FAIL {check.get('metric')} {fmt_metric(str(check.get('metric')), check.get('value'))} {broken} {check.get('threshold')}"
-    if not entry.get("passed"):
+        broken = "<" if check.metric in LOWER_BOUNDS else ">"
+        limit = "—" if check.threshold is None else f"{check.threshold:g}"
+        return f"FAIL {check.metric} {fmt_metric(check.metric, check.value)} {broken} {limit}"
+    if not entry.passed:
         return "FAIL"
-    required = [c for c in key_checks(entry).values() if not c.get("informational")]
+    required = [c for c in key_checks(entry).values() if c.required]
     if not required:
         return "pass"
     check = required[0]
-    return f"pass {check.get('metric')} {fmt_metric(str(check.get('metric')), check.get('value'))}"
+    return f"pass {check.metric} {fmt_metric(check.metric, check.value)}"
 
 
 def _left_for_twins(speed: Dict | None) -> list[Dict]:
@@ -193,11 +189,11 @@ def _left_for_twins(speed: Dict | None) -> list[Dict]:
     return [x for x in timing.get("not_timed") or [] if x.get("io") == "any" and x.get("artifact")]
 
 
-def _note(entry: Dict | None, not_run_reason: str | None, benchmarked: bool) -> str:
+def _note(entry: Verdict | None, not_run_reason: str | None, benchmarked: bool) -> str:
     if not benchmarked and not_run_reason:
         if "not runnable" in not_run_reason or not_run_reason.startswith("not timed"):
             return not_run_reason
         return f"not runnable on this host: {not_run_reason}"
-    if entry is not None and not entry.get("passed") and entry.get("reason"):
-        return str(entry["reason"])
+    if entry is not None and not entry.passed and entry.reason:
+        return entry.reason
     return not_run_reason or ""

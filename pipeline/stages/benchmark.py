@@ -29,8 +29,8 @@ from pipeline.bench.rows import failure, flags, one_line, speed_row
 from pipeline.bench.shapes import BenchShape, benchmark_shapes
 from pipeline.bench.timer import Timer, on_gpu, timer_for
 from pipeline.bench.windows import Measurement, WindowPolicy, measure_interleaved, measure_more
-from pipeline.check.results import REPORTS, SpeedReport
-from pipeline.check.speed import maximized, row_id
+from pipeline.check.results import REPORTS, SpeedReport, Timing
+from pipeline.check.speed import maximized
 from pipeline.core import host
 from pipeline.core.artifacts import ArtifactRecord
 from pipeline.core.files import write_report
@@ -194,17 +194,13 @@ def confirm_winner(
     if not contenders:
         return results
     chosen = contenders[0]
-    shape = next(
-        s for s in measured if (s.batch, s.sequence) == (chosen["batch"], chosen.get("sequence_length"))
-    )
-    keys = {(r["artifact"], r["runtime"], r["io"]) for r in contenders}
+    shape = next(s for s in measured if (s.batch, s.sequence) == (chosen.batch, chosen.recorded_sequence))
+    keys = {(r.artifact, r.runtime, r.io) for r in contenders}
     again = [c for c in candidates if c.key in keys]
-    ctx.report(
-        f"benchmark: the would-be winner {chosen['artifact']} is unstable; measuring {len(again)} again"
-    )
+    ctx.report(f"benchmark: the would-be winner {chosen.artifact} is unstable; measuring {len(again)} again")
     rebuilt, _, _ = _measure_shape(ctx, config, shape, again, policy, earlier=measured[shape])
-    fresh = {row_id(r): r for r in rebuilt}
-    return [fresh.get(row_id(r), r) for r in results]
+    fresh = {Timing.read(r).id: r for r in rebuilt}
+    return [fresh.get(Timing.read(r).id, r) for r in results]
 
 
 def _token_lengths(ctx: RunContext, config: BenchmarkStageConfig) -> list[int]:

@@ -24,7 +24,7 @@ from pipeline.check.accuracy import (
     neighbour_agreement,
     thresholds_for,
 )
-from pipeline.check.results import artifact_entry, runtime_passed
+from pipeline.check.results import AccuracyRecord, artifact_entry
 from pipeline.recipe import Tolerance
 
 REF = np.array([[1.0, 2.0], [3.0, -4.0]], dtype=np.float32)
@@ -272,6 +272,8 @@ def test_artifact_entry_keeps_a_verdict_per_runtime() -> None:
     )
     entry = artifact_entry([good, bad])
     assert entry["passed"] is False and entry["reason"].startswith("on onnxruntime-cuda: y cosine 0.5 < 0.9")
-    assert runtime_passed(entry, "onnxruntime-cpu") and not runtime_passed(entry, "onnxruntime-cuda")
-    assert not runtime_passed(entry, "tensorrt")
+    record = AccuracyRecord.read("a", entry)
+    assert record.passed_on("onnxruntime-cpu") and not record.passed_on("onnxruntime-cuda")
+    assert not record.passed_on("tensorrt") and record.passed_anywhere and not record.passed
+    assert [c.runtime for c in record.on("onnxruntime-cuda").checks] == ["onnxruntime-cuda"]
     assert {c["runtime"] for c in entry["checks"]} == {"onnxruntime-cpu", "onnxruntime-cuda"}

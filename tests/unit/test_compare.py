@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pipeline.check.accuracy import tolerance_share
-from pipeline.check.speed import interval
+from pipeline.check.results import Timing
 from pipeline.check.version_diff import speed_verdict
 from pipeline.release.compare import regressions, shipped
 
@@ -30,11 +30,12 @@ def test_speed_verdicts_need_disjoint_intervals(a, b, verdict) -> None:
 
 
 def test_interval_of_the_objective_metric() -> None:
-    row = {"p50_ci95_ms": [1.0, 2.0], "ci95_ms": {"p99": [5.0, 7.0]}}
-    assert interval(row, "p50_ms") == (1.0, 2.0) and interval(row, "p99_ms") == (5.0, 7.0)
-    assert interval({"p50_ci95_ms": [1.0, 2.0]}, "p90_ms") is None
-    assert interval({"throughput": {"sequences_per_s": 5.0, "ci95": [4, 6]}}, "sequences_per_s") == (4.0, 6.0)
-    assert interval(row, "sequences_per_s") is None
+    row = Timing.read({"p50_ci95_ms": [1.0, 2.0], "ci95_ms": {"p99": [5.0, 7.0]}})
+    assert row.interval("p50_ms") == (1.0, 2.0) and row.interval("p99_ms") == (5.0, 7.0)
+    assert Timing.read({"p50_ci95_ms": [1.0, 2.0]}).interval("p90_ms") is None
+    rate = Timing.read({"throughput": {"sequences_per_s": 5.0, "ci95": [4, 6]}})
+    assert rate.interval("sequences_per_s") == (4.0, 6.0) and rate.value("sequences_per_s") == 5.0
+    assert row.interval("sequences_per_s") is None and row.value("sequences_per_s") is None
 
 
 def test_tolerance_share_reads_the_same_for_every_metric() -> None:
@@ -132,7 +133,7 @@ def test_compare_and_the_signoffs_changes_since_read_one_diff() -> None:
         ]
     }
     verdicts = {
-        m.row["artifact"] + ("+graph" if m.row["cuda_graph"] else ""): m.verdict for m in speed_changes(a, b)
+        m.row.artifact + ("+graph" if m.row.cuda_graph else ""): m.verdict for m in speed_changes(a, b)
     }
     assert verdicts == {
         "onnx-fp32": "faster",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline.check.results import AccuracyRecord, Timing
 from pipeline.decide.selection import SelectionPolicy, choose, selection_problems, tied
 from pipeline.recipe.loader import load
 
@@ -114,7 +115,8 @@ def test_p99_objective_uses_the_p99_interval() -> None:
         _row("onnx-int8", 12, (11.9, 12.1), p99_ms=25.0, ci95_ms={"p50": [11.9, 12.1], "p99": [24.0, 26.0]}),
     ]
     recipe = _recipe("selection.objective.metric=p99_ms")
-    assert tied(rows[0], rows[1], "p99_ms") and not tied(rows[0], rows[1], "p50_ms")
+    a, b = (Timing.read(r) for r in rows)
+    assert tied(a, b, "p99_ms") and not tied(a, b, "p50_ms")
     winner = choose(recipe, {"results": rows}, ACCURACY)
     # by p99 onnx-int8 is faster, but the p99 intervals overlap: the simpler onnx-fp32 wins
     assert winner["artifact"] == "onnx-fp32" and winner["interval"] == [20.0, 40.0]
@@ -197,7 +199,8 @@ def test_accuracy_figures_are_the_gating_ones_as_in_the_table() -> None:
             "runtime": "onnxruntime-cpu",
         },
     ]
-    figures = accuracy_record(entry, {"artifact": "a", "runtime": "onnxruntime-cpu"})["figures"]
+    row = Timing.read({"artifact": "a", "runtime": "onnxruntime-cpu"})
+    figures = accuracy_record(AccuracyRecord.read("a", entry), row)["figures"]
     assert figures == {"cosine": 0.989, "max_abs": 0.9}
 
 

@@ -2,19 +2,26 @@ from __future__ import annotations
 
 import math
 
+from pipeline.check.results import CheckRecord, Verdict
 from pipeline.report.facts import flag_text, fmt_metric, fmt_ms, key_checks, margin, not_run, shape_text
 
 
 def _check(metric, value, threshold, passed, info=False):
-    return {
-        "output": "o",
-        "inputs": "opt",
-        "metric": metric,
-        "value": value,
-        "threshold": threshold,
-        "passed": passed,
-        "informational": info,
-    }
+    return CheckRecord.read(
+        {
+            "output": "o",
+            "inputs": "opt",
+            "metric": metric,
+            "value": value,
+            "threshold": threshold,
+            "passed": passed,
+            "informational": info,
+        }
+    )
+
+
+def _verdict(checks: list[CheckRecord]) -> Verdict:
+    return Verdict("onnxruntime-cpu", True, None, "fp32", tuple(checks))
 
 
 def test_margin_reads_cosine_and_errors_the_same_way():
@@ -26,18 +33,18 @@ def test_margin_reads_cosine_and_errors_the_same_way():
 
 
 def test_key_checks_prefer_required_worst_in_metric_order():
-    entry = {
-        "checks": [
+    entry = _verdict(
+        [
             _check("max_abs", 0.9, 0.1, False, info=True),
             _check("max_abs", 0.05, 0.1, True),
             _check("cosine", 0.999, 0.98, True),
             _check("cosine", 0.985, 0.98, True),
         ]
-    }
+    )
     picked = key_checks(entry)
     assert list(picked) == ["cosine", "max_abs"]
-    assert picked["cosine"]["value"] == 0.985
-    assert picked["max_abs"]["value"] == 0.05  # the required one decides, not the informational miss
+    assert picked["cosine"].value == 0.985
+    assert picked["max_abs"].value == 0.05  # the required one decides, not the informational miss
 
 
 def test_formatting():
@@ -86,14 +93,14 @@ def test_rates_are_whole_and_a_missing_one_is_a_dash() -> None:
 
 def test_worst_is_the_worst_for_metrics_without_a_threshold():
     """max_rel has no threshold by default: the table showed the first check (99.4) where the worst was 728."""
-    entry = {
-        "checks": [
+    entry = _verdict(
+        [
             _check("max_rel", 99.4, None, True, info=True),
             _check("max_rel", 728.0, None, True, info=True),
             _check("max_rel", 3.0, None, True, info=True),
             _check("neighbours", 0.9, None, True, info=True),
             _check("neighbours", 0.6, None, True, info=True),
         ]
-    }
+    )
     picked = key_checks(entry)
-    assert picked["max_rel"]["value"] == 728.0 and picked["neighbours"]["value"] == 0.6
+    assert picked["max_rel"].value == 728.0 and picked["neighbours"].value == 0.6
