@@ -66,7 +66,21 @@ class JobOutcome:
 
 
 def how_it_ended(returncode: int) -> str:
+    """'exited with 7', or 'was killed by signal 9': the verb phrase after 'the worker process'."""
     return f"was killed by signal {-returncode}" if returncode < 0 else f"exited with {returncode}"
+
+
+def exit_text(returncode: int) -> str:
+    """'exit code 7', or 'signal 11: segmentation fault' (the name where the OS has one): what a user whose own
+    code ended the process needs, to tell a crash from an exit."""
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    number = -returncode
+    try:
+        name = signal.strsignal(number) or ""
+    except ValueError:
+        name = ""
+    return f"signal {number}: {name[:1].lower()}{name[1:]}" if name else f"signal {number}"
 
 
 def last_lines(lines: list[str]) -> str:

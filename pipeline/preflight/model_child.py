@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
-from pipeline.core.children import PR_SET_PDEATHSIG, child_env, popen_tied
+from pipeline.core.children import PR_SET_PDEATHSIG, child_env, exit_text, popen_tied
 from pipeline.core.errors import Problem
 from pipeline.core.packages import installed
 from pipeline.core.user_code import contained
@@ -81,7 +81,9 @@ def _death_problem(loaded: LoadedRecipe, answer: dict[str, Any]) -> Problem:
         return loaded.problem(
             source_key(recipe), f"{what} did not finish within model.build_timeout_s ({limit} s)"
         )
-    return loaded.problem(source_key(recipe), f"{what} killed its process ({_how(answer['returncode'])})")
+    return loaded.problem(
+        source_key(recipe), f"{what} killed its process ({exit_text(answer['returncode'])})"
+    )
 
 
 def _phase_text(recipe: Any, phase: str | None) -> str:
@@ -90,18 +92,6 @@ def _phase_text(recipe: Any, phase: str | None) -> str:
     if phase == "import" and isinstance(recipe.model, EntrypointSource):
         return f"importing '{recipe.model.entrypoint.partition(':')[0]}'"
     return "building or running the model"
-
-
-def _how(returncode: int) -> str:
-    """`exit code 7`, or `signal 11: segmentation fault`."""
-    if returncode >= 0:
-        return f"exit code {returncode}"
-    number = -returncode
-    try:
-        name = signal.strsignal(number) or ""
-    except ValueError:
-        name = ""
-    return f"signal {number}: {name[:1].lower()}{name[1:]}" if name else f"signal {number}"
 
 
 # ---------------------------------------------------------------- the parent's side
