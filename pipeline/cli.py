@@ -79,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
         "--recipe", help="recipe whose store holds bare version names (default: ./artifacts)"
     )
     _json_argument(compare)
+    _add_serve(sub)
     schema = sub.add_parser("schema", help="print the recipe's JSON Schema (for editors)")
     schema.add_argument("--output", metavar="FILE", help="write it to FILE instead of stdout")
     return parser
@@ -94,6 +95,25 @@ def _add_verify(sub: argparse._SubParsersAction) -> None:
     cmd.add_argument("version", nargs="?", default="latest", help="vNNNN or latest (default)")
     cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     _json_argument(cmd)
+
+
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    cmd = sub.add_parser(
+        "serve", help="serve a version's winner behind a Triton server (PyTriton): HTTP and gRPC on localhost"
+    )
+    _recipe_arguments(cmd)
+    cmd.add_argument("version", nargs="?", default="latest", help="vNNNN or latest (default)")
+    for name, port in (("http", 8000), ("grpc", 8001), ("metrics", 8002)):
+        cmd.add_argument(f"--{name}-port", type=int, default=port, help=f"default {port}; 0: any free port")
+
+
+def _serve(args: argparse.Namespace, console: Console) -> Result:
+    from pipeline.release.serve import serve
+
+    loaded = _load(args)
+    ports = (args.http_port, args.grpc_port, args.metrics_port)
+    say = lambda line: console.print(line, highlight=False, soft_wrap=True)  # noqa: E731
+    return serve(loaded.recipe, loaded.path.parent, args.version, ports, say), None
 
 
 def _verify(args: argparse.Namespace, console: Console) -> Result:
@@ -262,6 +282,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Console], Result]] = {
     "list": _list,
     "verify": _verify,
     "compare": _compare,
+    "serve": _serve,
     "schema": _schema,
 }
 

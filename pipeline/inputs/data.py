@@ -114,6 +114,15 @@ class Dataset:
         enc = self.tokenizer(self.items, truncation=True, max_length=self._seq_range()[1])
         return [len(ids) for ids in enc["input_ids"]]
 
+    def pad_values(self) -> dict[str, int] | None:
+        """Text: each input's value at a padded position, as the tokenizer pads (a load run pads a batch of
+        requests to its longest one the same way); None for other data, whose requests are not padded."""
+        if not isinstance(self.spec.data.samples, TextData):
+            return None
+        feeds = self._tokenize(["a", " ".join(["a"] * 64)], length=None)
+        at = 0 if getattr(self.tokenizer, "padding_side", "right") == "left" else -1
+        return {name: int(array[0, at]) for name, array in feeds.items() if array.ndim > 1}
+
     # ------------------------------------------------------------ internals
 
     def _seq_range(self) -> tuple[int, int]:

@@ -85,6 +85,14 @@ def _package_problems(loaded: LoadedRecipe) -> list[Problem]:
                 "tracking.mlflow", "mlflow is not installed (pip install 'deploy-pipeline[mlflow]')"
             )
         )
+    if "server" in recipe.benchmark.scenarios and not installed("mlperf_loadgen"):
+        out.append(
+            loaded.problem(
+                "benchmark.scenarios",
+                "the server scenario runs on MLPerf LoadGen, which is not installed "
+                "(pip install 'deploy-pipeline[load]')",
+            )
+        )
     out += _runtime_problems(loaded)
     if any(parse(v).format == "engine" for v in recipe.variants.build):
         from pipeline.stages.tensorrt import preflight_problems

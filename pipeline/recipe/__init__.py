@@ -40,6 +40,7 @@ from pipeline.recipe.measure import (
     RegressionBudget,
     RuntimeConfig,
     SelectionConfig,
+    ServerLoad,
     Tolerance,
     ValidationConfig,
 )
@@ -67,6 +68,7 @@ from pipeline.recipe.sources import (
 )
 
 __all__ = [
+    "ServerLoad",
     "PositiveInt",
     "PositiveFloat",
     "Fraction",

@@ -52,6 +52,7 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[str, str]]:
                 f"must be at least data.calibration + data.validation = {wanted} (got {samples.samples})",
             )
         )
+    problems += _scenario_problems(recipe)
     for precision, tolerance in recipe.validation.tolerances.items():
         for name in tolerance.outputs:
             if name not in recipe.outputs:
@@ -260,6 +261,24 @@ def _benchmark_problems(recipe: Recipe) -> list[tuple[str, str]]:
             (
                 "selection.objective.batch",
                 f"must be one of benchmark.batch_sizes {bench.batch_sizes} (got {obj.batch})",
+            )
+        )
+    return problems
+
+
+def _scenario_problems(recipe: Recipe) -> list[tuple[str, str]]:
+    """single_stream's rows are what every objective ranks by; a throughput objective needs the offline run."""
+    scenarios = recipe.benchmark.scenarios
+    problems = []
+    if "single_stream" not in scenarios:
+        problems.append(
+            ("benchmark.scenarios", "must hold single_stream: its latency rows are what selection ranks")
+        )
+    if recipe.selection.objective.metric == "sequences_per_s" and "offline" not in scenarios:
+        problems.append(
+            (
+                "benchmark.scenarios",
+                "must hold offline: the objective sequences_per_s ranks its throughput runs",
             )
         )
     return problems

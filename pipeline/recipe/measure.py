@@ -148,6 +148,38 @@ class ValidationConfig(Strict):
     )
 
 
+Scenario = Literal["single_stream", "offline", "server"]
+
+
+class ServerLoad(Strict):
+    """MLPerf's Server scenario (docs/benchmarking.md, "Load scenarios"): Poisson arrivals of the recipe's
+    validation samples, each candidate behind a dynamic batcher, searched for the highest rate whose p99 meets
+    the target."""
+
+    p99_ms: Annotated[float, Field(gt=0, le=MAX_BENCH_S * 1000)] = Field(
+        100.0,
+        description="the latency target: a rate passes when the p99 of its requests, queueing included, is at most this",
+    )
+    max_batch: Batch | None = Field(
+        None, description="the batcher's largest batch (null: the largest benchmark batch size)"
+    )
+    max_queue_delay_ms: Annotated[float, Field(ge=0, le=10_000)] = Field(
+        1.0, description="how long the batcher holds the oldest request for a fuller batch, ms"
+    )
+    candidates: Annotated[int, Field(gt=0, le=16)] = Field(
+        3, description="how many of the best candidates by the objective run it, plus the throughput leader"
+    )
+    run_s: BenchSeconds = Field(
+        2.0, description="seconds of arrivals per LoadGen run (LoadGen's min_duration); at most 600"
+    )
+    runs: Annotated[int, Field(ge=2, le=64)] = Field(
+        8, description="LoadGen runs per candidate at most: the rate search stops there"
+    )
+    repeats: Annotated[int, Field(ge=1, le=16)] = Field(
+        3, description="runs at the highest passing rate, for the interval of its p99 and of the served rate"
+    )
+
+
 class BenchmarkConfig(Strict):
     batch_sizes: Annotated[list[Batch], Field(max_length=MAX_SHAPES)] = Field(
         [1, 8], description="batch sizes to measure (at most 32 of them, each at most 65536)"
@@ -198,6 +230,13 @@ class BenchmarkConfig(Strict):
         description="per GPU row (every row under a sequences_per_s objective): seconds of back-to-back "
         "requests for sequences/s, in 5 synchronized segments whose rates give its 95% interval (at most 600)",
     )
+    scenarios: Annotated[list[Scenario], Field(min_length=1, max_length=3)] = Field(
+        ["single_stream", "offline"],
+        description="load scenarios: single_stream (latency per shape, one request at a time), offline "
+        "(the throughput run), server (Poisson arrivals through a dynamic batcher, searched for the highest "
+        "rate that meets benchmark.server.p99_ms; driven by MLPerf LoadGen, the load extra)",
+    )
+    server: ServerLoad = Field(ServerLoad(), description="the server scenario's target, batcher and search")
 
 
 class Objective(Strict):

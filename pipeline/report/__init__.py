@@ -17,11 +17,13 @@ def write_signoff(
     winner: Dict | None,
     stages: Sequence[Dict],
     previous: Dict | None = None,
+    load: Dict | None = None,
 ) -> list[str]:
     """Write the plots, reports/signoff.md and reports/signoff.html; return their paths relative to out_dir.
 
     Writes nothing outside out_dir/reports/. `previous` is {"version", "accuracy", "speed", "winner"} of the
-    last signed-off version, for the "changes since" section. Same inputs give the same bytes.
+    last signed-off version, for the "changes since" section; `load` the server scenario's report, where it ran.
+    Same inputs give the same bytes.
     """
     from pipeline.core.files import write_text_atomic
     from pipeline.report.document import build_document
@@ -30,8 +32,8 @@ def write_signoff(
     from pipeline.report.plots import write_plots
 
     out_dir = Path(out_dir)
-    plots = write_plots(out_dir, accuracy, speed, winner)
-    doc = build_document(header, accuracy, speed, winner, stages, previous, plots)
+    plots = write_plots(out_dir, accuracy, speed, winner, load)
+    doc = build_document(header, accuracy, speed, winner, stages, previous, plots, load)
     write_text_atomic(out_dir / "reports" / "signoff.md", markdown_from(doc))
     write_text_atomic(out_dir / "reports" / "signoff.html", html_from(doc))
     return [*plots, "reports/signoff.md", "reports/signoff.html"]

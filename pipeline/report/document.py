@@ -34,6 +34,7 @@ from pipeline.report.facts import (
     where,
 )
 from pipeline.report.inputs import inputs_section
+from pipeline.report.load import load_section
 from pipeline.report.record import artifacts_section, conditions_section, stages_section
 
 Dict = Mapping[str, Any]
@@ -47,6 +48,7 @@ def build_document(
     stages: Sequence[Dict],
     previous: Dict | None = None,
     plots: Sequence[str] = (),
+    load: Dict | None = None,
 ) -> Document:
     """Verdict, failures and warnings first; the winner and why; the evidence; what did not run; changes; and
     folded at the end the artifacts, the stages and the conditions of the measurement."""
@@ -57,6 +59,7 @@ def build_document(
         _accuracy(accuracy, images.get("accuracy")),
         inputs_section(accuracy),
         _speed(header, speed, winner, images.get("latency")),
+        load_section(load, winner, images.get("load")),
         _flags(speed),
         _not_run(accuracy, speed),
         _not_timed(speed),

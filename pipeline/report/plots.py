@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.check.results import CheckRecord, Timing, records
+from pipeline.check.results import CheckRecord, Timing, records, served_rates
 from pipeline.check.speed import is_winner_row
 from pipeline.core.files import write_bytes_atomic
 from pipeline.core.variants import REFERENCE
@@ -33,9 +33,14 @@ BLUE, GREEN, RED, GREY, AMBER = "#5b8def", "#2e7d32", "#c62828", "#9e9e9e", "#f9
 
 
 def write_plots(
-    out_dir: Path, accuracy: Dict | None, speed: Dict | None, winner: Dict | None = None
+    out_dir: Path,
+    accuracy: Dict | None,
+    speed: Dict | None,
+    winner: Dict | None = None,
+    load: Dict | None = None,
 ) -> list[str]:
-    """Write reports/latency.png and reports/accuracy.png under out_dir; skip a plot that has no data.
+    """Write reports/latency.png, reports/accuracy.png and reports/load.png (the server scenario, where it ran)
+    under out_dir; skip a plot that has no data.
 
     Returns the written paths relative to out_dir (e.g. "reports/latency.png").
     """
@@ -49,6 +54,10 @@ def write_plots(
     if acc is not None:
         _save(acc, reports / "accuracy.png")
         written.append("reports/accuracy.png")
+    served = load_figure(load)
+    if served is not None:
+        _save(served, reports / "load.png")
+        written.append("reports/load.png")
     return written
 
 
@@ -258,3 +267,54 @@ def _accuracy_legend() -> list:
             label="threshold",
         ),
     ]
+
+
+# ------------------------------------------------------------------ load
+
+
+def load_figure(load: Dict | None):
+    """The server scenario: per candidate, the p99 of request latency against the rate it completed, one point
+    per LoadGen run (filled where the run met the target), with the target as a line."""
+    rows = [r for r in served_rates(load) if any(p.completed_qps and p.p99_ms for p in r.points)]
+    if not rows:
+        return None
+    fig = _figure(9.0, 4.2, layout="constrained")
+    ax = fig.subplots()
+    colours = [BLUE, GREEN, AMBER, GREY, RED, "#6a1b9a", "#00838f", "#5d4037"]
+    for i, row in enumerate(rows):
+        points = sorted(
+            (p for p in row.points if p.completed_qps and p.p99_ms), key=lambda p: p.completed_qps or 0
+        )
+        colour = colours[i % len(colours)]
+        xs = [p.completed_qps for p in points]
+        ys = [p.p99_ms for p in points]
+        best = f", {row.max_qps:.0f} req/s at target" if row.max_qps else ", target never met"
+        ax.plot(xs, ys, color=colour, linewidth=1, alpha=0.7, label=row.label + best)
+        for p in points:
+            ax.plot(
+                [p.completed_qps],
+                [p.p99_ms],
+                marker="o",
+                markersize=6,
+                color=colour,
+                markerfacecolor=colour if p.met else "white",
+                markeredgecolor=colour,
+            )
+    target = rows[0].p99_target_ms
+    if target:
+        ax.axhline(target, color=RED, linestyle="--", linewidth=1.2, label=f"p99 target {target:g} ms")
+    from matplotlib.ticker import LogLocator, ScalarFormatter
+
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(ScalarFormatter())
+        axis.set_minor_locator(LogLocator(subs=()))
+    ax.set_xlabel("requests per second completed (log)")
+    ax.set_ylabel("p99 latency, ms (log)")
+    ax.set_title("Server scenario (MLPerf LoadGen): filled points met the target", loc="left", fontsize=10)
+    ax.grid(color="#eee")
+    ax.set_axisbelow(True)
+    ax.legend(fontsize=8, frameon=False, loc="upper left")
+    return fig

@@ -23,6 +23,7 @@ from pipeline.stages import (
     fp16,
     int8,
     int8_dynamic,
+    load,
     optimize_onnx,
     select,
     signoff,
@@ -32,7 +33,7 @@ from pipeline.stages import (
 from pipeline.stages.base import Stage, on_lane
 
 BuildFactory = Callable[[Recipe, Path, list[Variant]], list[Stage]]
-CheckFactory = Callable[[Recipe, Path, list[str]], Stage]
+CheckFactory = Callable[[Recipe, Path, list[str]], Stage | None]  # None: not asked for by this recipe
 
 BUILDS: dict[str, BuildFactory] = {
     "export_torchscript": export_torchscript.stages,
@@ -50,6 +51,7 @@ BUILDS: dict[str, BuildFactory] = {
 CHECKS: dict[str, CheckFactory] = {
     "validate": validate.stage,
     "benchmark": benchmark.stage,
+    "load": load.stage,  # only where benchmark.scenarios holds server
     "select": select.stage,
     "signoff": signoff.stage,
 }
@@ -105,7 +107,8 @@ def plan_stages(recipe: Recipe, recipe_dir: Path, overlap: bool | None = None) -
         if _lane_feeds_only_late_stages(laned):
             stages = laned
     artifacts = [v.name for v in variants]
-    return stages + [check(recipe, recipe_dir, artifacts) for check in CHECKS.values()]
+    checks = [check(recipe, recipe_dir, artifacts) for check in CHECKS.values()]
+    return stages + [found for found in checks if found is not None]
 
 
 def _lane_feeds_only_late_stages(stages: list[Stage]) -> bool:

@@ -39,7 +39,7 @@ from pipeline.core.packages import package_version
 from pipeline.core.variants import REFERENCE
 from pipeline.decide.selection import SelectionPolicy, unsettled_contenders
 from pipeline.inputs.specs import DataSpec, ModelSpec, RunnerSettings
-from pipeline.recipe import BenchmarkConfig, Recipe
+from pipeline.recipe import BenchmarkConfig, Recipe, ServerLoad
 from pipeline.runners.base import NotRunnable, Runner
 from pipeline.runners.compiled import release_all
 from pipeline.runners.registry import reference_runners, runners_for, runtime_environment
@@ -64,7 +64,8 @@ class BenchmarkStageConfig(StageConfig):
     @classmethod
     def from_recipe(cls, recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> BenchmarkStageConfig:
         return cls(
-            benchmark=recipe.benchmark,
+            # the server scenario is the load stage's: its settings leave the latency rows fresh
+            benchmark=recipe.benchmark.model_copy(update={"server": ServerLoad()}),
             selection=SelectionPolicy.from_recipe(recipe),
             runners=RunnerSettings.from_recipe(recipe),
             model=ModelSpec.from_recipe(recipe, recipe_dir),
@@ -274,8 +275,9 @@ def _measure_shape(
         else:
             measured |= measure_more(workloads, earlier, policy, on_window=progress)
     every_row = maximized(config.selection.objective.metric)  # the objective needs a figure from every row
+    offline = "offline" in config.benchmark.scenarios  # the throughput run: GPU rows, or every row
     for c in active:
-        if (c.memory is not None or every_row) and measured[c.key].error is None:
+        if offline and (c.memory is not None or every_row) and measured[c.key].error is None:
             try:
                 c.throughput = throughput(
                     c.runner,

@@ -187,6 +187,7 @@ def _run(ctx: RunContext, config: SignoffConfig, inputs: dict[str, ArtifactRecor
         winner,
         table,
         _previous(release.previous),
+        found["report:load"],
     )
     return StageResult(
         outputs=[Output(path, "report") for path in written],

@@ -1,0 +1,62 @@
+"""The requests a load run sends: the recipe's validation samples, one per request, at their own lengths, so the
+load carries the data's real length distribution rather than one benchmark shape.
+
+A batch of requests is what a serving batcher would hand the model: text padded to the longest request in it
+(with the tokenizer's own pad values, on its padding side), other inputs only batched with requests of the same
+shape (as Triton's dynamic batcher does without ragged batching)."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.inputs.data import Dataset
+from pipeline.runners.base import Feeds
+
+
+@dataclass(frozen=True)
+class RequestPool:
+    samples: list[Feeds]  # one request each: batch axis of size 1
+    pad: dict[str, int] | None  # text: each input's pad value (None: samples batch only with equal shapes)
+    pad_left: bool = False
+
+    @classmethod
+    def from_dataset(cls, dataset: Dataset) -> RequestPool:
+        samples = dataset.validation_feeds(batch=1) or dataset.calibration_feeds(batch=1)
+        if not samples:
+            raise ValueError("the recipe's data holds no samples to send as requests")
+        pad = dataset.pad_values()
+        side = getattr(dataset.tokenizer, "padding_side", "right") if pad is not None else "right"
+        return cls(samples, pad, side == "left")
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    @property
+    def batchable(self) -> bool:
+        """Whether any requests can share a batch (text: padded to the longest); else `key` decides."""
+        return self.pad is not None
+
+    def key(self, index: int) -> Hashable:
+        """Requests with the same key can share a batch: those of the same shapes."""
+        return tuple((name, a.shape[1:]) for name, a in sorted(self.samples[index].items()))
+
+    def collate(self, indices: Sequence[int]) -> Feeds:
+        """One batch of these requests, in order (text padded to its longest request)."""
+        chosen = [self.samples[i] for i in indices]
+        if self.pad is None:
+            return {name: np.concatenate([s[name] for s in chosen]) for name in chosen[0]}
+        longest = max(s[name].shape[1] for s in chosen for name in s)
+        out = {}
+        for name in chosen[0]:
+            value = self.pad.get(name, 0)
+            rows = []
+            for s in chosen:
+                missing = longest - s[name].shape[1]
+                width = [(0, 0)] * s[name].ndim
+                width[1] = (missing, 0) if self.pad_left else (0, missing)
+                rows.append(np.pad(s[name], width, constant_values=value) if missing else s[name])
+            out[name] = np.concatenate(rows)
+        return out

@@ -1,0 +1,105 @@
+"""The report's Load section (benchmark.scenarios holds server): for each candidate that ran MLPerf's Server
+scenario, the highest rate it serves within the p99 target, with its interval over repeated LoadGen runs, and
+whether the winner by the objective is also the one that serves the most."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pipeline.check.results import ServedRate, served_rates
+from pipeline.check.speed import fmt_rate, overlap
+from pipeline.report.blocks import Block, Cell, Image, Para, Section, Table, Text
+
+Dict = Mapping[str, Any]
+
+
+def load_section(load: Dict | None, winner: Dict | None, image: str | None) -> Section:
+    rows = served_rates(load)
+    if not rows:
+        return Section("Load", [])
+    conditions = (load or {}).get("conditions") or {}
+    target = conditions.get("p99_ms")
+    blocks: list[Block] = [
+        Para(
+            f"MLPerf LoadGen's Server scenario: the recipe's {conditions.get('requests', '?')} validation samples "
+            f"arrive at random (Poisson) times, each candidate behind a dynamic batcher (batches of at most "
+            f"{conditions.get('max_batch', '?')}, holding a request at most {conditions.get('max_queue_delay_ms', '?')} "
+            f"ms for a fuller batch), in {conditions.get('run_s', '?')} s runs. A request's latency runs from its "
+            "arrival to its answer: queueing, the wait for a batch, padding, copies and inference. The rate is the "
+            f"highest whose p99 stayed within {target} ms, searched run by run, then run again for its 95% interval."
+        ),
+        Table(
+            [
+                "artifact",
+                "runtime",
+                "io",
+                f"requests/s at p99 ≤ {target} ms",
+                "95% interval",
+                "held",
+                "LoadGen",
+                "note",
+            ],
+            [_cells(row) for row in rows],
+            ["bad" if row.max_qps is None else "" for row in rows],
+        ),
+    ]
+    sentence = _winner_sentence(rows, winner)
+    if sentence:
+        blocks.append(Para(sentence, strong=True))
+    blocks.append(
+        Para(
+            "LoadGen's own verdict (VALID/INVALID) is kept with each candidate's logs under reports/loadgen/: short "
+            "runs are usually INVALID by MLPerf's early-stopping rule, which needs hundreds of requests to bound "
+            "the p99; the rate above is judged on the measured p99 itself.",
+            tone="note",
+        )
+    )
+    if image:
+        blocks.append(
+            Image(image, "Server scenario: p99 latency against requests per second, with the target")
+        )
+    return Section("Load", blocks)
+
+
+def _cells(row: ServedRate) -> list[Text]:
+    note = row.error or row.missed or ""
+    held = f"{row.held}/{row.repeats}" if row.repeats else "—"
+    span = f"{fmt_rate(row.ci95[0])}–{fmt_rate(row.ci95[1])}" if row.ci95 else "—"
+    figure: Text = fmt_rate(row.max_qps) if row.max_qps is not None else Cell("none met", "bad")
+    return [row.artifact, row.runtime, row.io, figure, span, held, row.loadgen_result or "—", note]
+
+
+def _winner_sentence(rows: list[ServedRate], winner: Dict | None) -> str | None:
+    """One sentence: whether the winner by the objective also serves the most within the target."""
+    serving = [r for r in rows if r.max_qps is not None]
+    if not serving:
+        return "No candidate met the p99 target at any rate tried: the notes say by how much each missed."
+    best = max(serving, key=lambda r: r.max_qps or 0.0)
+    if not winner:
+        return f"{best.label} serves the most within the target: {fmt_rate(best.max_qps)} requests/s."
+    mine = next(
+        (
+            r
+            for r in rows
+            if (r.artifact, r.runtime, r.io)
+            == (winner.get("artifact"), winner.get("runtime"), winner.get("io"))
+        ),
+        None,
+    )
+    if mine is best:
+        return f"The winner, {best.label}, also serves the most within the target: {fmt_rate(best.max_qps)} requests/s."
+    if mine is not None and mine.max_qps is not None and overlap(mine.ci95, best.ci95):
+        return (
+            f"The winner, {mine.label}, serves {fmt_rate(mine.max_qps)} requests/s within the target, within noise "
+            f"of the most ({best.label}, {fmt_rate(best.max_qps)}; 95% intervals overlap)."
+        )
+    theirs = (
+        f"{fmt_rate(mine.max_qps)} requests/s"
+        if mine and mine.max_qps is not None
+        else "no rate within the target"
+    )
+    return (
+        f"The winner by the objective, {winner.get('artifact')} ({winner.get('runtime')}), serves {theirs}; "
+        f"{best.label} serves the most under load: {fmt_rate(best.max_qps)} requests/s."
+    )

@@ -1,0 +1,145 @@
+"""Production load as a user asks for it: `benchmark.scenarios: [single_stream, offline, server]` on the tiny
+recipe, deployed through the CLI; MLPerf LoadGen drives the best candidates and the sign-off shows what they serve
+within the p99 target; then `serve` puts the winner behind a real Triton server. Short runs: the rates are
+measurements, never asserted."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pipeline.check.results import served_rates
+from tests.integration.test_deploy_cli import ROOT, TINY, cli
+
+SERVER = [
+    "--set",
+    "benchmark.scenarios=[single_stream, offline, server]",
+    "--set",
+    "benchmark.server.run_s=0.3",
+    "--set",
+    "benchmark.server.runs=3",
+    "--set",
+    "benchmark.server.repeats=1",
+    "--set",
+    "benchmark.server.p99_ms=50",
+]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("load")
+    result = cli("deploy", str(TINY), *SERVER, root=root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "server scenario: onnx-fp32 (onnxruntime-cpu) at p99 ≤ 50 ms" in result.stdout
+    return root / "tiny" / "v0001"
+
+
+def test_each_candidate_has_loadgen_backed_rows(served: Path) -> None:
+    report = json.loads((served / "reports/load.json").read_text())
+    assert report["scenario"] == "server" and report["conditions"]["p99_ms"] == 50
+    rows = served_rates(report)
+    # the best of the two artifacts by the objective, plus the throughput leader (one of them here)
+    assert {r.artifact for r in rows} == {"onnx-fp32", "torchscript-fp32"}
+    for raw, row in zip(report["results"], rows, strict=True):
+        assert raw["runs"], raw
+        assert all(run["queries"] > 0 and run["p99_ms"] > 0 for run in raw["runs"])
+        assert (row.max_qps is None) == (row.missed is not None or row.error is not None)
+        logs = served / raw["loadgen_logs"]
+        summary = (logs / "mlperf_log_summary.txt").read_text()
+        assert f"Result is : {raw['loadgen_result']}" in summary and "Scenario : Server" in summary
+
+
+def test_the_signoff_shows_the_load_and_the_manifest_lists_its_files(served: Path) -> None:
+    signoff = (served / "reports/signoff.md").read_text()
+    assert "## Load" in signoff and "requests/s at p99 ≤ 50" in signoff and "(load.png)" in signoff
+    assert (served / "reports/load.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    manifest = json.loads((served / "manifest.json").read_text())
+    listed = {entry["path"] for entry in manifest["files"]}
+    assert {"reports/load.json", "reports/load.png"} <= listed
+    assert any(path.endswith("mlperf_log_summary.txt") for path in listed)
+
+
+def test_a_recipe_without_single_stream_is_refused_where_it_says_so(tmp_path: Path) -> None:
+    result = cli("deploy", str(TINY), "--set", "benchmark.scenarios=[server]", root=tmp_path)
+    assert result.returncode == 2
+    assert "benchmark.scenarios: must hold single_stream" in result.stderr
+
+
+def _triton_pids() -> set[int]:
+    """The Triton server processes a `serve` started (their binaries live in its scratch folder)."""
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return {int(line.split()[0]) for line in out.splitlines()[1:] if "pipeline-triton-" in line}
+
+
+def test_serve_answers_http_with_the_winners_outputs_and_stops_clean(served: Path) -> None:
+    """A real Triton server (PyTriton) started by the test: its HTTP answer equals the winner run in-process,
+    and SIGTERM stops it and every process it started, exit 0."""
+    import numpy as np
+    import onnxruntime
+    import tritonclient.http as http
+
+    root = served.parents[1]
+    before = _triton_pids()
+    command = [sys.executable, "-m", "pipeline", "serve", str(TINY), "--set", f"output.root={root}"]
+    command += ["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]
+    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = server.stdout.readline()
+            lines.append(line)
+            if line.startswith("ready:") or not line:
+                break
+        assert lines[-1].startswith("ready:"), "".join(lines)
+        port = int(lines[-1].split("http://127.0.0.1:")[1].split()[0])
+        winner = json.loads((served / "winner.json").read_text())
+        assert f"serving tiny v0001: {winner['artifact']} on {winner['runtime']}" in "".join(lines)
+        feeds = {
+            "input_ids": np.array([[5, 17, 300, 42, 9, 11]], np.int64),
+            "attention_mask": np.ones((1, 6), np.int64),
+        }
+        client = http.InferenceServerClient(f"127.0.0.1:{port}")
+        inputs = []
+        for name, array in feeds.items():
+            tensor = http.InferInput(name, list(array.shape), "INT64")
+            tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
+        answer = client.infer("tiny", inputs)
+        session = onnxruntime.InferenceSession(
+            str(served / winner["file"]), providers=["CPUExecutionProvider"]
+        )
+        expected = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
+        for name, array in expected.items():
+            np.testing.assert_allclose(answer.as_numpy(name), array, rtol=1e-5, atol=1e-6)
+        started = _triton_pids() - before
+        assert started, "no Triton server process seen"
+        server.send_signal(signal.SIGTERM)
+        rest, _ = server.communicate(timeout=60)
+        assert server.returncode == 0, rest
+        assert "stopping the server" in rest
+        time.sleep(1)
+        assert not (_triton_pids() & started), "a Triton process outlived serve"
+    finally:
+        if server.poll() is None:
+            server.kill()
+
+
+def test_serve_refuses_a_port_in_use(served: Path) -> None:
+    root = served.parents[1]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = cli(
+            "serve", str(TINY), "--http-port", str(port), "--set", f"output.root={root}", timeout=120
+        )
+    assert result.returncode == 2
+    assert f"serve: the HTTP port {port} on 127.0.0.1 is in use" in result.stderr
