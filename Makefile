@@ -34,7 +34,7 @@ validate:
 # Two pytest workers, a test file each at a time (module fixtures deploy once): most tests wait on deploys in
 # child processes; the zoo runs two of its deploys at a time.
 test:
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not gpu" tests
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not gpu" --durations=15 tests
 
 # The unit tests and one deploy of the tiny recipe: a few minutes, for the daily loop.
 test-quick:
