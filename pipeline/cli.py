@@ -113,7 +113,7 @@ def _serve(args: argparse.Namespace, console: Console) -> Result:
     loaded = _load(args)
     ports = (args.http_port, args.grpc_port, args.metrics_port)
     say = lambda line: console.print(line, highlight=False, soft_wrap=True)  # noqa: E731
-    return serve(loaded.recipe, loaded.path.parent, args.version, ports, say), None
+    return serve(loaded.recipe, args.version, ports, say), None
 
 
 def _verify(args: argparse.Namespace, console: Console) -> Result:

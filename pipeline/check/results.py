@@ -152,12 +152,12 @@ def artifact_entry(results: list[ArtifactAccuracy]) -> AccuracyEntry:
     }
 
 
-def _number(found: Any) -> float | None:
+def as_number(found: Any) -> float | None:
     """A JSON figure as a float (NaN kept: a check can measure NaN); None when absent or not a number."""
     return float(found) if isinstance(found, int | float) and not isinstance(found, bool) else None
 
 
-def _text(found: Any) -> str | None:
+def as_text(found: Any) -> str | None:
     return None if found is None else str(found)
 
 
@@ -176,11 +176,11 @@ class Throughput:
         if not isinstance(found, Mapping):
             return None
         return cls(
-            sequences_per_s=_number(found.get(THROUGHPUT)),
+            sequences_per_s=as_number(found.get(THROUGHPUT)),
             ci95=as_interval(found.get("ci95")),
             stable=bool(found.get("stable", True)),
-            unstable_reason=_text(found.get("unstable_reason")),
-            error=_text(found.get("error")),
+            unstable_reason=as_text(found.get("unstable_reason")),
+            error=as_text(found.get("error")),
         )
 
 
@@ -221,17 +221,17 @@ class Timing:
             cuda_graph=bool(row.get("cuda_graph")),
             batch=batch if isinstance(batch, int) else None,
             shapes=dict(row.get("shapes") or {}),
-            precision=_text(row.get("precision")),
+            precision=as_text(row.get("precision")),
             recorded_sequence=sequence if isinstance(sequence, int) else None,
-            latency_ms={k: f for k in LATENCY_KEYS if (f := _number(row.get(k))) is not None},
+            latency_ms={k: f for k in LATENCY_KEYS if (f := as_number(row.get(k))) is not None},
             ci95_ms=ci95,
-            cv=_number(row.get("cv")),
+            cv=as_number(row.get("cv")),
             n=n if isinstance(n, int) else None,
             stable=bool(row.get("stable", True)),
-            unstable_reason=_text(row.get("unstable_reason")),
-            stop_reason=_text(row.get("stop_reason")),
+            unstable_reason=as_text(row.get("unstable_reason")),
+            stop_reason=as_text(row.get("stop_reason")),
             throughput=Throughput.read(row.get("throughput")),
-            peak_memory_bytes=_number((row.get("peak_memory") or {}).get("bytes")),
+            peak_memory_bytes=as_number((row.get("peak_memory") or {}).get("bytes")),
         )
 
     @property
@@ -327,14 +327,14 @@ class CheckRecord:
     def read(cls, check: Row) -> CheckRecord:
         return cls(
             metric=str(check.get("metric")),
-            value=_number(check.get("value")),
-            threshold=_number(check.get("threshold")),
+            value=as_number(check.get("value")),
+            threshold=as_number(check.get("threshold")),
             passed=bool(check.get("passed")),
             informational=bool(check.get("informational")),
-            output=_text(check.get("output")),
-            inputs=_text(check.get("inputs")),
-            runtime=_text(check.get("runtime")),
-            reason=_text(check.get("reason")),
+            output=as_text(check.get("output")),
+            inputs=as_text(check.get("inputs")),
+            runtime=as_text(check.get("runtime")),
+            reason=as_text(check.get("reason")),
         )
 
     @property
@@ -374,12 +374,12 @@ class AccuracyRecord:
     @classmethod
     def read(cls, name: str, entry: Row) -> AccuracyRecord:
         checks = tuple(CheckRecord.read(c) for c in entry.get("checks") or [])
-        precision = _text(entry.get("precision"))
+        precision = as_text(entry.get("precision"))
         runtimes = {
             runtime: Verdict(
                 runtime=runtime,
                 passed=bool(record.get("passed")),
-                reason=_text(record.get("reason")),
+                reason=as_text(record.get("reason")),
                 precision=precision,
                 checks=tuple(c for c in checks if (c.runtime or runtime) == runtime),
                 divergence=record.get("divergence")
@@ -391,9 +391,9 @@ class AccuracyRecord:
         return cls(
             name=name,
             passed=bool(entry.get("passed")),
-            reason=_text(entry.get("reason")),
+            reason=as_text(entry.get("reason")),
             precision=precision,
-            runtime=_text(entry.get("runtime")),
+            runtime=as_text(entry.get("runtime")),
             checks=checks,
             runtimes=runtimes,
         )
@@ -423,77 +423,6 @@ def records(accuracy: Row | None) -> dict[str, AccuracyRecord]:
     """accuracy.json's entries by artifact, in its order (none for a missing report)."""
     entries = (accuracy or {}).get("artifacts") or {}
     return {name: AccuracyRecord.read(name, entry) for name, entry in entries.items()}
-
-
-@dataclass(frozen=True)
-class LoadPoint:
-    """One LoadGen run of the server scenario: the rate asked for, the rate completed, and its p99."""
-
-    target_qps: float
-    completed_qps: float | None
-    p99_ms: float | None
-    met: bool  # issued in full, no error, p99 within the target
-
-
-@dataclass(frozen=True)
-class ServedRate:
-    """One candidate's row of reports/load.json: the highest rate it serves within the p99 target."""
-
-    artifact: str
-    runtime: str
-    io: str
-    p99_target_ms: float | None
-    max_qps: float | None
-    ci95: Interval | None
-    held: int | None  # repeats at that rate that held the target, of `repeats`
-    repeats: int | None
-    missed: str | None  # by how much it missed, when no rate met the target
-    error: str | None
-    loadgen_result: str | None  # VALID / INVALID of the run whose logs are kept
-    points: tuple[LoadPoint, ...] = ()
-
-    @classmethod
-    def read(cls, row: Row) -> ServedRate:
-        target = _number(row.get("p99_target_ms"))
-        points = tuple(
-            LoadPoint(
-                target_qps=_number(run.get("target_qps")) or 0.0,
-                completed_qps=_number(run.get("completed_qps")),
-                p99_ms=_number(run.get("p99_ms")),
-                met=bool(
-                    run.get("duration_met")
-                    and not run.get("error")
-                    and target is not None
-                    and (_number(run.get("p99_ms")) or math.inf) <= target
-                ),
-            )
-            for run in [*(row.get("runs") or []), *(row.get("repeats") or [])]
-        )
-        served = row.get("served") or {}
-        return cls(
-            artifact=str(row.get("artifact")),
-            runtime=str(row.get("runtime")),
-            io=str(row.get("io") or "host"),
-            p99_target_ms=target,
-            max_qps=_number(row.get("max_qps")),
-            ci95=as_interval(row.get("ci95")),
-            held=served.get("held"),
-            repeats=served.get("of"),
-            missed=_text(row.get("missed")),
-            error=_text(row.get("error")),
-            loadgen_result=_text(row.get("loadgen_result")),
-            points=points,
-        )
-
-    @property
-    def label(self) -> str:
-        io = "" if self.io == "host" else f", {self.io} I/O"
-        return f"{self.artifact} ({self.runtime}{io})"
-
-
-def served_rates(load: Row | None) -> list[ServedRate]:
-    """load.json's rows, in its order (none for a missing report)."""
-    return [ServedRate.read(row) for row in (load or {}).get("results") or []]
 
 
 REPORTS = {  # declared name -> the file its stage writes

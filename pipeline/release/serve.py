@@ -29,7 +29,7 @@ from pipeline.core.artifacts import ArtifactRecord
 from pipeline.core.errors import PipelineError
 from pipeline.core.packages import installed
 from pipeline.core.stored import read_stored
-from pipeline.inputs.specs import DataSpec, RunnerSettings
+from pipeline.inputs.specs import RunnerSettings
 from pipeline.recipe import Recipe
 from pipeline.release.store import Store
 from pipeline.runners.base import NotRunnable, Runner
@@ -101,6 +101,7 @@ def winner_runner(recipe: Recipe, folder: Path) -> Served:
 def free_port(wanted: int | None, what: str) -> int:
     """`wanted` when it is free on localhost (0 or None: any free port); a port in use is refused."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: TIME_WAIT is free
         try:
             probe.bind((HOST, wanted or 0))
         except OSError as exc:
@@ -122,35 +123,85 @@ def _python_backend_env() -> None:
 
 
 def serve(
-    recipe: Recipe,
-    recipe_dir: Path,
+    store_recipe: Recipe,
     version: str,
     ports: tuple[int | None, int | None, int | None],
     say: Callable[[str], None],
     stop: threading.Event | None = None,
 ) -> int:
-    """Serve until Ctrl-C, SIGTERM or `stop` is set; returns 0 once the server and its processes are gone."""
+    """Serve until Ctrl-C, SIGTERM or `stop` is set; returns 0 once the server and its processes are gone.
+    `store_recipe` names the store; the version's own resolved recipe (its recipe.yaml) says how it runs, so a
+    recipe edited since does not change what an old version serves."""
     if not installed("pytriton"):
         raise PipelineError("serve: PyTriton is not installed (pip install 'deploy-pipeline[serve]')")
-    folder = version_folder(recipe, version)
+    folder = version_folder(store_recipe, version)
     chosen = Ports(free_port(ports[0], "HTTP"), free_port(ports[1], "gRPC"), free_port(ports[2], "metrics"))
+    from pipeline.recipe.loader import load
+
+    recipe = load(folder / "recipe.yaml").recipe
     served = winner_runner(recipe, folder)
-    from pipeline.inputs.data import Dataset
-
-    spec = DataSpec.from_recipe(recipe, recipe_dir)
-    tokenizer, config = None, None
-    if spec.model is not None:  # text: the model's tokenizer makes the sample
-        from pipeline.inputs.models import load_model
-
-        loaded = load_model(spec.model)
-        tokenizer, config = loaded.tokenizer, loaded.config
-    sample = Dataset(spec, tokenizer, config).validation_feeds(batch=1)[0]
+    sample = signature_sample(recipe)
     served.runner.activate()
     try:
         outputs = served.runner.infer(sample)  # the output signature, and the first call out of the way
         return _run_triton(recipe, served, sample, outputs, chosen, say, stop)
     finally:
         served.runner.deactivate()
+
+
+def signature_sample(recipe: Recipe) -> dict[str, np.ndarray]:
+    """One request at the dims' opt (batch 1), all ones: a valid token id and mask for text models, and a shape
+    for the rest. It only tells the outputs' names, types and ranks."""
+    from pipeline.inputs.data import NUMPY_DTYPES
+
+    dims = {name: r.opt for name, r in recipe.dims.items()}
+    dims[recipe.benchmark.batch_dim] = 1
+    return {
+        spec.name: np.ones(
+            [dims[d] if isinstance(d, str) else d for d in spec.shape], NUMPY_DTYPES[spec.dtype]
+        )
+        for spec in recipe.inputs
+    }
+
+
+def _bind(triton: Any, recipe: Recipe, runner: Runner, sample: dict, outputs: dict) -> int:
+    """The model on the server, named after the recipe with its tensor names; returns the largest batch (0:
+    the model has no batch dim, and each request runs on its own)."""
+    from pytriton.decorators import batch
+    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+
+    batch_dim = recipe.benchmark.batch_dim
+    batched = all(spec.shape and spec.shape[0] == batch_dim for spec in recipe.inputs)
+    dims = recipe.dims.get(batch_dim)
+    server = recipe.benchmark.server
+    largest = server.max_batch or max(recipe.benchmark.batch_sizes)
+    max_batch = min(largest, dims.max) if batched and dims is not None else 0
+    names = list(sample)
+
+    def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        found = runner.infer({name: feeds[name] for name in names})
+        return {name: np.ascontiguousarray(found[name]) for name in outputs}
+
+    def each(requests: list[Any]) -> list[dict[str, np.ndarray]]:
+        return [run(request) for request in requests]
+
+    def tensor(name: str, array: np.ndarray) -> Any:
+        shape = array.shape[1:] if batched else array.shape
+        return Tensor(name=name, dtype=array.dtype, shape=tuple(-1 for _ in shape))
+
+    triton.bind(
+        model_name=recipe.name,
+        infer_func=batch(lambda **feeds: run(feeds)) if batched else each,
+        inputs=[tensor(n, a) for n, a in sample.items()],
+        outputs=[tensor(n, a) for n, a in outputs.items()],
+        config=ModelConfig(
+            batching=max_batch > 0,
+            max_batch_size=max_batch,
+            batcher=DynamicBatcher(max_queue_delay_microseconds=round(server.max_queue_delay_ms * 1000)),
+        ),
+        strict=True,
+    )
+    return max_batch
 
 
 def _run_triton(
@@ -162,29 +213,11 @@ def _run_triton(
     say: Callable[[str], None],
     stop: threading.Event | None,
 ) -> int:
-    from pytriton.decorators import batch
-    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
     from pytriton.triton import Triton, TritonConfig
 
     _python_backend_env()
-    batch_dim = recipe.benchmark.batch_dim
-    batched = any(spec.shape and spec.shape[0] == batch_dim for spec in recipe.inputs)
-    dims = recipe.dims.get(batch_dim)
-    server = recipe.benchmark.server
-    largest = server.max_batch or max(recipe.benchmark.batch_sizes)
-    max_batch = min(largest, dims.max) if batched and dims is not None else 0
-    runner, names = served.runner, list(sample)
-
-    def tensor(name: str, array: np.ndarray) -> Any:
-        shape = tuple(-1 for _ in array.shape[1:]) if batched else tuple(-1 for _ in array.shape)
-        return Tensor(name=name, dtype=array.dtype, shape=shape)
-
-    @batch
-    def infer(**feeds: np.ndarray) -> dict[str, np.ndarray]:
-        found = runner.infer({name: feeds[name] for name in names})
-        return {name: np.ascontiguousarray(found[name]) for name in outputs}
-
     scratch = Path(tempfile.mkdtemp(prefix="pipeline-triton-"))  # the server's log; its workspace inside
+    log = scratch / "tritonserver.log"
     config = TritonConfig(
         http_address=HOST,
         http_port=ports.http,
@@ -192,31 +225,22 @@ def _run_triton(
         grpc_port=ports.grpc,
         metrics_address=HOST,
         metrics_port=ports.metrics,
-        log_file=scratch / "tritonserver.log",
+        log_file=log,
         log_verbose=0,
         exit_timeout_secs=10,
     )
     stopping = stop or threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stopping.set()) if main else None
     triton = Triton(config=config, workspace=scratch / "workspace")
+    died = False
     try:
-        triton.bind(
-            model_name=recipe.name,
-            infer_func=infer,
-            inputs=[tensor(n, a) for n, a in sample.items()],
-            outputs=[tensor(n, a) for n, a in outputs.items()],
-            config=ModelConfig(
-                batching=max_batch > 0,
-                max_batch_size=max_batch,
-                batcher=DynamicBatcher(max_queue_delay_microseconds=round(server.max_queue_delay_ms * 1000)),
-            ),
-            strict=True,
-        )
+        max_batch = _bind(triton, recipe, served.runner, sample, outputs)
         triton.run()
         winner = served.winner
         say(
             f"serving {recipe.name} {served.folder.name}: {winner['artifact']} on {winner['runtime']} "
-            f"(max batch {max_batch}, queue delay {server.max_queue_delay_ms:g} ms)"
+            f"(max batch {max_batch}, queue delay {recipe.benchmark.server.max_queue_delay_ms:g} ms)"
         )
         say(
             f"ready: http://{HOST}:{ports.http} (HTTP) · {HOST}:{ports.grpc} (gRPC) · "
@@ -225,16 +249,16 @@ def _run_triton(
         try:
             while not stopping.wait(0.2):
                 if not triton.is_alive():
-                    raise PipelineError(
-                        f"serve: the Triton server stopped on its own (its log: {config.log_file})"
-                    )
+                    died = True
+                    raise PipelineError(f"serve: the Triton server stopped on its own (its log: {log})")
         except KeyboardInterrupt:
             pass
         say("stopping the server")
-        triton.stop()
-        shutil.rmtree(scratch, ignore_errors=True)  # kept when the server failed: its log says why
         return 0
     finally:
         triton.stop()
-        signal.signal(signal.SIGTERM, previous)
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+        if not died:  # a server that died keeps its log, which the error names
+            shutil.rmtree(scratch, ignore_errors=True)
         sys.stdout.flush()

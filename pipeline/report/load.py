@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.check.results import ServedRate, served_rates
+from pipeline.check.served import ServedRate, served_rates
 from pipeline.check.speed import fmt_rate, overlap
 from pipeline.report.blocks import Block, Cell, Image, Para, Section, Table, Text
 
@@ -19,7 +19,7 @@ def load_section(load: Dict | None, winner: Dict | None, image: str | None) -> S
     if not rows:
         return Section("Load", [])
     conditions = (load or {}).get("conditions") or {}
-    target = conditions.get("p99_ms")
+    target = float(conditions.get("p99_ms") or 0)
     blocks: list[Block] = [
         Para(
             f"MLPerf LoadGen's Server scenario: the recipe's {conditions.get('requests', '?')} validation samples "
@@ -66,7 +66,8 @@ def _cells(row: ServedRate) -> list[Text]:
     note = row.error or row.missed or ""
     held = f"{row.held}/{row.repeats}" if row.repeats else "—"
     span = f"{fmt_rate(row.ci95[0])}–{fmt_rate(row.ci95[1])}" if row.ci95 else "—"
-    figure: Text = fmt_rate(row.max_qps) if row.max_qps is not None else Cell("none met", "bad")
+    shown = ("≥ " if row.bounded else "") + fmt_rate(row.max_qps)
+    figure: Text = shown if row.max_qps is not None else Cell("none met", "bad")
     return [row.artifact, row.runtime, row.io, figure, span, held, row.loadgen_result or "—", note]
 
 
@@ -74,7 +75,7 @@ def _winner_sentence(rows: list[ServedRate], winner: Dict | None) -> str | None:
     """One sentence: whether the winner by the objective also serves the most within the target."""
     serving = [r for r in rows if r.max_qps is not None]
     if not serving:
-        return "No candidate met the p99 target at any rate tried: the notes say by how much each missed."
+        return "No candidate held the p99 target at any rate tried: the notes say why, for each."
     best = max(serving, key=lambda r: r.max_qps or 0.0)
     if not winner:
         return f"{best.label} serves the most within the target: {fmt_rate(best.max_qps)} requests/s."

@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from pipeline.check.results import served_rates
+from pipeline.check.served import served_rates
 from pipeline.check.speed import figure_text, fmt_rate
 from pipeline.core.errors import Interrupted, PipelineError
 from pipeline.core.files import sha256_file, storage_failure
@@ -315,7 +315,9 @@ def _print_summary(
         )
     for row in served_rates(values.get("report:load")):
         figure = (
-            f"{fmt_rate(row.max_qps)} requests/s" if row.max_qps is not None else (row.error or row.missed)
+            f"{'≥ ' if row.bounded else ''}{fmt_rate(row.max_qps)} requests/s"
+            if row.max_qps is not None
+            else (row.error or row.missed)
         )
         target_ms = f" at p99 ≤ {row.p99_target_ms:g} ms" if row.p99_target_ms else ""
         console.print(escape(f"server scenario: {row.label}{target_ms}: {figure}"), highlight=False)

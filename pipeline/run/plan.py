@@ -51,8 +51,8 @@ BUILDS: dict[str, BuildFactory] = {
 CHECKS: dict[str, CheckFactory] = {
     "validate": validate.stage,
     "benchmark": benchmark.stage,
-    "load": load.stage,  # only where benchmark.scenarios holds server
     "select": select.stage,
+    "load": load.stage,  # only where benchmark.scenarios holds server; after select: the winner is a candidate
     "signoff": signoff.stage,
 }
 

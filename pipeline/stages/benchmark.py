@@ -64,8 +64,7 @@ class BenchmarkStageConfig(StageConfig):
     @classmethod
     def from_recipe(cls, recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> BenchmarkStageConfig:
         return cls(
-            # the server scenario is the load stage's: its settings leave the latency rows fresh
-            benchmark=recipe.benchmark.model_copy(update={"server": ServerLoad()}),
+            benchmark=_measured_here(recipe.benchmark),
             selection=SelectionPolicy.from_recipe(recipe),
             runners=RunnerSettings.from_recipe(recipe),
             model=ModelSpec.from_recipe(recipe, recipe_dir),
@@ -73,6 +72,13 @@ class BenchmarkStageConfig(StageConfig):
             gpu_only=hosts.gpu_only_variants(recipe),
             artifacts=list(artifacts),
         )
+
+
+def _measured_here(bench: BenchmarkConfig) -> BenchmarkConfig:
+    """The benchmark settings this stage measures by: the server scenario is the load stage's, so asking for it
+    or changing its settings leaves the latency rows fresh."""
+    scenarios = [s for s in bench.scenarios if s != "server"]
+    return bench.model_copy(update={"server": ServerLoad(), "scenarios": scenarios})
 
 
 Key = tuple[str, str, str]  # (artifact, runtime, io)

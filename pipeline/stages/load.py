@@ -1,14 +1,16 @@
-"""The load stage (benchmark.scenarios holds `server`): MLPerf's Server scenario for the best few candidates,
-driven by LoadGen (pipeline/bench/load/). Each candidate serves the recipe's validation samples, arriving at
-random (Poisson) times, through a dynamic batcher, and the highest rate whose p99 meets `benchmark.server.p99_ms`
-is searched for and run again for its interval. Writes reports/load.json, and per candidate LoadGen's own summary
-and detail logs of its last run at that rate under reports/loadgen/.
+"""The load stage (benchmark.scenarios holds `server`): MLPerf's Server scenario for the winner and the best few
+candidates, driven by LoadGen (pipeline/bench/load/). Each candidate serves the recipe's validation samples,
+arriving at random (Poisson) times, through a dynamic batcher, and the highest rate whose p99 meets
+`benchmark.server.p99_ms` is searched for and confirmed. Writes reports/load.json, and per candidate LoadGen's own
+summary and detail logs of its last confirming run under reports/loadgen/.
 
-Which candidates: the best `benchmark.server.candidates` by the objective (one row per artifact, as selection
-ranks them: passed validation on that runtime), plus the throughput leader (the highest sequences/s of any
-passing row, else the highest batch/p50). A candidate whose model fails under load gets a row with the error; a
-LoadGen run that never returns ends the stage's runs with that error (LoadGen cannot start again in this
-process)."""
+Which candidates: the winner, the best `benchmark.server.candidates` by single-stream latency (p50 at the
+objective's batch, as selection filters rows: passed validation on that runtime, within its constraints), and the
+throughput leader (the highest sequences/s of those rows at any batch, else the highest batch/p50). A server hands
+its model host arrays, so each runs on its runtime's host-I/O runner; a CUDA-graph runtime is replaced by the same
+artifact's runtime without graphs (graphs are captured per shape, and requests come in every shape), and the row
+says so. A candidate whose model fails under load gets a row with the error; a LoadGen run that never returns
+ends the stage's runs (LoadGen cannot start again in this process)."""
 
 from __future__ import annotations
 
@@ -18,17 +20,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.bench.load.loadgen_run import DETAIL, SUMMARY, LoadGenStuck, ServerRun, server_run
+from pipeline.bench.load.loadgen_run import DETAIL, SUMMARY, LoadGenStuck, RunSettings, ServerRun, server_run
 from pipeline.bench.load.requests import RequestPool
 from pipeline.bench.load.search import search
 from pipeline.bench.rows import one_line
-from pipeline.check.results import REPORTS, Timing, records, timings
+from pipeline.check.results import REPORTS, Row, Timing, records, timings
 from pipeline.check.speed import THROUGHPUT
 from pipeline.core.artifacts import ArtifactRecord
 from pipeline.core.files import write_report
-from pipeline.decide.selection import SelectionPolicy, candidates
+from pipeline.decide.selection import SelectionPolicy, candidates, objective_rows
 from pipeline.inputs.specs import DataSpec, RunnerSettings
-from pipeline.recipe import Recipe, ServerLoad
+from pipeline.recipe import Objective, Recipe, ServerLoad
 from pipeline.runners.base import NotRunnable, Runner
 from pipeline.runners.registry import runners_for
 from pipeline.stages.base import ALONE, Output, RunContext, Stage, StageConfig, StageResult
@@ -50,10 +52,10 @@ class LoadStageConfig(StageConfig):
     def from_recipe(cls, recipe: Recipe, recipe_dir: Path) -> LoadStageConfig:
         bench = recipe.benchmark
         batch = recipe.dims.get(bench.batch_dim)
-        largest = max(bench.batch_sizes) if batch is not None else 1
+        largest = bench.server.max_batch or max(bench.batch_sizes)
         return cls(
             server=bench.server,
-            max_batch=min(bench.server.max_batch or largest, batch.max if batch is not None else 1),
+            max_batch=min(largest, batch.max) if batch is not None else 1,
             selection=SelectionPolicy.from_recipe(recipe),
             runners=RunnerSettings.from_recipe(recipe),
             data=DataSpec.from_recipe(recipe, recipe_dir),
@@ -61,6 +63,8 @@ class LoadStageConfig(StageConfig):
 
 
 def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage | None:
+    """Only where the recipe asks for the server scenario; after selection, so that the winner is among the
+    candidates."""
     if "server" not in recipe.benchmark.scenarios:
         return None
     return Stage(
@@ -68,7 +72,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage | Non
         version=1,  # CHANGELOG.md, "Stage versions"
         config=LoadStageConfig.from_recipe(recipe, recipe_dir),
         run=run,
-        consumes=("report:speed", "report:accuracy"),
+        consumes=("report:speed", "report:accuracy", "report:selection"),
         consumes_any=tuple(artifacts),
         produces=("report:load",),
         volatile=True,
@@ -76,18 +80,57 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage | Non
     )
 
 
-def pick(policy: SelectionPolicy, speed: Any, accuracy: Any, count: int) -> list[Timing]:
-    """The best `count` candidates by the objective, then the throughput leader if it is not among them."""
-    ranked = candidates(policy, speed, accuracy)
-    chosen = ranked[:count]
-    entries = records(accuracy)
-    passing = [
-        r for r in timings(speed) if r.artifact in entries and entries[r.artifact].passed_on(r.runtime)
-    ]
-    leader = max(passing, key=_rate, default=None)
-    if leader is not None and (leader.artifact, leader.runtime, leader.io) not in {_key(r) for r in chosen}:
+def pick(policy: SelectionPolicy, speed: Row, accuracy: Row, winner: Row | None, count: int) -> list[Timing]:
+    """The winner's row, the best `count` by single-stream latency, then the throughput leader: one row per
+    (artifact, runtime), on a runtime without CUDA graphs."""
+    latency = policy.model_copy(update={"objective": Objective(batch=policy.objective.batch)})
+    ranked = [_without_graphs(r, speed, accuracy) for r in candidates(latency, speed, accuracy)]
+    chosen = [r for r in ranked if r is not None][:count]
+    if winner:
+        mine = next(
+            (r for r in candidates(policy, speed, accuracy) if r.artifact == winner.get("artifact")), None
+        )
+        found = _without_graphs(mine, speed, accuracy) if mine is not None else None
+        if found is not None:
+            chosen.insert(0, found)
+    anywhere = policy.model_copy(
+        update={"objective": Objective(batch=policy.objective.batch, metric="p50_ms")}
+    )
+    rows = [r for r in _all_batches(anywhere, speed, accuracy) if not r.cuda_graph]
+    leader = max(rows, key=_rate, default=None)
+    if leader is not None:
         chosen.append(leader)
-    return chosen
+    unique: dict[tuple[str, str], Timing] = {}
+    for row in chosen:
+        unique.setdefault((row.artifact, row.runtime), row)
+    return list(unique.values())
+
+
+def _all_batches(policy: SelectionPolicy, speed: Row, accuracy: Row) -> list[Timing]:
+    """Rows selection would consider, at every batch the benchmark measured."""
+    batches = sorted({r.get("batch") for r in speed.get("results") or [] if isinstance(r.get("batch"), int)})
+    rows: list[Timing] = []
+    for batch in batches:
+        at = policy.model_copy(update={"objective": policy.objective.model_copy(update={"batch": batch})})
+        rows += objective_rows(at, speed, accuracy)
+    return rows
+
+
+def _without_graphs(row: Timing | None, speed: Row, accuracy: Row) -> Timing | None:
+    """The row itself, or for a CUDA-graph row the same artifact's fastest passing row without graphs."""
+    if row is None or not row.cuda_graph:
+        return row
+    entries = records(accuracy)
+    entry = entries.get(row.artifact)
+    others = [
+        r
+        for r in timings(speed)
+        if r.artifact == row.artifact
+        and not r.cuda_graph
+        and entry is not None
+        and entry.passed_on(r.runtime)
+    ]
+    return min(others, key=lambda r: r.p50_ms or float("inf"), default=None)
 
 
 def _rate(row: Timing) -> float:
@@ -98,19 +141,16 @@ def _rate(row: Timing) -> float:
     return 1000.0 * (row.batch or 1) / row.p50_ms if row.p50_ms else 0.0
 
 
-def _key(row: Timing) -> tuple[str, str, str]:
-    return (row.artifact, row.runtime, row.io)
-
-
 def run(ctx: RunContext, config: LoadStageConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
     speed, accuracy = inputs["report:speed"].report(), inputs["report:accuracy"].report()
+    winner = (inputs["report:selection"].report() or {}).get("winner")
     built = {name: record for name, record in inputs.items() if not name.startswith("report:")}
-    chosen = pick(config.selection, speed, accuracy, config.server.candidates)
+    chosen = pick(config.selection, speed, accuracy, winner, config.server.candidates)
     pool = RequestPool.from_dataset(ctx.dataset(config.data))
     rows: list[dict[str, Any]] = []
     outputs: list[Output] = []
     stuck: str | None = None
-    with tempfile.TemporaryDirectory(prefix="loadgen-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="loadgen-", ignore_cleanup_errors=True) as scratch:
         for row in chosen:
             if stuck is not None:
                 rows.append(_row(config, row, error=f"not run: {stuck}"))
@@ -140,7 +180,7 @@ def run(ctx: RunContext, config: LoadStageConfig, inputs: dict[str, ArtifactReco
         "results": rows,
     }
     write_report(ctx.path(REPORT), report)
-    summary = {f"{r['artifact']} ({r['runtime']}, {r['io']} I/O)": r.get("max_qps") for r in rows}
+    summary = {f"{r['artifact']} ({r['runtime']})": r.get("max_qps") for r in rows}
     return StageResult([Output(REPORT, "report", "report:load", value=report), *outputs], summary)
 
 
@@ -152,72 +192,73 @@ def _serve(
     pool: RequestPool,
     scratch: Path,
 ) -> tuple[dict[str, Any], list[str]]:
-    """One candidate's rate search; its row and the LoadGen logs kept for it."""
+    """One candidate's rate search: its row, and the LoadGen logs kept for it."""
     runner = _runner(row, built, config.runners)
     if isinstance(runner, str):
         return _row(config, row, error=runner), []
     server = config.server
-    slug = f"{row.artifact}__{row.runtime}__{row.io}"
+    settings = RunSettings(server.p99_ms, server.run_s, config.max_batch, server.max_queue_delay_ms / 1000)
+    slug = f"{row.artifact}__{row.runtime}"
     count = 0
 
     def run_at(qps: float) -> ServerRun:
         nonlocal count
         count += 1
-        ctx.report(f"load: {row.label} at {qps:.1f} requests/s (run {count})")
-        return server_run(
-            runner,
-            pool,
-            qps,
-            server.p99_ms,
-            server.run_s,
-            config.max_batch,
-            server.max_queue_delay_ms / 1000,
-            scratch / slug / str(count),
-        )
+        ctx.report(f"load: {row.artifact} ({row.runtime}) at {qps:.1f} requests/s (run {count})")
+        return server_run(runner, pool, qps, settings, scratch / slug / str(count), seed=count)
 
     started = time.perf_counter()
+    stuck = False
     try:
         runner.activate()
-        runner.infer(pool.collate([0]))  # loading and the first call stay out of every run
+        # the first call at each request shape, and LoadGen's start, stay out of the search
+        for index in range(len(pool)):
+            runner.infer(pool.collate([index]))
+        run_at(_start_rate(row))
         found = search(run_at, _start_rate(row), server.p99_ms, server.runs, server.repeats)
     except LoadGenStuck:
+        stuck = True  # a call may still be running in the batcher's thread: the runner is left as it is
         raise
     except Exception as exc:
         return _row(config, row, error=one_line(f"{type(exc).__name__}: {exc}")), []
     finally:
-        runner.deactivate()
-    kept = (found.repeats or found.runs)[-1:] if found.runs else []
-    files = []
-    for last in kept:
-        for name in (SUMMARY, DETAIL):
-            source = Path(last.log_dir) / name
-            if source.is_file():
-                target = ctx.path(f"{LOGS}/{slug}/{name}")
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source, target)
-                files.append(f"{LOGS}/{slug}/{name}")
-    out = _row(config, row)
+        if not stuck:
+            runner.deactivate()
+    files = _keep_logs(ctx, (found.repeats or found.runs)[-1], slug) if found.runs else []
     served = found.served()
-    out |= {
+    out = _row(config, row) | {
         "max_qps": served["qps"] if served else None,
         "ci95": served["ci95"] if served else None,
+        "bounded": found.bounded,
         "served": served,
         "missed": found.miss(),
+        "confirmations": [vars(c) for c in found.tried],
         "runs": [r.to_json() for r in found.runs],
         "repeats": [r.to_json() for r in found.repeats],
         "loadgen_logs": f"{LOGS}/{slug}" if files else None,
-        "loadgen_result": kept[0].to_json()["loadgen_result"] if kept else None,
+        "loadgen_result": (found.repeats or found.runs)[-1].to_json()["loadgen_result"]
+        if found.runs
+        else None,
         "seconds": round(time.perf_counter() - started, 1),
     }
     return out, files
+
+
+def _keep_logs(ctx: RunContext, last: ServerRun, slug: str) -> list[str]:
+    files = []
+    for name in (SUMMARY, DETAIL):
+        source = Path(last.log_dir) / name
+        if source.is_file():
+            shutil.copyfile(source, ctx.path(f"{LOGS}/{slug}/{name}"))
+            files.append(f"{LOGS}/{slug}/{name}")
+    return files
 
 
 def _row(config: LoadStageConfig, row: Timing, error: str | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "artifact": row.artifact,
         "runtime": row.runtime,
-        "io": row.io,
-        "cuda_graph": row.cuda_graph,
+        "io": "host",  # a server hands its model host arrays
         "precision": row.precision,
         "p99_target_ms": config.server.p99_ms,
     }
@@ -227,7 +268,7 @@ def _row(config: LoadStageConfig, row: Timing, error: str | None = None) -> dict
 
 
 def _runner(row: Timing, built: dict[str, ArtifactRecord], settings: RunnerSettings) -> Runner | str:
-    """The runner of the candidate's row, or why there is none."""
+    """The host-I/O runner of the candidate's runtime, or why there is none."""
     record = built.get(row.artifact)
     if record is None:
         return f"{row.artifact} was not built in this deploy"
@@ -235,9 +276,9 @@ def _runner(row: Timing, built: dict[str, ArtifactRecord], settings: RunnerSetti
     if isinstance(found, NotRunnable):
         return found.reason
     for runner in found:
-        if (runner.runtime, runner.io, runner.cuda_graph) == (row.runtime, row.io, row.cuda_graph):
+        if (runner.runtime, runner.io, runner.cuda_graph) == (row.runtime, "host", False):
             return runner
-    return f"no {row.runtime} runner with {row.io} I/O for {row.artifact} here"
+    return f"no {row.runtime} runner with host I/O for {row.artifact} here"
 
 
 def _start_rate(row: Timing) -> float:

@@ -55,6 +55,7 @@ FULL = [
     "selection.objective.io=host",
     "benchmark.intra_op_threads=2",
     "benchmark.runtimes=[onnxruntime-cpu, torch-cpu]",
+    "benchmark.scenarios=[single_stream, offline, server]",
     "model.kwargs={hidden: 64, layers: 2}",
 ]
 # Keys the stages do not read, and who does.
@@ -79,6 +80,7 @@ CHANGES = {
     "outputs[1]": ["outputs[1]=embedding", "validation.tolerances.fp16.outputs={embedding: {cosine: 0.99}}"],
     "benchmark.batch_dim": ["benchmark.batch_dim=other", "benchmark.batch_sizes=[1]"],  # then: unbatched
     "runtime.padding.mask_input": ["runtime.padding.mask_input=input_ids"],
+    "benchmark.scenarios": ["benchmark.scenarios=[single_stream, server]"],  # no throughput run; still a load
     **{  # precisions the recipe does not write hold their defaults (merged), with no per-output overrides
         f"validation.tolerances.{p}.outputs": [
             f"validation.tolerances.{p}.outputs={{pooled: {{cosine: 0.99}}}}"

@@ -35,6 +35,16 @@ class LoadGenStuck(RuntimeError):
 
 
 @dataclass(frozen=True)
+class RunSettings:
+    """What every run of one candidate shares: the target, the run's length and the batcher."""
+
+    p99_ms: float
+    run_s: float
+    max_batch: int
+    max_delay_s: float
+
+
+@dataclass(frozen=True)
 class ServerRun:
     """What one run measured, in LoadGen's own terms."""
 
@@ -57,6 +67,7 @@ class ServerRun:
         return self.error is None and self.duration_met and self.p99_ms is not None and self.p99_ms <= p99_ms
 
     def to_json(self) -> dict[str, Any]:
+        """The run as load.json records it."""
         return {
             "target_qps": round(self.target_qps, 3),
             "completed_qps": self.completed_qps,
@@ -73,17 +84,14 @@ class ServerRun:
 
 
 def server_run(
-    runner: Runner,
-    pool: RequestPool,
-    qps: float,
-    p99_ms: float,
-    run_s: float,
-    max_batch: int,
-    max_delay_s: float,
-    log_dir: Path,
+    runner: Runner, pool: RequestPool, qps: float, run: RunSettings, log_dir: Path, seed: int = 0
 ) -> ServerRun:
-    """One Server-scenario run of `runner` at `qps` requests/s. Raises LoadGenStuck if LoadGen never returns."""
+    """One Server-scenario run of `runner` at `qps` requests/s. `seed` draws the run's arrival times and
+    requests: runs repeated at one rate get other arrivals, so their spread is the candidate's, not one schedule
+    replayed. Raises LoadGenStuck if LoadGen never returns."""
     import mlperf_loadgen as lg
+
+    p99_ms, run_s = run.p99_ms, run.run_s
 
     log_dir.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
@@ -93,7 +101,12 @@ def server_run(
             lg.QuerySamplesComplete([lg.QuerySampleResponse(q, 0, 0) for q in queries])
 
     batcher = DynamicBatcher(
-        runner.infer, pool.collate, None if pool.batchable else pool.key, answer, max_batch, max_delay_s
+        runner.infer,
+        pool.collate,
+        None if pool.batchable else pool.key,
+        answer,
+        run.max_batch,
+        run.max_delay_s,
     )
 
     def issue(queries: Any) -> None:
@@ -115,6 +128,7 @@ def server_run(
     settings.max_duration_ms = int(run_s * 1000 * 2)
     # an overloaded run: stop issuing once this many are outstanding (the queue could not drain in time)
     settings.server_max_async_queries = max(64, math.ceil(qps * p99_ms / 1000 * 4))
+    settings.schedule_rng_seed = settings.sample_index_rng_seed = settings.qsl_rng_seed = seed
     log = lg.LogSettings()
     log.log_output.outdir = str(log_dir)
     log.log_output.copy_summary_to_stdout = False

@@ -24,9 +24,9 @@ class RequestPool:
 
     @classmethod
     def from_dataset(cls, dataset: Dataset) -> RequestPool:
-        samples = dataset.validation_feeds(batch=1) or dataset.calibration_feeds(batch=1)
+        samples = dataset.validation_feeds(batch=1)
         if not samples:
-            raise ValueError("the recipe's data holds no samples to send as requests")
+            raise ValueError("the recipe's validation split holds no samples to send as requests")
         pad = dataset.pad_values()
         side = getattr(dataset.tokenizer, "padding_side", "right") if pad is not None else "right"
         return cls(samples, pad, side == "left")
@@ -48,13 +48,13 @@ class RequestPool:
         chosen = [self.samples[i] for i in indices]
         if self.pad is None:
             return {name: np.concatenate([s[name] for s in chosen]) for name in chosen[0]}
-        longest = max(s[name].shape[1] for s in chosen for name in s)
+        longest = max(s[name].shape[1] for s in chosen for name in s if s[name].ndim > 1)
         out = {}
         for name in chosen[0]:
             value = self.pad.get(name, 0)
             rows = []
             for s in chosen:
-                missing = longest - s[name].shape[1]
+                missing = longest - s[name].shape[1] if s[name].ndim > 1 else 0
                 width = [(0, 0)] * s[name].ndim
                 width[1] = (missing, 0) if self.pad_left else (0, missing)
                 rows.append(np.pad(s[name], width, constant_values=value) if missing else s[name])
