@@ -9,8 +9,8 @@ from typing import Any
 from pipeline.bench.stats import latency_stats
 from pipeline.bench.timer import CudaEventTimer, Timer, on_gpu
 from pipeline.bench.windows import Measurement, WindowPolicy
-from pipeline.check.results import Timing
 from pipeline.check.speed import overlap
+from pipeline.check.timings import Timing
 from pipeline.runners.base import Runner
 
 HOST_BOUND_RATIO = 0.5  # GPU time below half the wall time: the host, not the GPU, sets the pace

@@ -1,15 +1,12 @@
 """Speed metrics in one place: which way each objective metric is better (a latency statistic, lower; throughput,
-higher), how its figures are written, whether two intervals overlap (within noise), and whether a row is the one
-the winner was chosen on. A row itself is read as a `Timing` (check/results.py)."""
+higher), how its figures are written, and whether two intervals overlap (within noise). A row itself is read as a
+`Timing` (check/timings.py)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from pipeline.check.results import Timing
+from collections.abc import Sequence
+from typing import Any
 
 Interval = tuple[float, float]
 METRIC_INTERVAL = {"p50_ms": "p50", "p90_ms": "p90", "p99_ms": "p99", "mean_ms": "mean"}
@@ -67,23 +64,3 @@ def overlap(a: Interval | None, b: Interval | None) -> bool:
     if a is None or b is None:
         return False
     return a[0] <= b[1] and b[0] <= a[1]
-
-
-def is_winner_row(row: Timing, winner: Mapping[str, Any] | None) -> bool:
-    """The row the winner was chosen on: its artifact, runtime and I/O at the objective's batch and at the
-    shapes winner.json records (without them, at the objective's sequence length)."""
-    if not winner:
-        return False
-    if (row.artifact, row.runtime, row.io) != (
-        winner.get("artifact"),
-        winner.get("runtime"),
-        winner.get("io", "host"),
-    ):
-        return False
-    objective = winner.get("objective") or {}
-    if objective.get("batch") is not None and row.batch != objective["batch"]:
-        return False
-    if winner.get("shapes"):
-        return dict(row.shapes) == winner["shapes"]
-    sequence = objective.get("sequence_length")
-    return sequence is None or row.sequence_length == sequence

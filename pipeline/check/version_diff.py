@@ -2,7 +2,7 @@
 
 One diff for both readers: `compare A B` (pipeline/release/compare.py) gates a release on it, and the sign-off's
 "changes since" (pipeline/report/diff.py) writes it as lines. Rows are matched by their one identity
-(`Timing.id`, check/results.py); a difference is faster or slower only when the two rows' 95% intervals of the metric do
+(`Timing.id`, check/timings.py); a difference is faster or slower only when the two rows' 95% intervals of the metric do
 not overlap, else within noise; accuracy moves are read as the share of its tolerance a check uses, so that
 they read the same for every metric.
 """
@@ -12,8 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.check.accuracy import tolerance_share
-from pipeline.check.results import AccuracyRecord, Row, RowId, Timing, records, timings
+from pipeline.check.results import Row
 from pipeline.check.speed import Interval, maximized
+from pipeline.check.timings import RowId, Timing, timings
+from pipeline.check.verdicts import AccuracyRecord, records
 
 
 def speed_verdict(a_ci: Interval | None, b_ci: Interval | None, metric: str = "p50_ms") -> str:

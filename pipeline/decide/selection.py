@@ -17,8 +17,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.check.accuracy import LOWER_BOUNDS
-from pipeline.check.results import AccuracyRecord, Row, Timing, Winner, records, timings
+from pipeline.check.results import Row, Winner
 from pipeline.check.speed import fmt_ms, fmt_rate, maximized, metric_name, overlap, unit_of
+from pipeline.check.timings import Timing, timings
+from pipeline.check.verdicts import AccuracyRecord, records
 from pipeline.core.variants import parse
 from pipeline.recipe import Objective, Recipe
 from pipeline.runners import registry

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from pipeline.check.results import Winner
-from pipeline.check.results import records as accuracy_records
+from pipeline.check.verdicts import records as accuracy_records
 
 SHAPE_DEPENDENT = "shape_dependent"  # set in a stage's details when a trace disagreed with eager at a corner
 WEIGHTS = "weights"  # an export's details: weights_digest of the model it was exported from

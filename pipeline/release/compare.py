@@ -19,8 +19,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.check.results import AccuracyRecord, Timing, records, timings
-from pipeline.check.speed import is_winner_row, unit_of
+from pipeline.check.speed import unit_of
+from pipeline.check.timings import Timing, is_winner_row, timings
+from pipeline.check.verdicts import AccuracyRecord, records
 from pipeline.check.version_diff import (
     accuracy_changes,
     change,

@@ -17,7 +17,8 @@ from typing import Any
 
 from rich.console import Console
 
-from pipeline.check.results import records, timings
+from pipeline.check.timings import timings
+from pipeline.check.verdicts import records
 from pipeline.recipe import MlflowTracking, Recipe
 
 SIGNOFF_FILES = ("winner.json", "recipe.yaml", "manifest.json", "stages.json")

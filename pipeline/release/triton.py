@@ -17,8 +17,8 @@ from typing import Any
 import onnx
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.check.results import timings
 from pipeline.check.speed import THROUGHPUT
+from pipeline.check.timings import timings
 from pipeline.core.files import write_text_atomic
 from pipeline.core.variants import parse
 from pipeline.recipe import DimRange, InputSpec, Recipe

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pipeline.check.results import AccuracyRecord, RowId, Timing
 from pipeline.check.speed import figure_text
+from pipeline.check.timings import RowId, Timing
+from pipeline.check.verdicts import AccuracyRecord
 from pipeline.check.version_diff import RowChange, accuracy_changes, speed_changes
 from pipeline.report.facts import (
     fmt_change,

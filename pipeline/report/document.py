@@ -11,8 +11,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
-from pipeline.check.results import AccuracyRecord, Throughput, Verdict, records
-from pipeline.check.speed import figure_text, fmt_rate, is_winner_row
+from pipeline.check.speed import figure_text, fmt_rate
+from pipeline.check.timings import Throughput, is_winner_row
+from pipeline.check.verdicts import AccuracyRecord, Verdict, records
 from pipeline.report.blocks import Block, Bullets, Cell, Document, Image, Para, Section, Table, Text
 from pipeline.report.diff import diff_versions
 from pipeline.report.facts import (

@@ -1,6 +1,6 @@
 """Small readings of the reports shared by every renderer, so the page, the plots and the console agree.
 
-Everything here is pure: typed records (check/results.py) or contract dicts in, plain values out. The renderers
+Everything here is pure: typed records (check/timings.py, check/verdicts.py) or contract dicts in, plain values out. The renderers
 decide the look.
 """
 
@@ -11,8 +11,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pipeline.check.accuracy import LOWER_BOUNDS, tolerance_share
-from pipeline.check.results import CheckRecord, Timing, Verdict, records, timings
 from pipeline.check.speed import as_interval, fmt_ms, overlap
+from pipeline.check.timings import Timing, timings
+from pipeline.check.verdicts import CheckRecord, Verdict, records
 from pipeline.core.variants import precision_of as _named_precision
 
 METRIC_ORDER = ("cosine", "neighbours", "max_abs", "mean_abs", "max_rel")

@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.check.results import CheckRecord, Timing, records
 from pipeline.check.served import served_rates
-from pipeline.check.speed import is_winner_row
+from pipeline.check.timings import Timing, is_winner_row
+from pipeline.check.verdicts import CheckRecord, records
 from pipeline.core.files import write_bytes_atomic
 from pipeline.core.variants import REFERENCE
 from pipeline.report.facts import (

@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pipeline.check.accuracy import LOWER_BOUNDS
-from pipeline.check.results import Timing, Verdict, records, timings
-from pipeline.check.speed import THROUGHPUT, fmt_rate, is_winner_row, maximized
+from pipeline.check.speed import THROUGHPUT, fmt_rate, maximized
+from pipeline.check.timings import Timing, is_winner_row, timings
+from pipeline.check.verdicts import Verdict, records
 from pipeline.core.variants import REFERENCE
 from pipeline.report.facts import (
     failing_checks,

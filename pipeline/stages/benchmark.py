@@ -29,8 +29,9 @@ from pipeline.bench.rows import failure, flags, one_line, speed_row
 from pipeline.bench.shapes import BenchShape, benchmark_shapes
 from pipeline.bench.timer import Timer, on_gpu, timer_for
 from pipeline.bench.windows import Measurement, WindowPolicy, measure_interleaved, measure_more
-from pipeline.check.results import REPORTS, SpeedReport, Timing
+from pipeline.check.results import REPORTS, SpeedReport
 from pipeline.check.speed import maximized
+from pipeline.check.timings import Timing
 from pipeline.core import host
 from pipeline.core.artifacts import ArtifactRecord
 from pipeline.core.files import write_report

@@ -24,8 +24,10 @@ from pipeline.bench.load.loadgen_run import DETAIL, SUMMARY, LoadGenStuck, RunSe
 from pipeline.bench.load.requests import RequestPool
 from pipeline.bench.load.search import search
 from pipeline.bench.rows import one_line
-from pipeline.check.results import REPORTS, Row, Timing, records, timings
+from pipeline.check.results import REPORTS, Row
 from pipeline.check.speed import THROUGHPUT
+from pipeline.check.timings import Timing, timings
+from pipeline.check.verdicts import records
 from pipeline.core.artifacts import ArtifactRecord
 from pipeline.core.files import write_report
 from pipeline.decide.selection import SelectionPolicy, candidates, objective_rows

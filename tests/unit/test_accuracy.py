@@ -24,7 +24,8 @@ from pipeline.check.accuracy import (
     neighbour_agreement,
     thresholds_for,
 )
-from pipeline.check.results import AccuracyRecord, artifact_entry
+from pipeline.check.results import artifact_entry
+from pipeline.check.verdicts import AccuracyRecord
 from pipeline.recipe import Tolerance
 
 REF = np.array([[1.0, 2.0], [3.0, -4.0]], dtype=np.float32)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from pipeline.check.accuracy import tolerance_share
-from pipeline.check.results import Timing
+from pipeline.check.timings import Timing
 from pipeline.check.version_diff import speed_verdict
 from pipeline.release.compare import regressions, shipped
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.check.results import AccuracyRecord, Timing
+from pipeline.check.timings import Timing
+from pipeline.check.verdicts import AccuracyRecord
 from pipeline.decide.selection import SelectionPolicy, choose, selection_problems, tied
 from pipeline.recipe.loader import load
 

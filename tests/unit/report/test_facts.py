@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import math
 
-from pipeline.check.results import CheckRecord, Verdict
+from pipeline.check.verdicts import CheckRecord, Verdict
 from pipeline.report.facts import flag_text, fmt_metric, fmt_ms, key_checks, margin, not_run, shape_text
 
 
