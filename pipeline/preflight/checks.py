@@ -93,6 +93,17 @@ def _package_problems(loaded: LoadedRecipe) -> list[Problem]:
                 "(pip install 'deploy-pipeline[load]')",
             )
         )
+    if (
+        "server" in recipe.benchmark.scenarios
+        and recipe.benchmark.server.through == "triton"
+        and not installed("pytriton")
+    ):
+        out.append(
+            loaded.problem(
+                "benchmark.server.through",
+                "triton needs PyTriton, which is not installed (pip install 'deploy-pipeline[serve]')",
+            )
+        )
     out += _runtime_problems(loaded)
     if any(parse(v).format == "engine" for v in recipe.variants.build):
         from pipeline.stages.tensorrt import preflight_problems

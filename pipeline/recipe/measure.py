@@ -178,6 +178,12 @@ class ServerLoad(Strict):
     repeats: Annotated[int, Field(ge=1, le=16)] = Field(
         3, description="runs at the highest passing rate, for the interval of its p99 and of the served rate"
     )
+    through: Literal["in_process", "triton"] = Field(
+        "in_process",
+        description="in_process: requests go to the candidate through a dynamic batcher in the deploy's process; "
+        "triton: through a real Triton server on localhost (PyTriton, the serve extra) over gRPC, with "
+        "Triton's own dynamic batcher",
+    )
 
 
 class BenchmarkConfig(Strict):

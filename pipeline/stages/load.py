@@ -14,13 +14,24 @@ ends the stage's runs (LoadGen cannot start again in this process)."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.bench.load.loadgen_run import DETAIL, SUMMARY, LoadGenStuck, RunSettings, ServerRun, server_run
+from pipeline.bench.load.loadgen_run import (
+    DETAIL,
+    SUMMARY,
+    Connect,
+    LoadGenStuck,
+    RunSettings,
+    ServerRun,
+    in_process,
+    server_run,
+)
 from pipeline.bench.load.requests import RequestPool
 from pipeline.bench.load.search import search
 from pipeline.bench.rows import one_line
@@ -46,6 +57,7 @@ SCHEMA_VERSION = 1
 class LoadStageConfig(StageConfig):
     server: ServerLoad
     max_batch: int  # the batcher's largest batch
+    batched: bool  # the inputs have the batch dim first
     selection: SelectionPolicy
     runners: RunnerSettings
     data: DataSpec
@@ -58,6 +70,8 @@ class LoadStageConfig(StageConfig):
         return cls(
             server=bench.server,
             max_batch=min(largest, batch.max) if batch is not None else 1,
+            batched=batch is not None
+            and all(s.shape and s.shape[0] == bench.batch_dim for s in recipe.inputs),
             selection=SelectionPolicy.from_recipe(recipe),
             runners=RunnerSettings.from_recipe(recipe),
             data=DataSpec.from_recipe(recipe, recipe_dir),
@@ -168,7 +182,7 @@ def run(ctx: RunContext, config: LoadStageConfig, inputs: dict[str, ArtifactReco
     report = {
         "schema_version": SCHEMA_VERSION,
         "scenario": "server",
-        "through": "in_process",
+        "through": config.server.through,
         "conditions": {
             "p99_ms": config.server.p99_ms,
             "max_batch": config.max_batch,
@@ -201,14 +215,6 @@ def _serve(
     server = config.server
     settings = RunSettings(server.p99_ms, server.run_s, config.max_batch, server.max_queue_delay_ms / 1000)
     slug = f"{row.artifact}__{row.runtime}"
-    count = 0
-
-    def run_at(qps: float) -> ServerRun:
-        nonlocal count
-        count += 1
-        ctx.report(f"load: {row.artifact} ({row.runtime}) at {qps:.1f} requests/s (run {count})")
-        return server_run(runner, pool, qps, settings, scratch / slug / str(count), seed=count)
-
     started = time.perf_counter()
     stuck = False
     try:
@@ -216,8 +222,17 @@ def _serve(
         # the first call at each request shape, and LoadGen's start, stay out of the search
         for index in range(len(pool)):
             runner.infer(pool.collate([index]))
-        run_at(_start_rate(row))
-        found = search(run_at, _start_rate(row), server.p99_ms, server.runs, server.repeats)
+        with _target(config, runner, pool, settings) as connect:
+            count = 0
+
+            def run_at(qps: float) -> ServerRun:
+                nonlocal count
+                count += 1
+                ctx.report(f"load: {row.artifact} ({row.runtime}) at {qps:.1f} requests/s (run {count})")
+                return server_run(connect, pool, qps, settings, scratch / slug / str(count), seed=count)
+
+            run_at(_start_rate(row))
+            found = search(run_at, _start_rate(row), server.p99_ms, server.runs, server.repeats)
     except LoadGenStuck:
         stuck = True  # a call may still be running in the batcher's thread: the runner is left as it is
         raise
@@ -246,6 +261,25 @@ def _serve(
     return out, files
 
 
+@contextlib.contextmanager
+def _target(
+    config: LoadStageConfig, runner: Runner, pool: RequestPool, settings: RunSettings
+) -> Iterator[Connect]:
+    """Where the runs send their requests: the in-process batcher, or a Triton server serving the runner for the
+    candidate's whole search (started once: its start-up is not a request's)."""
+    if config.server.through == "in_process":
+        yield in_process(runner, pool, settings)
+        return
+    from pipeline.bench.load.triton_target import TritonTarget
+    from pipeline.release.triton_server import HOST, Batching, Ports, triton_serving
+
+    sample = pool.samples[0]
+    batching = Batching(config.max_batch if config.batched else 0, config.server.max_queue_delay_ms)
+    ports = Ports.free()
+    with triton_serving("candidate", runner, sample, runner.infer(sample), batching, ports):
+        yield lambda answer: TritonTarget(f"{HOST}:{ports.grpc}", "candidate", pool, answer)
+
+
 def _keep_logs(ctx: RunContext, last: ServerRun, slug: str) -> list[str]:
     files = []
     for name in (SUMMARY, DETAIL):
@@ -261,6 +295,7 @@ def _row(config: LoadStageConfig, row: Timing, error: str | None = None) -> dict
         "artifact": row.artifact,
         "runtime": row.runtime,
         "io": "host",  # a server hands its model host arrays
+        "through": config.server.through,
         "precision": row.precision,
         "p99_target_ms": config.server.p99_ms,
     }

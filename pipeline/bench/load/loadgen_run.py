@@ -1,10 +1,10 @@
 """One MLPerf LoadGen run of the Server scenario: Poisson arrivals at a target rate, each query one request of the
-pool, answered by the dynamic batcher; LoadGen times every request from its issue to its answer and writes its
-own logs (mlperf_log_summary.txt, mlperf_log_detail.txt), which are read back here.
+pool, answered by its target (the in-process dynamic batcher, or a Triton server); LoadGen times every request
+from its issue to its answer and writes its own logs (mlperf_log_summary.txt, mlperf_log_detail.txt), which are read back here.
 
 LoadGen is set by its TestSettings fields alone (no mlperf.conf: the recipe decides the run's length), run for
 `run_s` seconds of arrivals (min_query_count 1), and bounded twice: LoadGen ends a run early once more queries
-are outstanding than the batcher could answer within the latency target several times over
+are outstanding than the target could answer within the latency target several times over
 (server_max_async_queries), and a run that does not return within its time budget is abandoned with a clear
 error (LoadGen cannot be interrupted; its thread is a daemon). Short runs are rarely VALID by MLPerf's early
 stopping rule (which needs hundreds of queries); the run records LoadGen's verdict and reason as they are and
@@ -16,10 +16,10 @@ import json
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pipeline.bench.load.batcher import DynamicBatcher
 from pipeline.bench.load.requests import RequestPool
@@ -83,12 +83,37 @@ class ServerRun:
         }
 
 
+class Target(Protocol):
+    """Where a run's requests go: the in-process batcher (batcher.py) or a Triton server (triton_target.py).
+    It answers every request it is given, even when serving it failed (then `error` says why)."""
+
+    error: str | None
+
+    def submit(self, requests: Sequence[tuple[int, int]]) -> None: ...
+
+    def close(self, timeout_s: float = 30.0) -> None: ...
+
+    @property
+    def mean_batch(self) -> float | None: ...
+
+
+Connect = Callable[[Callable[[Sequence[int]], None]], Target]  # the answer callback -> a target for one run
+
+
+def in_process(runner: Runner, pool: RequestPool, run: RunSettings) -> Connect:
+    """Requests through a dynamic batcher in this process, straight to the runner."""
+    key = None if pool.batchable else pool.key
+    return lambda answer: DynamicBatcher(
+        runner.infer, pool.collate, key, answer, run.max_batch, run.max_delay_s
+    )
+
+
 def server_run(
-    runner: Runner, pool: RequestPool, qps: float, run: RunSettings, log_dir: Path, seed: int = 0
+    connect: Connect, pool: RequestPool, qps: float, run: RunSettings, log_dir: Path, seed: int = 0
 ) -> ServerRun:
-    """One Server-scenario run of `runner` at `qps` requests/s. `seed` draws the run's arrival times and
-    requests: runs repeated at one rate get other arrivals, so their spread is the candidate's, not one schedule
-    replayed. Raises LoadGenStuck if LoadGen never returns."""
+    """One Server-scenario run at `qps` requests/s against the target `connect` makes. `seed` draws the run's
+    arrival times and requests: runs repeated at one rate get other arrivals, so their spread is the
+    candidate's, not one schedule replayed. Raises LoadGenStuck if LoadGen never returns."""
     import mlperf_loadgen as lg
 
     p99_ms, run_s = run.p99_ms, run.run_s
@@ -100,18 +125,11 @@ def server_run(
         with lock:  # LoadGen's completion is thread-safe; one caller at a time keeps its log order
             lg.QuerySamplesComplete([lg.QuerySampleResponse(q, 0, 0) for q in queries])
 
-    batcher = DynamicBatcher(
-        runner.infer,
-        pool.collate,
-        None if pool.batchable else pool.key,
-        answer,
-        run.max_batch,
-        run.max_delay_s,
-    )
+    target = connect(answer)
 
     def issue(queries: Any) -> None:
         try:  # an exception escaping into LoadGen's thread ends the process: answer instead
-            batcher.submit([(q.id, q.index) for q in queries])
+            target.submit([(q.id, q.index) for q in queries])
         except Exception:
             answer([q.id for q in queries])
 
@@ -141,12 +159,12 @@ def server_run(
     thread.join(run_s * 2 + p99_ms / 1000 * 4 + GRACE_S)
     seconds = time.perf_counter() - started
     if thread.is_alive():
-        batcher.close(timeout_s=1.0)
+        target.close(timeout_s=1.0)
         raise LoadGenStuck(
             f"LoadGen did not finish a {run_s:g} s run at {qps:.1f} requests/s within {seconds:.0f} s "
             f"(a request the model never answered); no later load run can start in this process"
         )
-    batcher.close()
+    target.close()
     lg.DestroyQSL(qsl)
     lg.DestroySUT(sut)
     detail = read_detail(log_dir / DETAIL)
@@ -159,8 +177,8 @@ def server_run(
         duration_met=bool(detail.get("result_min_duration_met")),
         valid=detail.get("result_validity") == "VALID",
         invalid_reason=_invalid_reason(detail),
-        mean_batch=batcher.mean_batch,
-        error=batcher.error,
+        mean_batch=target.mean_batch,
+        error=target.error,
         seconds=seconds,
         log_dir=str(log_dir),
     )

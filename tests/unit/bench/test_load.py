@@ -17,7 +17,14 @@ from onnx import TensorProto, helper
 pytest.importorskip("mlperf_loadgen", reason="the load extra: pip install 'deploy-pipeline[load]'")
 
 from pipeline.bench.load.batcher import DynamicBatcher
-from pipeline.bench.load.loadgen_run import SUMMARY, RunSettings, ServerRun, read_detail, server_run
+from pipeline.bench.load.loadgen_run import (
+    SUMMARY,
+    RunSettings,
+    ServerRun,
+    in_process,
+    read_detail,
+    server_run,
+)
 from pipeline.bench.load.requests import RequestPool
 from pipeline.bench.load.search import Confirmation, search
 from pipeline.recipe.loader import load
@@ -126,7 +133,7 @@ def matmul(tmp_path_factory: pytest.TempPathFactory) -> OrtRunner:
 def test_loadgen_drives_a_real_session_and_its_logs_are_read(matmul: OrtRunner, tmp_path: Path) -> None:
     pool = RequestPool([{"x": np.ones((1, 32), np.float32) * i} for i in range(16)], None)
     settings = RunSettings(p99_ms=50.0, run_s=0.3, max_batch=4, max_delay_s=0.001)
-    run = server_run(matmul, pool, 200.0, settings, tmp_path / "run", seed=3)
+    run = server_run(in_process(matmul, pool, settings), pool, 200.0, settings, tmp_path / "run", seed=3)
     assert run.error is None and run.queries > 10 and run.completed_qps and run.completed_qps > 0
     assert run.p50_ms is not None and run.p99_ms is not None and run.p99_ms >= run.p50_ms > 0
     assert "Scenario : Server" in (tmp_path / "run" / SUMMARY).read_text()
@@ -201,3 +208,23 @@ def test_when_no_rate_holds_again_the_miss_names_the_rates_tried() -> None:
         "no rate held the target in most of its runs again (400 requests/s held 0 of 1, 200 requests/s held "
         "0 of 1, 100 requests/s held 0 of 1)"
     )
+
+
+def test_loadgen_through_a_real_triton_server(matmul: OrtRunner, tmp_path: Path) -> None:
+    """benchmark.server.through: triton. The same session behind a Triton server (PyTriton) started here; LoadGen's
+    requests go over gRPC and every one is answered by the server."""
+    pytest.importorskip("pytriton", reason="the serve extra: pip install 'deploy-pipeline[serve]'")
+    from pipeline.bench.load.triton_target import TritonTarget
+    from pipeline.release.triton_server import HOST, Batching, Ports, triton_serving
+
+    pool = RequestPool([{"x": np.ones((1, 32), np.float32) * i} for i in range(16)], None)
+    settings = RunSettings(p99_ms=500.0, run_s=0.5, max_batch=4, max_delay_s=0.001)
+    sample = pool.samples[0]
+    ports = Ports.free()
+    with triton_serving("mm", matmul, sample, matmul.infer(sample), Batching(4, 1.0), ports) as running:
+        connect = lambda answer: TritonTarget(f"{HOST}:{ports.grpc}", "mm", pool, answer)  # noqa: E731
+        run = server_run(connect, pool, 50.0, settings, tmp_path / "run", seed=1)
+        assert running.alive()
+    assert run.error is None and run.queries > 5 and run.completed_qps and run.p99_ms and run.p99_ms > 0
+    assert read_detail(tmp_path / "run" / "mlperf_log_detail.txt")["result_query_count"] == run.queries
+    assert not running.log.parent.exists()  # a server that stopped cleanly leaves nothing behind

@@ -1,0 +1,156 @@
+"""A runner behind a real Triton server, through PyTriton (the `serve` extra): Triton's HTTP and gRPC front ends
+and its dynamic batcher on localhost, the Python backend handing each batch to the runner in this process. Both
+`python -m pipeline serve` and the server scenario's `through: triton` start it here."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import sysconfig
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.core.errors import PipelineError
+from pipeline.recipe import Recipe
+from pipeline.runners.base import Feeds, Runner
+
+HOST = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Ports:
+    http: int
+    grpc: int
+    metrics: int
+
+    @classmethod
+    def free(cls, http: int | None = 0, grpc: int | None = 0, metrics: int | None = 0) -> Ports:
+        """The ports asked for where they are free (0 or None: any free port); one in use is refused."""
+        return cls(free_port(http, "HTTP"), free_port(grpc, "gRPC"), free_port(metrics, "metrics"))
+
+
+@dataclass(frozen=True)
+class Batching:
+    """Triton's dynamic batcher for the model: the largest batch (0: no batch dim, each request on its own)
+    and how long a request may wait for a fuller batch."""
+
+    max_batch: int
+    queue_delay_ms: float
+
+    @classmethod
+    def from_recipe(cls, recipe: Recipe) -> Batching:
+        bench = recipe.benchmark
+        batched = all(spec.shape and spec.shape[0] == bench.batch_dim for spec in recipe.inputs)
+        dims = recipe.dims.get(bench.batch_dim)
+        largest = bench.server.max_batch or max(bench.batch_sizes)
+        max_batch = min(largest, dims.max) if batched and dims is not None else 0
+        return cls(max_batch, bench.server.max_queue_delay_ms)
+
+
+def free_port(wanted: int | None, what: str) -> int:
+    """`wanted` when it is free on localhost (0 or None: any free port); a port in use is refused."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: TIME_WAIT is free
+        try:
+            probe.bind((HOST, wanted or 0))
+        except OSError as exc:
+            raise PipelineError(
+                f"serve: the {what} port {wanted} on {HOST} is in use ({exc.strerror})"
+            ) from None
+        return int(probe.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Running:
+    triton: Any  # PyTriton's Triton
+    log: Path  # kept only when serving failed
+
+    def alive(self) -> bool:
+        return bool(self.triton.is_alive())
+
+
+@contextlib.contextmanager
+def triton_serving(
+    model: str, runner: Runner, sample: Feeds, outputs: Feeds, batching: Batching, ports: Ports
+) -> Iterator[Running]:
+    """The active `runner` served as `model` until the block ends. The server's log is kept only when the
+    block failed, for the error to name."""
+    from pytriton.triton import Triton, TritonConfig
+
+    _python_backend_env()
+    scratch = Path(tempfile.mkdtemp(prefix="pipeline-triton-"))  # the server's log; its workspace inside
+    config = TritonConfig(
+        http_address=HOST,
+        http_port=ports.http,
+        grpc_address=HOST,
+        grpc_port=ports.grpc,
+        metrics_address=HOST,
+        metrics_port=ports.metrics,
+        log_file=scratch / "tritonserver.log",
+        log_verbose=0,
+        exit_timeout_secs=10,
+    )
+    triton = Triton(config=config, workspace=scratch / "workspace")
+    failed = True
+    try:
+        _bind(triton, model, runner, sample, outputs, batching)
+        triton.run()
+        yield Running(triton, scratch / "tritonserver.log")
+        failed = False
+    except KeyboardInterrupt:
+        failed = False
+        raise
+    finally:
+        triton.stop()
+        if not failed:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _bind(triton: Any, model: str, runner: Runner, sample: Feeds, outputs: Feeds, batching: Batching) -> None:
+    from pytriton.decorators import batch
+    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+
+    names, batched = list(sample), batching.max_batch > 0
+
+    def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        found = runner.infer({name: feeds[name] for name in names})
+        return {name: np.ascontiguousarray(found[name]) for name in outputs}
+
+    def each(requests: list[Any]) -> list[dict[str, np.ndarray]]:
+        return [run(request) for request in requests]
+
+    def tensor(name: str, array: np.ndarray) -> Any:
+        shape = array.shape[1:] if batched else array.shape
+        return Tensor(name=name, dtype=array.dtype, shape=tuple(-1 for _ in shape))
+
+    triton.bind(
+        model_name=model,
+        infer_func=batch(lambda **feeds: run(feeds)) if batched else each,
+        inputs=[tensor(n, a) for n, a in sample.items()],
+        outputs=[tensor(n, a) for n, a in outputs.items()],
+        config=ModelConfig(
+            batching=batched,
+            max_batch_size=batching.max_batch,
+            batcher=DynamicBatcher(max_queue_delay_microseconds=round(batching.queue_delay_ms * 1000)),
+        ),
+        strict=True,
+    )
+
+
+def _python_backend_env() -> None:
+    """Triton's Python backend stub links libpython dynamically; where the system has another build of this
+    Python's version (a pyenv or venv interpreter beside Debian's), the stub would load that one with this
+    interpreter's standard library and fail to load the model. This interpreter's own library goes first."""
+    libdir = sysconfig.get_config_var("LIBDIR")
+    soname = sysconfig.get_config_var("INSTSONAME") or ""
+    if libdir and soname and os.path.exists(os.path.join(libdir, soname)):
+        current = os.environ.get("LD_LIBRARY_PATH", "")
+        if not current.startswith(libdir):
+            os.environ["LD_LIBRARY_PATH"] = libdir + (f":{current}" if current else "")
