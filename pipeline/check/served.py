@@ -28,6 +28,7 @@ class ServedRate:
     artifact: str
     runtime: str
     io: str
+    through: str  # in_process or triton
     p99_target_ms: float | None
     max_qps: float | None
     ci95: Interval | None
@@ -61,6 +62,7 @@ class ServedRate:
             artifact=str(row.get("artifact")),
             runtime=str(row.get("runtime")),
             io=str(row.get("io") or "host"),
+            through=str(row.get("through") or "in_process"),
             p99_target_ms=target,
             max_qps=as_number(row.get("max_qps")),
             ci95=as_interval(row.get("ci95")),

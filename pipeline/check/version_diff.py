@@ -1,9 +1,10 @@
-"""What changed between two versions' reports: speed row by row, accuracy artifact by artifact.
+"""What changed between two versions' reports: speed row by row, accuracy artifact by artifact, and the server
+scenario's served rates candidate by candidate.
 
 One diff for both readers: `compare A B` (pipeline/release/compare.py) gates a release on it, and the sign-off's
 "changes since" (pipeline/report/diff.py) writes it as lines. Rows are matched by their one identity
-(`Timing.id`, check/timings.py); a difference is faster or slower only when the two rows' 95% intervals of the metric do
-not overlap, else within noise; accuracy moves are read as the share of its tolerance a check uses, so that
+(`Timing.id`, check/timings.py); a difference is faster or slower only when the two rows' 95% intervals of the
+metric do not overlap, else within noise; accuracy moves are read as the share of its tolerance a check uses, so that
 they read the same for every metric.
 """
 
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 
 from pipeline.check.accuracy import tolerance_share
 from pipeline.check.results import Row
-from pipeline.check.speed import Interval, maximized
+from pipeline.check.served import ServedRate, served_rates
+from pipeline.check.speed import THROUGHPUT, Interval, maximized
 from pipeline.check.timings import RowId, Timing, timings
 from pipeline.check.verdicts import AccuracyRecord, records
 
@@ -143,3 +145,51 @@ def accuracy_changes(before: Row | None, after: Row | None) -> list[ArtifactChan
     """Every artifact of either version's accuracy.json: B's in its order, then those only A has."""
     old, new = records(before), records(after)
     return [ArtifactChange(name, old.get(name), new.get(name)) for name in dict.fromkeys([*new, *old])]
+
+
+@dataclass(frozen=True)
+class ServedChange:
+    """One candidate of the server scenario in A, in B, or in both: the rate it serves within the p99 target.
+    Comparable only at the same target, through the same path (in-process or Triton)."""
+
+    key: tuple[str, str, str]  # (artifact, runtime, through)
+    before: ServedRate | None
+    after: ServedRate | None
+
+    @property
+    def comparable(self) -> bool:
+        return (
+            self.before is not None
+            and self.after is not None
+            and self.before.p99_target_ms == self.after.p99_target_ms
+            and self.before.max_qps is not None
+            and self.after.max_qps is not None
+        )
+
+    @property
+    def verdict(self) -> str:
+        """faster (serves more), slower, within noise, or why it cannot be told."""
+        if self.before is None:
+            return "new"
+        if self.after is None:
+            return "gone"
+        if self.before.p99_target_ms != self.after.p99_target_ms:
+            return "other target"
+        if self.before.max_qps is None or self.after.max_qps is None:
+            return "no rate"
+        return speed_verdict(self.before.ci95, self.after.ci95, THROUGHPUT)
+
+    @property
+    def slowdown(self) -> float | None:
+        """How much less B serves than A, relative to A (negative: more)."""
+        if not self.comparable:
+            return None
+        assert self.before is not None and self.after is not None
+        return slowdown(self.before.max_qps, self.after.max_qps, THROUGHPUT)
+
+
+def served_changes(before: Row | None, after: Row | None) -> list[ServedChange]:
+    """Every candidate of either version's load.json: B's in its order, then those only A has."""
+    old = {(r.artifact, r.runtime, r.through): r for r in served_rates(before)}
+    new = {(r.artifact, r.runtime, r.through): r for r in served_rates(after)}
+    return [ServedChange(key, old.get(key), new.get(key)) for key in dict.fromkeys([*new, *old])]

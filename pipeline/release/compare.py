@@ -25,6 +25,7 @@ from pipeline.check.verdicts import AccuracyRecord, records
 from pipeline.check.version_diff import (
     accuracy_changes,
     change,
+    served_changes,
     slowdown,
     speed_changes,
     speed_verdict,
@@ -91,6 +92,9 @@ def _version(folder: Path) -> dict[str, Any]:
             "speed": read_stored(folder / "reports/speed.json") or {},
             "accuracy": read_stored(folder / "reports/accuracy.json") or {},
             "winner": read_stored(folder / "winner.json"),
+            "load": read_stored(folder / "reports/load.json")
+            if (folder / "reports/load.json").is_file()
+            else None,
         }
     except Damaged as exc:  # sealed, yet not of the contract's shape: made by something else
         raise PipelineError(f"compare: {exc}; a damaged version is not judged") from None
@@ -134,6 +138,26 @@ def _winner_row(version: dict[str, Any]) -> Timing | None:
         return None
     found = next((row for row in timings(version["speed"]) if is_winner_row(row, winner)), None)
     return found or Timing.read(winner)
+
+
+def compare_served(a: dict[str, Any] | None, b: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The server scenario's candidates both versions ran: the rate each serves within its p99 target."""
+    return [
+        {
+            "artifact": moved.key[0],
+            "runtime": moved.key[1],
+            "through": moved.key[2],
+            "p99_target_ms": (moved.after or moved.before).p99_target_ms,  # type: ignore[union-attr]
+            "a": moved.before.max_qps if moved.before else None,
+            "b": moved.after.max_qps if moved.after else None,
+            "a_ci95": moved.before.ci95 if moved.before else None,
+            "b_ci95": moved.after.ci95 if moved.after else None,
+            "slowdown": moved.slowdown,
+            "verdict": moved.verdict,
+        }
+        for moved in served_changes(a, b)
+        if moved.before is not None and moved.after is not None
+    ]
 
 
 # ---------------------------------------------------------------- accuracy
@@ -227,6 +251,7 @@ def regressions(a: dict[str, Any], b: dict[str, Any], ship: dict[str, Any] | Non
             f"({ship['change']:+.1%}: {ship['slowdown']:.1%} slower, budget {budget.max_slowdown:.0%}, "
             f"{ship['verdict']})"
         )
+    found += _served_regressions(a, b, budget.max_slowdown)
     if b["winner"]:
         name = b["winner"]["artifact"]
         baseline = records(a["accuracy"]).get(name) or _winner_accuracy(a)
@@ -237,6 +262,22 @@ def regressions(a: dict[str, Any], b: dict[str, Any], ship: dict[str, Any] | Non
                     f"{name} {'/'.join(key)} uses {share:.0%} of its tolerance (was {shares_a[key]:.0%}; "
                     f"budget +{budget.max_accuracy_loss:.0%})"
                 )
+    return found
+
+
+def _served_regressions(a: dict[str, Any], b: dict[str, Any], budget: float) -> list[str]:
+    """B's winner serves less within the same p99 target than in A, beyond noise and beyond the budget."""
+    if not b["winner"]:
+        return []
+    found = []
+    for row in compare_served(a.get("load"), b.get("load")):
+        if row["artifact"] != b["winner"]["artifact"] or row["verdict"] != "slower":
+            continue
+        if row["slowdown"] is not None and row["slowdown"] > budget:
+            found.append(
+                f"served {row['artifact']} ({row['runtime']}, {row['through']}) at p99 ≤ {row['p99_target_ms']:g} ms: "
+                f"{row['a']:.4g} -> {row['b']:.4g} requests/s ({row['slowdown']:.1%} less, budget {budget:.0%}, slower)"
+            )
     return found
 
 
@@ -254,6 +295,7 @@ def compare(a_dir: Path, b_dir: Path) -> dict[str, Any]:
         "shipped": ship,
         "speed": compare_rows(a["speed"], b["speed"], metric),
         "accuracy": compare_accuracy(a["accuracy"], b["accuracy"]),
+        "served": compare_served(a.get("load"), b.get("load")),
         "environment": changes(
             {**a["manifest"].get("environment", {}), "git_revision": a["manifest"].get("git_revision")},
             {**b["manifest"].get("environment", {}), "git_revision": b["manifest"].get("git_revision")},
@@ -342,6 +384,17 @@ def show(report: dict[str, Any], console: Console) -> None:
             _passed(row["b_passed"], row["b_worst_share"]), growth, verdict,
         )  # fmt: skip
     console.print(table)
+    if report["served"]:
+        table = Table(title="Served (server scenario: requests/s within the p99 target)")
+        for column in ("artifact", "runtime", "through", "p99 target ms", "A", "B", "change", "verdict"):
+            table.add_column(column)
+        for row in report["served"]:
+            change = None if row["slowdown"] is None else -row["slowdown"]
+            table.add_row(
+                row["artifact"], row["runtime"], row["through"], f"{row['p99_target_ms']:g}",
+                _figure(row["a"]), _figure(row["b"]), _pct(change), row["verdict"],
+            )  # fmt: skip
+        console.print(table)
     for title, items in (("environment", report["environment"]), ("recipe", report["recipe"])):
         for item in items:
             console.print(f"{title} changed: {item['key']}: {item['a']} -> {item['b']}", highlight=False)

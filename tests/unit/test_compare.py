@@ -11,7 +11,7 @@ import pytest
 from pipeline.check.accuracy import tolerance_share
 from pipeline.check.timings import Timing
 from pipeline.check.version_diff import speed_verdict
-from pipeline.release.compare import regressions, shipped
+from pipeline.release.compare import compare_served, regressions, shipped
 
 
 @pytest.mark.parametrize(
@@ -95,6 +95,36 @@ def test_throughput_gate_counts_a_lower_rate_as_the_slowdown() -> None:
     faster = version("v0003", 1300.0, [1290.0, 1310.0])
     ship = shipped(a, faster, "sequences_per_s")
     assert ship["verdict"] == "faster" and regressions(a, faster, ship) == []
+
+
+def _served(rate: float, ci: list[float], target: float = 50.0) -> dict[str, Any]:
+    """load.json of one candidate, onnx-fp32 in process, serving `rate` requests/s within `target` ms."""
+    row = {"artifact": "onnx-fp32", "runtime": "onnxruntime-cpu", "through": "in_process"}
+    return {"results": [row | {"p99_target_ms": target, "max_qps": rate, "ci95": ci}]}
+
+
+@pytest.mark.parametrize(
+    ("b_rate", "b_ci", "b_target", "verdict", "gated"),
+    [
+        (700.0, [690.0, 710.0], 50.0, "slower", True),  # 30 % less, beyond noise and the 10 % budget
+        (700.0, [600.0, 990.0], 50.0, "within noise", False),  # the intervals overlap
+        (1200.0, [1190.0, 1210.0], 50.0, "faster", False),
+        (700.0, [690.0, 710.0], 20.0, "other target", False),  # not comparable: another SLO
+    ],
+)
+def test_compare_gates_on_the_winners_served_rate(b_rate, b_ci, b_target, verdict, gated) -> None:
+    budget = {"max_slowdown": 0.1, "max_accuracy_loss": 0.25}
+    a = _version("v0001", 10.0, [9.8, 10.2], budget) | {"load": _served(1000.0, [980.0, 1020.0])}
+    b = _version("v0002", 10.0, [9.8, 10.2], budget) | {"load": _served(b_rate, b_ci, b_target)}
+    found = regressions(a, b, shipped(a, b, "p50_ms"))
+    rows = compare_served(a["load"], b["load"])
+    assert [r["verdict"] for r in rows] == [verdict]
+    assert bool(found) == gated
+    if gated:
+        assert found == [
+            "served onnx-fp32 (onnxruntime-cpu, in_process) at p99 ≤ 50 ms: 1000 -> 700 requests/s "
+            "(30.0% less, budget 10%, slower)"
+        ]
 
 
 def _row(artifact: str, p50: float, ci: list[float], cuda_graph: bool = False) -> dict[str, Any]:
