@@ -68,12 +68,6 @@ def test_the_signoff_shows_the_load_and_the_manifest_lists_its_files(served: Pat
     assert any(path.endswith("mlperf_log_summary.txt") for path in listed)
 
 
-def test_a_recipe_without_single_stream_is_refused_where_it_says_so(tmp_path: Path) -> None:
-    result = cli("deploy", str(TINY), "--set", "benchmark.scenarios=[server]", root=tmp_path)
-    assert result.returncode == 2
-    assert "benchmark.scenarios: must hold single_stream" in result.stderr
-
-
 def _triton_pids() -> set[int]:
     """The Triton server processes a `serve` started (their binaries live in its scratch folder)."""
     out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
@@ -142,13 +136,14 @@ def test_serve_answers_http_with_the_winners_outputs_and_stops_clean(served: Pat
 
 def test_serve_refuses_a_port_in_use(served: Path) -> None:
     pytest.importorskip("pytriton", reason="the serve extra: pip install 'deploy-pipeline[serve]'")
-    root = served.parents[1]
+    from pipeline.core.errors import PipelineError
+    from pipeline.recipe.loader import load
+    from pipeline.release.serve import serve
+
+    recipe = load(TINY, (f"output.root={served.parents[1]}",)).recipe
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = cli(
-            "serve", str(TINY), "--http-port", str(port), "--set", f"output.root={root}", timeout=120
-        )
-    assert result.returncode == 2
-    assert f"serve: the HTTP port {port} on 127.0.0.1 is in use" in result.stderr
+        with pytest.raises(PipelineError, match=f"serve: the HTTP port {port} on 127.0.0.1 is in use"):
+            serve(recipe, "latest", (port, 0, 0), print)

@@ -106,6 +106,22 @@ def test_more_cross_field_checks(tmp_path: Path) -> None:
     )
 
 
+def test_scenarios_need_single_stream_and_a_throughput_objective_needs_offline(tmp_path: Path) -> None:
+    [line] = _problems(tmp_path, TINY, ("benchmark.scenarios=[server]",))
+    assert line.endswith(
+        "benchmark.scenarios: must hold single_stream: its latency rows are what selection ranks"
+    )
+    [line] = _problems(
+        tmp_path,
+        TINY,
+        ("benchmark.scenarios=[single_stream, server]", "selection.objective.metric=sequences_per_s"),
+    )
+    assert line.endswith("must hold offline: the objective sequences_per_s ranks its throughput runs")
+    (tmp_path / "ok.yaml").write_text(TINY)
+    loaded = load(tmp_path / "ok.yaml", ("benchmark.scenarios=[single_stream, server]",))
+    assert loaded.recipe.benchmark.scenarios == ["single_stream", "server"]
+
+
 def test_float_fields_say_number_and_unknown_mapping_keys_are_named(tmp_path: Path) -> None:
     lines = _problems(tmp_path, TINY, ("validation.tolerances={int4: {cosine: 0.5}}",))
     assert lines == [
