@@ -39,6 +39,14 @@ def fmt_rate(found: float | None) -> str:
     return f"{found:.0f}"
 
 
+def fmt_qps(found: float | None) -> str:
+    """Requests per second: three significant figures below 1000 (a CPU model serves 4.06, not "4"), whole
+    above: 3.74, 62.1, 1042."""
+    if found is None or not isinstance(found, int | float) or math.isnan(found):
+        return "—"
+    return f"{found:.0f}" if abs(found) >= 1000 else f"{found:#.3g}".rstrip(".")
+
+
 def figure_text(found: float | None, unit: str | None) -> str:
     """A winner's figure with its unit: '0.191 ms', '12.0 ms', '107965 seq/s'."""
     if (unit or "ms") == "ms":

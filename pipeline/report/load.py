@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.check.served import ServedRate, served_rates
-from pipeline.check.speed import fmt_rate, overlap
+from pipeline.check.speed import fmt_qps, overlap
 from pipeline.report.blocks import Block, Cell, Image, Para, Section, Table, Text
 
 Dict = Mapping[str, Any]
@@ -70,8 +70,8 @@ def _how(load: Dict, target: float) -> str:
 def _cells(row: ServedRate) -> list[Text]:
     note = row.error or row.missed or ""
     held = f"{row.held}/{row.repeats}" if row.repeats else "—"
-    span = f"{fmt_rate(row.ci95[0])}–{fmt_rate(row.ci95[1])}" if row.ci95 else "—"
-    shown = ("≥ " if row.bounded else "") + fmt_rate(row.max_qps)
+    span = f"{fmt_qps(row.ci95[0])}–{fmt_qps(row.ci95[1])}" if row.ci95 else "—"
+    shown = ("≥ " if row.bounded else "") + fmt_qps(row.max_qps)
     figure: Text = shown if row.max_qps is not None else Cell("none met", "bad")
     through = "Triton" if row.through == "triton" else "in process"
     return [row.artifact, row.runtime, through, figure, span, held, row.loadgen_result or "—", note]
@@ -84,25 +84,25 @@ def _winner_sentence(rows: list[ServedRate], winner: Dict | None) -> str | None:
         return "No candidate held the p99 target at any rate tried: the notes say why, for each."
     best = max(serving, key=lambda r: r.max_qps or 0.0)
     if not winner:
-        return f"{best.label} serves the most within the target: {fmt_rate(best.max_qps)} requests/s."
+        return f"{best.label} serves the most within the target: {fmt_qps(best.max_qps)} requests/s."
     mine = next((r for r in rows if r.artifact == winner.get("artifact")), None)  # its runtime without graphs
     if mine is None:
         return (
             f"The winner by the objective, {winner.get('artifact')} ({winner.get('runtime')}), was not run under "
-            f"load; {best.label} serves the most of those that were: {fmt_rate(best.max_qps)} requests/s."
+            f"load; {best.label} serves the most of those that were: {fmt_qps(best.max_qps)} requests/s."
         )
     if mine is best:
-        return f"The winner, {best.label}, also serves the most within the target: {fmt_rate(best.max_qps)} requests/s."
+        return f"The winner, {best.label}, also serves the most within the target: {fmt_qps(best.max_qps)} requests/s."
     if mine.max_qps is not None and overlap(mine.ci95, best.ci95):
         return (
-            f"The winner, {mine.label}, serves {fmt_rate(mine.max_qps)} requests/s within the target, within noise "
-            f"of the most ({best.label}, {fmt_rate(best.max_qps)}; 95% intervals overlap)."
+            f"The winner, {mine.label}, serves {fmt_qps(mine.max_qps)} requests/s within the target, within noise "
+            f"of the most ({best.label}, {fmt_qps(best.max_qps)}; 95% intervals overlap)."
         )
     if mine.max_qps is not None:
-        theirs = f"{fmt_rate(mine.max_qps)} requests/s"
+        theirs = f"{fmt_qps(mine.max_qps)} requests/s"
     else:
         theirs = "nothing: its load run failed (see its note)" if mine.error else "no rate within the target"
     return (
         f"The winner by the objective, {mine.label}, serves {theirs}; {best.label} serves the most under load: "
-        f"{fmt_rate(best.max_qps)} requests/s."
+        f"{fmt_qps(best.max_qps)} requests/s."
     )

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.check.served import served_rates
+from pipeline.check.speed import fmt_qps
 from pipeline.check.timings import Timing, is_winner_row
 from pipeline.check.verdicts import CheckRecord, records
 from pipeline.core.files import write_bytes_atomic
@@ -289,7 +290,7 @@ def load_figure(load: Dict | None):
         colour = colours[i % len(colours)]
         xs = [p.completed_qps for p in points]
         ys = [p.p99_ms for p in points]
-        best = f", {row.max_qps:.0f} req/s at target" if row.max_qps else ", target never met"
+        best = f", {fmt_qps(row.max_qps)} req/s at target" if row.max_qps else ", target never met"
         ax.plot(xs, ys, color=colour, linewidth=1, alpha=0.7, label=row.label + best)
         for p in points:
             ax.plot(

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from pipeline.check.served import served_rates
-from pipeline.check.speed import figure_text, fmt_rate
+from pipeline.check.speed import figure_text, fmt_qps
 from pipeline.core.errors import Interrupted, PipelineError
 from pipeline.core.files import sha256_file, storage_failure
 from pipeline.decide.verdict import SignOff
@@ -315,7 +315,7 @@ def _print_summary(
         )
     for row in served_rates(values.get("report:load")):
         figure = (
-            f"{'≥ ' if row.bounded else ''}{fmt_rate(row.max_qps)} requests/s"
+            f"{'≥ ' if row.bounded else ''}{fmt_qps(row.max_qps)} requests/s"
             if row.max_qps is not None
             else (row.error or row.missed)
         )
