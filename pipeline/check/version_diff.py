@@ -157,16 +157,6 @@ class ServedChange:
     after: ServedRate | None
 
     @property
-    def comparable(self) -> bool:
-        return (
-            self.before is not None
-            and self.after is not None
-            and self.before.p99_target_ms == self.after.p99_target_ms
-            and self.before.max_qps is not None
-            and self.after.max_qps is not None
-        )
-
-    @property
     def verdict(self) -> str:
         """faster (serves more), slower, within noise, or why it cannot be told."""
         if self.before is None:
@@ -181,8 +171,9 @@ class ServedChange:
 
     @property
     def slowdown(self) -> float | None:
-        """How much less B serves than A, relative to A (negative: more)."""
-        if not self.comparable:
+        """How much less B serves than A, relative to A (negative: more); None where the verdict says the two
+        cannot be compared."""
+        if self.verdict in ("new", "gone", "other target", "no rate"):
             return None
         assert self.before is not None and self.after is not None
         return slowdown(self.before.max_qps, self.after.max_qps, THROUGHPUT)

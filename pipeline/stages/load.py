@@ -124,7 +124,7 @@ def pick(policy: SelectionPolicy, speed: Row, accuracy: Row, winner: Row | None,
 
 def _all_batches(policy: SelectionPolicy, speed: Row, accuracy: Row) -> list[Timing]:
     """Rows selection would consider, at every batch the benchmark measured."""
-    batches = sorted({r.get("batch") for r in speed.get("results") or [] if isinstance(r.get("batch"), int)})
+    batches = sorted({r.batch for r in timings(speed) if r.batch is not None})
     rows: list[Timing] = []
     for batch in batches:
         at = policy.model_copy(update={"objective": policy.objective.model_copy(update={"batch": batch})})
