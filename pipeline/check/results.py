@@ -96,6 +96,7 @@ class Winner(TypedDict):
     accuracy: NotRequired[dict[str, Any]]
     baseline: NotRequired[dict[str, Any] | None]
     within_noise_of: NotRequired[list[str]]
+    single_stream: NotRequired[dict[str, Any] | None]  # under max_qps_at_p99: the fastest single request
 
 
 class Selection(TypedDict):

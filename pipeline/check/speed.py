@@ -10,15 +10,18 @@ from typing import Any
 
 Interval = tuple[float, float]
 METRIC_INTERVAL = {"p50_ms": "p50", "p90_ms": "p90", "p99_ms": "p99", "mean_ms": "mean"}
-THROUGHPUT = "sequences_per_s"  # the throughput run's figure (row["throughput"]), the one metric maximized
+THROUGHPUT = "sequences_per_s"  # the throughput run's figure (row["throughput"])
+SERVED = "max_qps_at_p99"  # the server scenario's rate within the p99 target (reports/load.json)
 
 
 def maximized(metric: str) -> bool:
-    """Whether more is better for this metric (throughput) rather than less (latency)."""
-    return metric == THROUGHPUT
+    """Whether more is better for this metric (a rate) rather than less (latency)."""
+    return metric in (THROUGHPUT, SERVED)
 
 
 def unit_of(metric: str) -> str:
+    if metric == SERVED:
+        return "requests/s"
     return "seq/s" if maximized(metric) else "ms"
 
 
@@ -48,14 +51,18 @@ def fmt_qps(found: float | None) -> str:
 
 
 def figure_text(found: float | None, unit: str | None) -> str:
-    """A winner's figure with its unit: '0.191 ms', '12.0 ms', '107965 seq/s'."""
+    """A winner's figure with its unit: '0.191 ms', '12.0 ms', '107965 seq/s', '62.1 requests/s'."""
     if (unit or "ms") == "ms":
         return f"{fmt_ms(found)} ms"
+    if unit == "requests/s":
+        return f"{fmt_qps(found)} {unit}"
     return f"{fmt_rate(found)} {unit}"
 
 
 def metric_name(metric: str) -> str:
-    """How a reason or report names the metric: 'p50', 'mean', 'sequences/s'."""
+    """How a reason or report names the metric: 'p50', 'mean', 'sequences/s', 'requests/s within the p99 target'."""
+    if metric == SERVED:
+        return "requests/s within the p99 target"
     return "sequences/s" if maximized(metric) else METRIC_INTERVAL.get(metric, metric)
 
 

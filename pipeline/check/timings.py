@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.check.results import Row, as_number, as_text
-from pipeline.check.speed import METRIC_INTERVAL, THROUGHPUT, Interval, as_interval, maximized
+from pipeline.check.speed import METRIC_INTERVAL, SERVED, THROUGHPUT, Interval, as_interval, maximized
 
 RowId = tuple[str, str, str, bool, int, str]  # (artifact, runtime, io, cuda_graph, batch, shapes JSON)
 LATENCY_KEYS = ("mean_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "min_ms", "max_ms")
@@ -121,14 +121,19 @@ class Timing:
         return f"{self.artifact} ({self.runtime}{io})"
 
     def value(self, metric: str) -> float | None:
-        """The figure for an objective metric; None when the row has none (no throughput run, say)."""
-        if maximized(metric):
+        """The figure for an objective metric; None when the row has none (no throughput run, say; a served rate
+        is load.json's, never a row's)."""
+        if metric == SERVED:
+            return None
+        if metric == THROUGHPUT:
             return self.throughput.sequences_per_s if self.throughput else None
         return self.latency_ms.get(metric)
 
     def interval(self, metric: str) -> Interval | None:
         """The 95 % interval of an objective metric: the latency statistic's, or the throughput run's."""
-        if maximized(metric):
+        if metric == SERVED:
+            return None
+        if metric == THROUGHPUT:
             return self.throughput.ci95 if self.throughput else None
         return self.ci95_ms.get(METRIC_INTERVAL.get(metric, metric.removesuffix("_ms")))
 
@@ -149,12 +154,12 @@ class Timing:
 
     def settled(self, metric: str) -> bool:
         """Whether the measurement of the metric settled: the latency windows, or the throughput segments."""
-        if maximized(metric):
+        if metric == THROUGHPUT:
             return self.throughput.stable if self.throughput else True
         return self.stable
 
     def unsettled_reason(self, metric: str) -> str:
-        if maximized(metric):
+        if metric == THROUGHPUT:
             found = self.throughput.unstable_reason if self.throughput else None
             return found or "throughput segments disagree"
         return self.unstable_reason or self.stop_reason or "no stable windows"

@@ -55,12 +55,13 @@ BASELINES = ("onnx-fp32", "torchscript-fp32")  # what a release manager compares
 
 
 def simplicity(row: Timing) -> tuple[int, int, int, int]:
-    return (
-        _transformations(row.artifact),
-        registry.tier(row.runtime),
-        int(row.cuda_graph),
-        int(row.io != "host"),
-    )
+    return simplicity_of(row.artifact, row.runtime, row.cuda_graph, row.io)
+
+
+def simplicity_of(
+    artifact: str, runtime: str, cuda_graph: bool = False, io: str = "host"
+) -> tuple[int, int, int, int]:
+    return (_transformations(artifact), registry.tier(runtime), int(cuda_graph), int(io != "host"))
 
 
 def tied(a: Timing, b: Timing, metric: str) -> bool:
@@ -164,7 +165,7 @@ def choose(
         "shapes": dict(winner.shapes) or None,
         "stable": winner.settled(metric),
         "provisional": provisional,
-        "accuracy": accuracy_record(entries.get(winner.artifact), winner),
+        "accuracy": accuracy_record(entries.get(winner.artifact), winner.artifact, winner.runtime),
         "runner_up": _peer(runner_up, metric, entries),
         "baseline": _peer(baseline, metric, entries),
         "within_noise_of": [_label(r) for r in within],  # the tie group (within noise of the fastest)
@@ -208,14 +209,13 @@ def _peer(row: Timing | None, metric: str, entries: dict[str, AccuracyRecord]) -
         "io": row.io,
         "value": row.value(metric),
         "interval": list(row.interval_or_point(metric)),
-        "accuracy": accuracy_record(entries.get(row.artifact), row)["figures"],
+        "accuracy": accuracy_record(entries.get(row.artifact), row.artifact, row.runtime)["figures"],
     }
 
 
-def accuracy_record(entry: AccuracyRecord | None, row: Timing) -> dict[str, Any]:
+def accuracy_record(entry: AccuracyRecord | None, artifact: str, runtime: str) -> dict[str, Any]:
     """Where the candidate's own accuracy record is, and per metric its worst figure on that runtime: among
     the checks that gate when there are any (as the accuracy table shows it), else the informational ones."""
-    runtime = row.runtime
     verdict = entry.on(runtime) if entry else None
     figures: dict[str, float] = {}
     gating: set[str] = set()
@@ -233,7 +233,7 @@ def accuracy_record(entry: AccuracyRecord | None, row: Timing) -> dict[str, Any]
     return {
         "runtime": runtime,
         "passed": bool(entry and entry.passed_on(runtime)),
-        "record": f"reports/accuracy.json: artifacts.{row.artifact}.runtimes.{runtime}",
+        "record": f"reports/accuracy.json: artifacts.{artifact}.runtimes.{runtime}",
         "figures": figures,
     }
 

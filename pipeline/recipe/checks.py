@@ -281,4 +281,29 @@ def _scenario_problems(recipe: Recipe) -> list[tuple[str, str]]:
                 "must hold offline: the objective sequences_per_s ranks its throughput runs",
             )
         )
+    objective, server = recipe.selection.objective, recipe.benchmark.server
+    if objective.metric == "max_qps_at_p99" and "server" not in scenarios:
+        problems.append(
+            (
+                "benchmark.scenarios",
+                "must hold server: the objective max_qps_at_p99 ranks the server scenario's served rates",
+            )
+        )
+    if objective.p99_ms is not None and objective.metric != "max_qps_at_p99":
+        problems.append(
+            (
+                "selection.objective.p99_ms",
+                f"belongs to the metric max_qps_at_p99 only (got metric {objective.metric}); a latency "
+                "ceiling for any objective is selection.max_p99_ms",
+            )
+        )
+    stated = "p99_ms" in server.model_fields_set and "server" in recipe.benchmark.model_fields_set
+    if objective.p99_ms is not None and stated and objective.p99_ms != server.p99_ms:
+        problems.append(
+            (
+                "selection.objective.p99_ms",
+                f"must agree with benchmark.server.p99_ms, the same target ({objective.p99_ms:g} ≠ "
+                f"{server.p99_ms:g}): give it once",
+            )
+        )
     return problems

@@ -246,10 +246,17 @@ class BenchmarkConfig(Strict):
 
 
 class Objective(Strict):
-    metric: Literal["p50_ms", "p90_ms", "p99_ms", "mean_ms", "sequences_per_s"] = Field(
+    metric: Literal["p50_ms", "p90_ms", "p99_ms", "mean_ms", "sequences_per_s", "max_qps_at_p99"] = Field(
         "p50_ms",
         description="latency statistic to minimize, or sequences_per_s: throughput (from the benchmark's "
-        "throughput run of each row, back-to-back requests) to maximize; pair it with a large batch",
+        "throughput run of each row, back-to-back requests) to maximize; pair it with a large batch; or "
+        "max_qps_at_p99: the highest rate served within the p99 target under MLPerf's Server scenario "
+        "(needs benchmark.scenarios to hold server)",
+    )
+    p99_ms: Annotated[float, Field(gt=0, le=MAX_BENCH_S * 1000)] | None = Field(
+        None,
+        description="with max_qps_at_p99 only: the p99 target, ms (default: benchmark.server.p99_ms; where both "
+        "are given they must agree)",
     )
     batch: Batch = Field(1, description="batch size the winner is chosen at")
     sequence_length: Dim | None = Field(

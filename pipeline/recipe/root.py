@@ -72,6 +72,14 @@ class Recipe(Strict):
 
         return with_family_defaults(data)
 
+    def p99_target_ms(self) -> float:
+        """The server scenario's one latency target: the max_qps_at_p99 objective's where it names one, else
+        benchmark.server.p99_ms (the recipe checks refuse two that differ)."""
+        objective = self.selection.objective
+        if objective.metric == "max_qps_at_p99" and objective.p99_ms is not None:
+            return objective.p99_ms
+        return self.benchmark.server.p99_ms
+
     def dim_names(self) -> set[str]:
         return {d for spec in self.inputs for d in spec.shape if isinstance(d, str)}
 

@@ -19,7 +19,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.check.speed import unit_of
+from pipeline.check.speed import SERVED, as_interval, unit_of
 from pipeline.check.timings import Timing, is_winner_row, timings
 from pipeline.check.verdicts import AccuracyRecord, records
 from pipeline.check.version_diff import (
@@ -215,8 +215,14 @@ def shipped(a: dict[str, Any], b: dict[str, Any], metric: str) -> dict[str, Any]
     row_a, row_b = _winner_row(a), _winner_row(b)
     if row_a is None or row_b is None:
         return None
-    value_a, value_b = _shipped_value(a, row_a, metric), _shipped_value(b, row_b, metric)
-    a_ci, b_ci = row_a.interval(metric), row_b.interval(metric)
+    if metric == SERVED:  # a served rate is winner.json's own (load.json's), never a speed row's
+        if a["winner"].get("unit") != unit_of(SERVED):  # A chose by another objective: nothing to set against
+            return None
+        value_a, value_b = a["winner"]["value"], b["winner"]["value"]
+        a_ci, b_ci = as_interval(a["winner"].get("interval")), as_interval(b["winner"].get("interval"))
+    else:
+        value_a, value_b = _shipped_value(a, row_a, metric), _shipped_value(b, row_b, metric)
+        a_ci, b_ci = row_a.interval(metric), row_b.interval(metric)
     return {
         "a": {"artifact": a["winner"]["artifact"], "runtime": a["winner"]["runtime"], "value": value_a},
         "b": {"artifact": b["winner"]["artifact"], "runtime": b["winner"]["runtime"], "value": value_b},
@@ -293,7 +299,7 @@ def compare(a_dir: Path, b_dir: Path) -> dict[str, Any]:
         "metric": metric,
         "budget": budget_of(b).model_dump(),
         "shipped": ship,
-        "speed": compare_rows(a["speed"], b["speed"], metric),
+        "speed": compare_rows(a["speed"], b["speed"], "p50_ms" if metric == SERVED else metric),
         "accuracy": compare_accuracy(a["accuracy"], b["accuracy"]),
         "served": compare_served(a.get("load"), b.get("load")),
         "environment": changes(

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
-from pipeline.check.speed import figure_text, fmt_rate
+from pipeline.check.speed import figure_text, fmt_qps, fmt_rate
 from pipeline.check.timings import Throughput, is_winner_row
 from pipeline.check.verdicts import AccuracyRecord, Verdict, records
 from pipeline.report.blocks import Block, Bullets, Cell, Document, Image, Para, Section, Table, Text
@@ -190,8 +190,12 @@ def _compared(winner: Dict, other: Dict) -> str | None:
     if intervals_overlap(winner.get("interval"), other.get("interval")):
         return "within noise of"
     if (winner.get("unit") or "ms") != "ms":
-        return f"{ratio:.2f}× the throughput of"
+        return f"{ratio:.2f}× the {_rate_word(winner)} of"
     return f"{ratio:.2f}× faster than" if ratio >= 1 else f"{1 / ratio:.2f}× slower than"
+
+
+def _rate_word(winner: Dict) -> str:
+    return "served rate" if winner.get("unit") == "requests/s" else "throughput"
 
 
 def _ratio(winner: Dict, runner_up: Dict) -> str:
@@ -201,7 +205,7 @@ def _ratio(winner: Dict, runner_up: Dict) -> str:
     if compared == "within noise of":  # a tie: the Why line says how the winner was picked among them
         return " (within noise of the winner: 95% intervals overlap; see Why)"
     if (winner.get("unit") or "ms") != "ms":
-        return f" (the winner has {compared.split('×')[0]}× its throughput)"
+        return f" (the winner has {compared.split('×')[0]}× its {_rate_word(winner)})"
     if compared.endswith("slower than"):  # only a simpler winner chosen from a tie is slower (see Why)
         return f" (the winner is {compared.removesuffix(' than')} by p50; see Why)"
     return f" (the winner is {compared.removesuffix(' than')})"
@@ -366,11 +370,8 @@ def _speed(header: Dict, speed: Dict | None, winner: Dict | None, image: str | N
 def _span(span: Any, unit: Any) -> str:
     if (unit or "ms") == "ms":
         return fmt_ci(span)
-    return (
-        f"{fmt_rate(span[0])}–{fmt_rate(span[1])}"
-        if isinstance(span, list | tuple) and len(span) == 2
-        else "—"
-    )
+    rate = fmt_qps if unit == "requests/s" else fmt_rate
+    return f"{rate(span[0])}–{rate(span[1])}" if isinstance(span, list | tuple) and len(span) == 2 else "—"
 
 
 def _throughput_cells(run: Throughput | None) -> list[Text]:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.check.served import ServedRate, served_rates
-from pipeline.check.speed import fmt_qps, overlap
+from pipeline.check.speed import SERVED, fmt_ms, fmt_qps, overlap
 from pipeline.report.blocks import Block, Cell, Image, Para, Section, Table, Text
 
 Dict = Mapping[str, Any]
@@ -78,10 +78,13 @@ def _cells(row: ServedRate) -> list[Text]:
 
 
 def _winner_sentence(rows: list[ServedRate], winner: Dict | None) -> str | None:
-    """One sentence: whether the winner by the objective also serves the most within the target."""
+    """One sentence: whether the winner by the objective also serves the most within the target (under the
+    served-rate objective: whether the fastest single request is also the server winner)."""
     serving = [r for r in rows if r.max_qps is not None]
     if not serving:
         return "No candidate held the p99 target at any rate tried: the notes say why, for each."
+    if winner and (winner.get("objective") or {}).get("metric") == SERVED:
+        return _single_stream_sentence(winner)
     best = max(serving, key=lambda r: r.max_qps or 0.0)
     if not winner:
         return f"{best.label} serves the most within the target: {fmt_qps(best.max_qps)} requests/s."
@@ -105,4 +108,18 @@ def _winner_sentence(rows: list[ServedRate], winner: Dict | None) -> str | None:
     return (
         f"The winner by the objective, {mine.label}, serves {theirs}; {best.label} serves the most under load: "
         f"{fmt_qps(best.max_qps)} requests/s."
+    )
+
+
+def _single_stream_sentence(winner: Dict) -> str:
+    label = f"{winner.get('artifact')} ({winner.get('runtime')})"
+    fastest = winner.get("single_stream")
+    if not fastest:
+        return f"The server winner is {label}; no single-stream row was there to compare it with."
+    p50 = f"p50 {fmt_ms(fastest.get('p50_ms'))} ms"
+    if fastest.get("same"):
+        return f"The server winner, {label}, is also the fastest single request, at {p50}."
+    return (
+        f"The fastest single request, {fastest.get('label')} at {p50}, is not the server winner: {label} serves "
+        f"the most within the target, {fmt_qps(winner.get('value'))} requests/s."
     )

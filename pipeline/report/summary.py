@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pipeline.check.accuracy import LOWER_BOUNDS
-from pipeline.check.speed import THROUGHPUT, fmt_rate, maximized
+from pipeline.check.speed import THROUGHPUT, fmt_rate
 from pipeline.check.timings import Timing, is_winner_row, timings
 from pipeline.check.verdicts import Verdict, records
 from pipeline.core.variants import REFERENCE
@@ -51,7 +51,7 @@ def summary_table(
     columns = unique(f"{b}|{s}" for b, s in sorted({group_key(r) for r in rows}))
     if objective_batch is not None:
         columns = [c for c in columns if c.split("|", 1)[0] == str(objective_batch)]
-    by_rate = maximized(objective_metric)
+    by_rate = objective_metric == THROUGHPUT  # what selection ranked rows by (a served rate is load.json's)
     displayed = [r for r in rows if "|".join(map(str, group_key(r))) in columns]
     table = Table(
         title="Deploy summary", caption=_caption(winner, displayed, by_rate), caption_justify="left"

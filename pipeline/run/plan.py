@@ -52,7 +52,8 @@ CHECKS: dict[str, CheckFactory] = {
     "validate": validate.stage,
     "benchmark": benchmark.stage,
     "select": select.stage,
-    "load": load.stage,  # only where benchmark.scenarios holds server; after select: the winner is a candidate
+    "load": load.stage,  # only where benchmark.scenarios holds server; after select (the winner is a candidate),
+    # except under max_qps_at_p99, where select ranks what load measures (in_dependency_order)
     "signoff": signoff.stage,
 }
 
@@ -108,7 +109,23 @@ def plan_stages(recipe: Recipe, recipe_dir: Path, overlap: bool | None = None) -
             stages = laned
     artifacts = [v.name for v in variants]
     checks = [check(recipe, recipe_dir, artifacts) for check in CHECKS.values()]
-    return stages + [found for found in checks if found is not None]
+    return stages + in_dependency_order([found for found in checks if found is not None])
+
+
+def in_dependency_order(stages: list[Stage]) -> list[Stage]:
+    """The stages in their given order, except that a stage which uses what a later one produces moves after it
+    (stable: nothing else moves). A cycle keeps the given order: the executor reports what is missing."""
+    placed: list[Stage] = []
+    pending = list(stages)
+    while pending:
+        later = {name for stage in pending for name in stage.produces}
+        ready = next(
+            (s for s in pending if not ({*s.consumes, *s.consumes_any} & (later - set(s.produces)))),
+            pending[0],
+        )
+        placed.append(ready)
+        pending.remove(ready)
+    return placed
 
 
 def _lane_feeds_only_late_stages(stages: list[Stage]) -> bool:

@@ -30,7 +30,7 @@ from pipeline.bench.shapes import BenchShape, benchmark_shapes
 from pipeline.bench.timer import Timer, on_gpu, timer_for
 from pipeline.bench.windows import Measurement, WindowPolicy, measure_interleaved, measure_more
 from pipeline.check.results import REPORTS, SpeedReport
-from pipeline.check.speed import maximized
+from pipeline.check.speed import THROUGHPUT
 from pipeline.check.timings import Timing
 from pipeline.core import host
 from pipeline.core.artifacts import ArtifactRecord
@@ -281,7 +281,7 @@ def _measure_shape(
             measured |= measure_interleaved(workloads, policy, on_window=progress)
         else:
             measured |= measure_more(workloads, earlier, policy, on_window=progress)
-    every_row = maximized(config.selection.objective.metric)  # the objective needs a figure from every row
+    every_row = config.selection.objective.metric == THROUGHPUT  # the objective ranks every row's run
     offline = "offline" in config.benchmark.scenarios  # the throughput run: GPU rows, or every row
     for c in active:
         if offline and (c.memory is not None or every_row) and measured[c.key].error is None:

@@ -36,7 +36,7 @@ from pipeline.bench.load.requests import RequestPool
 from pipeline.bench.load.search import search
 from pipeline.bench.rows import one_line
 from pipeline.check.results import REPORTS, Row
-from pipeline.check.speed import THROUGHPUT
+from pipeline.check.speed import SERVED, THROUGHPUT
 from pipeline.check.timings import Timing, timings
 from pipeline.check.verdicts import records
 from pipeline.core.artifacts import ArtifactRecord
@@ -68,7 +68,7 @@ class LoadStageConfig(StageConfig):
         batch = recipe.dims.get(bench.batch_dim)
         largest = bench.server.max_batch or max(bench.batch_sizes)
         return cls(
-            server=bench.server,
+            server=bench.server.model_copy(update={"p99_ms": recipe.p99_target_ms()}),
             max_batch=min(largest, batch.max) if batch is not None else 1,
             batched=batch is not None
             and all(s.shape and s.shape[0] == bench.batch_dim for s in recipe.inputs),
@@ -80,16 +80,17 @@ class LoadStageConfig(StageConfig):
 
 def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage | None:
     """Only where the recipe asks for the server scenario; after selection, so that the winner is among the
-    candidates."""
+    candidates, except where selection ranks what this stage measures (objective max_qps_at_p99)."""
     if "server" not in recipe.benchmark.scenarios:
         return None
+    served = recipe.selection.objective.metric == SERVED
     return Stage(
         name=NAME,
         version=1,  # CHANGELOG.md, "Stage versions"
         config=LoadStageConfig.from_recipe(recipe, recipe_dir),
         run=run,
-        consumes=("report:speed", "report:accuracy", "report:selection"),
-        consumes_any=tuple(artifacts),
+        consumes=("report:speed", "report:accuracy"),
+        consumes_any=tuple(artifacts) if served else (*artifacts, "report:selection"),
         produces=("report:load",),
         volatile=True,
         placement=ALONE,  # it times: nothing may run beside it
@@ -159,7 +160,8 @@ def _rate(row: Timing) -> float:
 
 def run(ctx: RunContext, config: LoadStageConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
     speed, accuracy = inputs["report:speed"].report(), inputs["report:accuracy"].report()
-    winner = (inputs["report:selection"].report() or {}).get("winner")
+    selected = inputs["report:selection"].report() if "report:selection" in inputs else None
+    winner = (selected or {}).get("winner")
     built = {name: record for name, record in inputs.items() if not name.startswith("report:")}
     chosen = pick(config.selection, speed, accuracy, winner, config.server.candidates)
     pool = RequestPool.from_dataset(ctx.dataset(config.data))

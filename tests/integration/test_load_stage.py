@@ -147,3 +147,77 @@ def test_serve_refuses_a_port_in_use(served: Path) -> None:
         port = taken.getsockname()[1]
         with pytest.raises(PipelineError, match=f"serve: the HTTP port {port} on 127.0.0.1 is in use"):
             serve(recipe, "latest", (port, 0, 0), print)
+
+
+SHORT = ["--set", "benchmark.server.run_s=0.3", "--set", "benchmark.server.runs=3"]
+BY_RATE = [
+    "--set",
+    "benchmark.scenarios=[single_stream, server]",
+    *SHORT,
+    "--set",
+    "benchmark.server.repeats=2",
+]
+
+
+@pytest.fixture(scope="module")
+def by_rate(served: Path) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """The next version, chosen by the rate served within 50 ms (scenarios without offline, as the issue asks)."""
+    objective = "selection.objective={metric: max_qps_at_p99, p99_ms: 50}"
+    result = cli("deploy", str(TINY), *BY_RATE, "--set", objective, root=served.parents[1])
+    assert result.returncode == 0, result.stderr[-3000:]
+    return served.parent / "v0002", result
+
+
+def test_the_served_objective_measures_load_before_it_selects(
+    by_rate: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    folder, result = by_rate
+    order = [s["name"] for s in json.loads((folder / "stages.json").read_text())["stages"]]
+    assert order.index("load") < order.index("select") < order.index("signoff")
+    winner = json.loads((folder / "winner.json").read_text())
+    rows = served_rates(json.loads((folder / "reports/load.json").read_text()))
+    mine = next(r for r in rows if (r.artifact, r.runtime) == (winner["artifact"], winner["runtime"]))
+    assert winner["unit"] == "requests/s" and winner["value"] == mine.max_qps
+    assert winner["interval"] == list(mine.ci95 or (mine.max_qps, mine.max_qps))
+    best = max((r for r in rows if r.max_qps is not None), key=lambda r: r.max_qps or 0)
+    # the most served wins, or a simpler candidate within its noise; the reason says which
+    assert mine is best or mine.ci95[1] >= best.ci95[0], winner["reason"]
+    assert ("serves the most within p99 ≤ 50 ms" in winner["reason"]) == (mine is best)
+    signoff = (folder / "reports/signoff.md").read_text()
+    assert "requests/s" in signoff.split("## Winner", 1)[1].split("##", 1)[0]
+    fastest = winner["single_stream"]
+    sentence = "is also the fastest single request" if fastest["same"] else "is not the server winner"
+    assert sentence in signoff and fastest["artifact"] in signoff
+    assert f"winner: {winner['artifact']} ({winner['runtime']}, host I/O" in result.stdout
+
+
+def test_an_slo_no_candidate_meets_signs_off_nothing_and_says_by_how_much(served: Path) -> None:
+    objective = "selection.objective={metric: max_qps_at_p99, p99_ms: 0.001}"
+    result = cli("deploy", str(TINY), *BY_RATE, "--set", objective, root=served.parents[1])
+    assert result.returncode == 1, result.stderr[-3000:]
+    folder = sorted(served.parent.glob("v*"))[-1]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert not manifest["signed_off"] and not (folder / "winner.json").exists()
+    [reason] = manifest["signoff_reasons"]
+    assert reason.startswith("no candidate served the p99 target of 0.001 ms at any rate: ")
+    rows = served_rates(json.loads((folder / "reports/load.json").read_text()))
+    assert rows and all(r.max_qps is None for r in rows)
+    for row in rows:  # each candidate, with how far its p99 was from the target
+        assert f"{row.label}: p99 " in reason and "× the 0.001 ms target" in reason
+    assert "NOT signed off" in result.stdout + result.stderr
+
+
+def test_compare_reads_the_served_objective_from_the_winners(
+    served: Path, by_rate: tuple[Path, subprocess.CompletedProcess[str]]
+) -> None:
+    from pipeline.release.compare import compare
+
+    folder, _ = by_rate
+    same = compare(folder, folder)
+    winner = json.loads((folder / "winner.json").read_text())
+    assert same["metric"] == "max_qps_at_p99" and same["shipped"]["unit"] == "requests/s"
+    assert same["shipped"]["b"]["value"] == winner["value"] and same["shipped"]["verdict"] == "within noise"
+    assert same["speed"] and all(row["metric"] == "p50_ms" for row in same["speed"])
+    assert same["exit_code"] == 0, same["regressions"]
+    across = compare(served, folder)  # A chose by p50: its winner's figure is not a served rate
+    assert across["shipped"] is None and across["speed"]

@@ -122,6 +122,26 @@ def test_scenarios_need_single_stream_and_a_throughput_objective_needs_offline(t
     assert loaded.recipe.benchmark.scenarios == ["single_stream", "server"]
 
 
+def test_the_served_objective_needs_the_server_scenario_and_one_p99_target(tmp_path: Path) -> None:
+    served = "selection.objective={metric: max_qps_at_p99, p99_ms: 20}"
+    [line] = _problems(tmp_path, TINY, (served,))
+    assert line.endswith(
+        "benchmark.scenarios: must hold server: the objective max_qps_at_p99 ranks the server scenario's served rates"
+    )
+    [line] = _problems(tmp_path, TINY, ("selection.objective.p99_ms=20",))
+    assert "selection.objective.p99_ms: belongs to the metric max_qps_at_p99 only (got metric p50_ms)" in line
+    with_server = ("benchmark.scenarios=[single_stream, server]", served)
+    [line] = _problems(tmp_path, TINY, (*with_server, "benchmark.server.p99_ms=30"))
+    assert "must agree with benchmark.server.p99_ms, the same target (20 ≠ 30)" in line
+    (tmp_path / "ok.yaml").write_text(TINY)
+    recipe = load(tmp_path / "ok.yaml", with_server).recipe
+    assert recipe.p99_target_ms() == 20  # the objective's target is the server scenario's
+    recipe = load(tmp_path / "ok.yaml", (*with_server, "benchmark.server.p99_ms=20")).recipe
+    assert recipe.p99_target_ms() == 20
+    plain = load(tmp_path / "ok.yaml", ("benchmark.scenarios=[single_stream, server]",)).recipe
+    assert plain.p99_target_ms() == plain.benchmark.server.p99_ms == 100
+
+
 def test_float_fields_say_number_and_unknown_mapping_keys_are_named(tmp_path: Path) -> None:
     lines = _problems(tmp_path, TINY, ("validation.tolerances={int4: {cosine: 0.5}}",))
     assert lines == [

@@ -201,7 +201,7 @@ def test_accuracy_figures_are_the_gating_ones_as_in_the_table() -> None:
         },
     ]
     row = Timing.read({"artifact": "a", "runtime": "onnxruntime-cpu"})
-    figures = accuracy_record(AccuracyRecord.read("a", entry), row)["figures"]
+    figures = accuracy_record(AccuracyRecord.read("a", entry), row.artifact, row.runtime)["figures"]
     assert figures == {"cosine": 0.989, "max_abs": 0.9}
 
 
