@@ -81,7 +81,10 @@ CHANGES = {
     "benchmark.batch_dim": ["benchmark.batch_dim=other", "benchmark.batch_sizes=[1]"],  # then: unbatched
     "runtime.padding.mask_input": ["runtime.padding.mask_input=input_ids"],
     "benchmark.scenarios": ["benchmark.scenarios=[single_stream, server]"],  # no throughput run; still a load
-    "selection.objective.p99_ms": ["selection.objective.metric=max_qps_at_p99", "selection.objective.p99_ms=20"],
+    "selection.objective.p99_ms": [
+        "selection.objective.metric=max_qps_at_p99",
+        "selection.objective.p99_ms=20",
+    ],
     **{  # precisions the recipe does not write hold their defaults (merged), with no per-output overrides
         f"validation.tolerances.{p}.outputs": [
             f"validation.tolerances.{p}.outputs={{pooled: {{cosine: 0.99}}}}"

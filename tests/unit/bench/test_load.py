@@ -228,3 +228,42 @@ def test_loadgen_through_a_real_triton_server(matmul: OrtRunner, tmp_path: Path)
     assert run.error is None and run.queries > 5 and run.completed_qps and run.p99_ms and run.p99_ms > 0
     assert read_detail(tmp_path / "run" / "mlperf_log_detail.txt")["result_query_count"] == run.queries
     assert not running.log.parent.exists()  # a server that stopped cleanly leaves nothing behind
+
+
+def test_a_triton_server_that_dies_mid_run_fails_the_run_with_the_reason(
+    matmul: OrtRunner, tmp_path: Path
+) -> None:
+    """The server is killed while LoadGen issues requests: the run still ends within its bound, and it fails
+    with Triton's error, not a hang and not a figure."""
+    pytest.importorskip("pytriton", reason="the serve extra: pip install 'deploy-pipeline[serve]'")
+    import os
+    import signal
+    import subprocess
+    import threading
+    import time
+
+    from pipeline.bench.load.triton_target import TritonTarget
+    from pipeline.release.triton_server import HOST, Batching, Ports, triton_serving
+
+    def kill_server() -> None:
+        time.sleep(0.4)
+        out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+        for line in out.splitlines()[1:]:
+            if "tritonserver" in line and str(running.log.parent) in line:
+                os.kill(int(line.split()[0]), signal.SIGKILL)
+
+    pool = RequestPool([{"x": np.ones((1, 32), np.float32) * i} for i in range(16)], None)
+    settings = RunSettings(p99_ms=500.0, run_s=1.5, max_batch=4, max_delay_s=0.001)
+    sample = pool.samples[0]
+    ports = Ports.free()
+    started = time.monotonic()
+    with triton_serving("mm", matmul, sample, matmul.infer(sample), Batching(4, 1.0), ports) as running:
+        killer = threading.Thread(target=kill_server)
+        killer.start()
+        connect = lambda answer: TritonTarget(f"{HOST}:{ports.grpc}", "mm", pool, answer)  # noqa: E731
+        run = server_run(connect, pool, 50.0, settings, tmp_path / "run", seed=1)
+        killer.join()
+        assert not running.alive()
+    assert run.error is not None and run.error.startswith("Triton answered with an error"), run.error
+    assert not run.meets(500.0)
+    assert time.monotonic() - started < 60
