@@ -42,6 +42,7 @@ class Runtime:
     install: str = ""  # how to install that module, for the error that says it is missing
     opt_in: bool = False
     mode_twins: tuple[str, ...] = ()
+    padded_twin: str = ""  # a CPU runtime's padding-aware mode: see bench/hosts.py, left_for_padding
     artifact_twins: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     twin_why: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 REFERENCE = "torch-fp32"  # the eager PyTorch FP32 model every artifact is compared with: not a file
+PLAIN_EXPORTS = ("onnx-fp32", "torchscript-fp32")  # what a release manager sets any winner's cost against
 FORMATS = ("torchscript", "onnx", "engine", "exported", "aoti")  # artifact kinds, as manifest.json says
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 ENGINE_FLAVOURS = ("tensorrt", "tensorrt-rtx")

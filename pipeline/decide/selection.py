@@ -21,7 +21,7 @@ from pipeline.check.results import Row, Winner
 from pipeline.check.speed import fmt_ms, fmt_rate, maximized, metric_name, overlap, unit_of
 from pipeline.check.timings import Timing, timings
 from pipeline.check.verdicts import AccuracyRecord, records
-from pipeline.core.variants import parse
+from pipeline.core.variants import PLAIN_EXPORTS, parse
 from pipeline.recipe import Objective, Recipe
 from pipeline.runners import registry
 
@@ -51,7 +51,7 @@ class SelectionPolicy(BaseModel):
 # trust and to operate. Artifacts: by Variant.transformations (plain exports, then one conversion, then two
 # or a quantization, then compilers). Runtimes: by the tier their runner module declares (the CPU, then the
 # CUDA provider or device, then compilers and CUDA graphs). Ties are broken by the artifact first, then the runtime, then CUDA graphs, then host I/O.
-BASELINES = ("onnx-fp32", "torchscript-fp32")  # what a release manager compares the winner's cost with
+BASELINES = PLAIN_EXPORTS  # what a release manager compares the winner's cost with
 
 
 def simplicity(row: Timing) -> tuple[int, int, int, int]:

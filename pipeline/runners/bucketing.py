@@ -75,7 +75,9 @@ class Bucketing:
     def __init__(self, cfg: PaddingConfig, settings: RunnerSettings):
         seq_dim = settings.sequence_dim
         self.cfg = cfg
-        self.mask = [s.name for s in settings.inputs].index(cfg.mask_input)
+        self.inputs = [s.name for s in settings.inputs]  # the order the tensors come in
+        self.outputs = list(settings.outputs)  # the order `call` returns results in
+        self.mask = self.inputs.index(cfg.mask_input)
         self.trimmed = [len(s.shape) > 1 and s.shape[1] == seq_dim for s in settings.inputs]
         self.per_token = [name in cfg.per_token_outputs for name in settings.outputs]
         self.min_length = settings.dims[seq_dim].min if seq_dim in settings.dims else 1

@@ -1,5 +1,8 @@
 """ONNX Runtime runners: CPUExecutionProvider (io host) and, where present, CUDAExecutionProvider with host
-I/O and with device I/O (IOBinding: inputs and outputs preallocated on the GPU once per shape).
+I/O and with device I/O (IOBinding: inputs and outputs preallocated on the GPU once per shape). Where the recipe
+configures `runtime.padding`, the CPU provider also runs padding-aware (`onnxruntime-cpu-bucketed`): each batch
+split by real length and run trimmed (pipeline/runners/bucketing.py), so that real text, mostly padding at a
+fixed length, costs its real tokens.
 
 Sessions are pinned the same way for every ONNX artifact: intra-op threads from the recipe (default all
 CPUs), one inter-op thread, sequential execution, every graph optimization.
@@ -15,6 +18,7 @@ import numpy as np
 from pipeline.core import host
 from pipeline.core.runtimes import Runtime
 from pipeline.runners.base import Family, Feeds, NotRunnable, Runner, output_names
+from pipeline.runners.bucketing import Bucketing
 from pipeline.runners.loaders import SessionFromPath
 from pipeline.runners.ort_session import (
     CPU_PROVIDER,
@@ -40,11 +44,18 @@ class OnnxRuntimeRunner(Runner):
         recipe_outputs: list[str],
         provider: str = CPU_PROVIDER,
         io: str = "host",
+        bucketing: Bucketing | None = None,
     ):
         if io == "device" and provider != CUDA_PROVIDER:
             raise ValueError("device I/O needs the CUDA execution provider")
+        if bucketing is not None and (provider, io) != (CPU_PROVIDER, "host"):
+            raise ValueError("padding-aware runs are offered on the CPU provider only")
         self.artifact, self.path, self.io = artifact, Path(load.path), io
         self.runtime = "onnxruntime-cuda" if provider == CUDA_PROVIDER else "onnxruntime-cpu"
+        self.bucketing = bucketing
+        self.details: dict[str, Any] = {}
+        if bucketing is not None:
+            self.runtime += "-bucketed"
         self._load, self._provider, self._recipe_outputs = load, provider, recipe_outputs
         self._session: Any = None
         self._inputs: dict[str, Any] = {}
@@ -76,16 +87,40 @@ class OnnxRuntimeRunner(Runner):
     # ------------------------------------------------------------ inference
 
     def infer_impl(self, feeds: Feeds) -> Feeds:
+        if self.bucketing is not None:
+            return self._bucketed(feeds)
         results = self._session.run(None, self._feeds(feeds))
         return {
             self._names[o.name]: value for o, value in zip(self._session.get_outputs(), results, strict=True)
         }
+
+    def _bucketed(self, feeds: Feeds) -> Feeds:
+        """One padded batch, group by group (Bucketing works on torch tensors: CPU ones share the arrays'
+        memory, so no copy is made on the way in or out)."""
+        import torch
+
+        assert self.bucketing is not None
+        names = self.bucketing.inputs  # every recipe input: the mask among them
+        tensors = [torch.from_numpy(np.ascontiguousarray(feeds[name])) for name in names]
+        by_recipe = {self._names[o.name]: o.name for o in self._session.get_outputs()}
+        order = [by_recipe[name] for name in self.bucketing.outputs]
+
+        def call(sub: list[torch.Tensor]) -> list[torch.Tensor]:
+            group = {name: t.numpy() for name, t in zip(names, sub, strict=True)}
+            return [torch.from_numpy(value) for value in self._session.run(order, self._feeds(group))]
+
+        results = self.bucketing.run(tensors, call, contiguous=False)
+        return {name: value.numpy() for name, value in zip(self.bucketing.outputs, results, strict=True)}
 
     def prepare_impl(self, feeds: Feeds) -> None:
         """Cast once (host I/O) or bind inputs and preallocated outputs on the GPU once (device I/O)."""
         host = self._feeds(feeds)
         if self.io != "device":
             self._prepared = host
+            if self.bucketing is not None:  # the plan of this shape's batch, for the row (its real tokens)
+                self._prepared = dict(feeds)  # cast per group
+                self._bucketed(feeds)
+                self.details["padding"] = dict(self.bucketing.last_plan or {})
             return
         ort = load_onnxruntime()
         shapes = self.infer(feeds)  # one untimed run tells the output shapes and dtypes at this shape
@@ -106,6 +141,8 @@ class OnnxRuntimeRunner(Runner):
     def infer_prepared_impl(self) -> None:
         if self.io == "device":
             self._session.run_with_iobinding(self._binding)
+        elif self.bucketing is not None:
+            self._bucketed(self._prepared)  # the plan is made on every call, as a server makes it
         else:
             self._session.run(None, self._prepared)
 
@@ -159,6 +196,9 @@ def onnx_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Onn
     nodes on it (cuda_declined)."""
     load, outputs = SessionFromPath(artifact.path, settings.threads, session_options), list(settings.outputs)
     runners = [OnnxRuntimeRunner(artifact.name, load, outputs)]
+    if settings.runtime.padding is not None and not host.has_cuda():
+        bucketing = Bucketing(settings.runtime.padding, settings)
+        runners.append(OnnxRuntimeRunner(artifact.name, load, outputs, bucketing=bucketing))
     if cuda_provider_available() and cuda_declined(artifact.path, settings) is None:
         runners += [
             OnnxRuntimeRunner(artifact.name, load, outputs, CUDA_PROVIDER, "host"),
@@ -200,8 +240,14 @@ CUDA_TWIN_WHY = {
 }
 RUNTIMES = (
     Runtime(
-        "onnxruntime-cpu", "cpu", tier=0, package="onnxruntime", install="pip install 'deploy-pipeline[cpu]'"
+        "onnxruntime-cpu",
+        "cpu",
+        tier=0,
+        package="onnxruntime",
+        install="pip install 'deploy-pipeline[cpu]'",
+        padded_twin="onnxruntime-cpu-bucketed",
     ),
+    Runtime("onnxruntime-cpu-bucketed", "cpu", tier=1, package="onnxruntime"),  # a batch split by real length
     Runtime(
         "onnxruntime-cuda",
         "cuda",

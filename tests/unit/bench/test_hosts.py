@@ -177,3 +177,29 @@ def test_host_io_is_also_timed_at_the_objective_batch_and_winner_runtimes_are_ne
     assert hosts.timed(timing, "aoti-fp16", "torch-aoti-cuda-bucketed", 1, True, pairs=aoti)
     assert hosts.not_timed(timing, aoti, gpu_host=True) == []
     assert "host I/O at batch 1, 2 only" in hosts.policy(timing, True)["rule"]
+
+
+def test_a_cpu_host_with_padded_traffic_times_all_but_the_plain_exports_padding_aware_only() -> None:
+    recipe = tiny_context(Path("."), "runtime.padding={per_token_outputs: [hidden]}").recipe
+    timing = hosts.HostTiming.from_recipe(recipe)
+    pairs = [
+        (artifact, runtime)
+        for artifact in ("onnx-fp32", "onnx-int8-dynamic")
+        for runtime in ("onnxruntime-cpu", "onnxruntime-cpu-bucketed")
+    ]
+    timed = {p for p in pairs if hosts.timed(timing, *p, 1, gpu_host=False, io="host", pairs=pairs)}
+    assert timed == set(pairs) - {("onnx-int8-dynamic", "onnxruntime-cpu")}
+    [left] = hosts.not_timed(timing, pairs, gpu_host=False)
+    assert (left["artifact"], left["runtime"], left["io"]) == ("onnx-int8-dynamic", "onnxruntime-cpu", "any")
+    assert "padding-aware twin onnxruntime-cpu-bucketed is timed" in left["reason"]
+    assert "timed in that mode only, except for the plain exports" in hosts.policy(timing, False)["rule"]
+    # without its twin among the pairs (no runtime.padding: no bucketed runner), nothing is left out
+    plain = [p for p in pairs if p[1] == "onnxruntime-cpu"]
+    assert all(hosts.timed(timing, *p, 1, gpu_host=False, io="host", pairs=plain) for p in plain)
+    # a runtime selection.runtimes lists is never left out
+    listed = tiny_context(
+        Path("."), "runtime.padding={per_token_outputs: [hidden]}", "selection.runtimes=[onnxruntime-cpu]"
+    ).recipe
+    assert hosts.timed(
+        hosts.HostTiming.from_recipe(listed), "onnx-int8-dynamic", "onnxruntime-cpu", 1, False, "host", pairs
+    )

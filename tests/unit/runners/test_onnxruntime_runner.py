@@ -136,3 +136,36 @@ def test_cuda_device_io_binds_once_and_matches(ctx, onnx_artifact, feeds) -> Non
     for name in ref:
         np.testing.assert_allclose(out[name], ref[name], atol=1e-3)
         np.testing.assert_allclose(bound[name], ref[name], atol=1e-3)
+
+
+def test_padding_aware_cpu_rows_match_the_padded_session_on_real_tokens(ctx, onnx_artifact) -> None:
+    """runtime.padding on a CPU host: onnx_runners adds onnxruntime-cpu-bucketed, which runs the real ONNX
+    session group by group at each group's real length; on real tokens and on the pooled output it matches the
+    same session on the whole padded batch, and the row's details say how many tokens it computed."""
+    from pipeline.recipe import PaddingConfig
+
+    padding = PaddingConfig(
+        mask_input="attention_mask", per_token_outputs=["hidden"], multiple=4, group_overhead_tokens=0
+    )
+    settings = ctx.settings.model_copy(
+        update={"runtime": ctx.settings.runtime.model_copy(update={"padding": padding})}
+    )
+    plain, bucketed = onnx_runners(onnx_artifact, settings)[:2]
+    assert (bucketed.runtime, bucketed.io) == ("onnxruntime-cpu-bucketed", "host")
+    feeds = ctx.dataset().feeds_at({"batch": 6, "sequence": 32})
+    real = np.array([3, 32, 5, 9, 17, 4])
+    feeds["attention_mask"] = (np.arange(32)[None, :] < real[:, None]).astype(feeds["attention_mask"].dtype)
+    for runner in (plain, bucketed):
+        runner.activate()
+    try:
+        want, got = plain.infer(feeds), bucketed.infer(feeds)
+        bucketed.prepare(feeds)
+        bucketed.infer_prepared()
+    finally:
+        for runner in (plain, bucketed):
+            runner.deactivate()
+    on_real = feeds["attention_mask"].astype(bool)
+    np.testing.assert_allclose(got["hidden"][on_real], want["hidden"][on_real], atol=1e-5, rtol=1e-4)
+    np.testing.assert_allclose(got["pooled"], want["pooled"], atol=1e-5, rtol=1e-4)
+    plan = bucketed.details["padding"]
+    assert plan["real_tokens"] == real.sum() and plan["computed_tokens"] < plan["padded_tokens"] == 6 * 32
