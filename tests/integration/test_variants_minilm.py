@@ -189,3 +189,46 @@ def test_no_scratch_files_land_in_the_working_directory(variants: dict) -> None:
     the current directory; the INT8 and optimizer stages must keep it out of the user's working directory."""
     assert not (Path.cwd() / "sym_shape_infer_temp.onnx").exists()
     assert not list(Path.cwd().glob("*-*-*-*-*.data"))
+
+
+def test_the_shipped_model_served_by_triton_answers_http_as_it_runs_in_process(
+    ctx: StageEnv, source: ArtifactRecord, sentences: dict[str, np.ndarray]
+) -> None:
+    """The shipped recipe's ONNX graph behind a real Triton server (PyTriton) with the recipe's batcher, as
+    `serve` puts a winner there: real HTTP requests of held-out sentences get the outputs the same runner gives
+    in this process."""
+    pytest.importorskip("pytriton", reason="the serve extra: pip install 'deploy-pipeline[serve]'")
+    import tritonclient.http as http
+
+    from pipeline.inputs.specs import RunnerSettings
+    from pipeline.release.serve import signature_sample
+    from pipeline.release.triton_server import HOST, Batching, Ports, triton_serving
+    from pipeline.runners.registry import runners_for
+
+    recipe = ctx.recipe
+    [runner] = [
+        r for r in runners_for(source, RunnerSettings.from_recipe(recipe)) if r.runtime == "onnxruntime-cpu"
+    ]
+    sample = signature_sample(recipe)
+    runner.activate()
+    try:
+        ports = Ports.free()
+        with triton_serving(
+            "minilm", runner, sample, runner.infer(sample), Batching.from_recipe(recipe), ports
+        ):
+            client = http.InferenceServerClient(f"{HOST}:{ports.http}")
+            for row in range(2):  # one sentence per request, at its padded length, as a client sends them
+                feeds = {name: array[row : row + 1] for name, array in sentences.items()}
+                tensors = []
+                for name, array in feeds.items():
+                    tensor = http.InferInput(name, list(array.shape), "INT64")
+                    tensor.set_data_from_numpy(array.astype(np.int64))
+                    tensors.append(tensor)
+                answer = client.infer("minilm", tensors)
+                expected = runner.infer(feeds)
+                assert set(expected) == {HIDDEN, POOLED}
+                for name, array in expected.items():
+                    np.testing.assert_allclose(answer.as_numpy(name), array, rtol=1e-5, atol=1e-6)
+            client.close()
+    finally:
+        runner.deactivate()
