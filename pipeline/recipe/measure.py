@@ -307,7 +307,11 @@ class PaddingConfig(Strict):
     per_token_outputs: list[str] = Field(
         [], description="outputs with one value per token (scattered back to the padded layout)"
     )
-    multiple: Dim = Field(16, description="trimmed lengths are rounded up to this multiple")
+    multiple: Dim | None = Field(
+        None,
+        description="trimmed lengths are rounded up to this multiple (null: 16 on the GPU, where each plan of "
+        "lengths is a CUDA graph of its own, and 1 on the CPU, where a sentence runs at its real length)",
+    )
     max_groups: Annotated[int, Field(gt=0, le=1024)] = Field(
         4, description="at most this many length groups per batch (1024 at most)"
     )

@@ -197,7 +197,7 @@ def onnx_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Onn
     load, outputs = SessionFromPath(artifact.path, settings.threads, session_options), list(settings.outputs)
     runners = [OnnxRuntimeRunner(artifact.name, load, outputs)]
     if settings.runtime.padding is not None and not host.has_cuda():
-        bucketing = Bucketing(settings.runtime.padding, settings)
+        bucketing = Bucketing(settings.runtime.padding, settings, "cpu")
         runners.append(OnnxRuntimeRunner(artifact.name, load, outputs, bucketing=bucketing))
     if cuda_provider_available() and cuda_declined(artifact.path, settings) is None:
         runners += [

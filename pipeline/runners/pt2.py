@@ -216,7 +216,7 @@ def exported_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list
         load = ExportedProgramFromPath(artifact.path, "cpu")
         runners = [_runner(artifact, settings, "torch-cpu", load, "cpu", "host", threads=settings.threads)]
         if padding is not None:
-            bucketing = Bucketing(padding, settings)
+            bucketing = Bucketing(padding, settings, "cpu")
             runners.append(
                 _runner(
                     artifact,

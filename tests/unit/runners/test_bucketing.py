@@ -180,3 +180,13 @@ def test_groups_of_an_odd_length_batch_reach_the_callee_dense_and_aligned(ctx) -
     real_mask = tensors[1].bool()
     assert torch.allclose(hidden[real_mask], want_hidden[real_mask], atol=1e-5)
     assert torch.allclose(pooled, want_pooled, atol=1e-6)
+
+
+def test_without_a_multiple_the_cpu_runs_a_sentence_at_its_real_length_and_the_gpu_rounds_to_16(ctx) -> None:
+    cfg = PaddingConfig(per_token_outputs=["hidden"])
+    feeds = ctx.dataset().feeds_at({"batch": 1, "sequence": 32})
+    mask = (np.arange(32)[None, :] < 5).astype(feeds["attention_mask"].dtype)
+    tensors = [torch.from_numpy(feeds["input_ids"]), torch.from_numpy(mask)]
+    cpu, gpu = Bucketing(cfg, ctx.settings, "cpu"), Bucketing(cfg, ctx.settings, "cuda")
+    assert [g.length for g in cpu.plan(tensors)] == [5] and [g.length for g in gpu.plan(tensors)] == [16]
+    assert Bucketing(cfg.model_copy(update={"multiple": 8}), ctx.settings, "cpu").plan(tensors)[0].length == 8
