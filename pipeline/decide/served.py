@@ -88,9 +88,12 @@ def served_problems(load: Row | None, accuracy: Row, winner: Row | None) -> list
         return [
             "the server scenario ran no candidate: no artifact that passed validation has a host-I/O runner here"
         ]
-    target = rows[0].p99_target_ms
     misses = "; ".join(f"{r.label}: {r.error or r.missed or 'no rate held the target'}" for r in rows)
-    return [f"no candidate served the p99 target of {target:g} ms at any rate: {misses}"]
+    return [f"no candidate served the p99 target of {_target(rows[0])} at any rate: {misses}"]
+
+
+def _target(row: ServedRate) -> str:
+    return f"{row.p99_target_ms:g} ms" if row.p99_target_ms is not None else "? ms"  # load.json always says
 
 
 def _simplicity(row: ServedRate) -> tuple[int, int, int, int]:
@@ -111,7 +114,7 @@ def _figure(row: ServedRate) -> str:
 def _reason(
     winner: ServedRate, best: ServedRate, within: list[ServedRate], runner_up: ServedRate | None
 ) -> str:
-    target = f"p99 ≤ {winner.p99_target_ms:g} ms"
+    target = f"p99 ≤ {_target(winner)}"
     bound = " (≥: its search never saw a rate fail, so it may serve more)" if winner.bounded else ""
     if runner_up is None:
         return f"the only candidate that served the target ({target}): {_figure(winner)}{bound}"
