@@ -12,7 +12,7 @@ The select stage chooses, once; the benchmark only asks which rows contend with 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -35,6 +35,11 @@ class SelectionPolicy(BaseModel):
     max_p99_ms: float | None
     runtimes: list[str]
     sequence_dim: str | None  # benchmark.sequence_dim: which shape axis the objective's length is on
+
+    def by_p50(self) -> SelectionPolicy:
+        """The same policy ranking single-stream latency (p50 at the objective's batch): what the server scenario
+        picks its candidates by, and what the fastest single request means."""
+        return self.model_copy(update={"objective": Objective(batch=self.objective.batch)})
 
     @classmethod
     def from_recipe(cls, recipe: Recipe) -> SelectionPolicy:
@@ -244,21 +249,43 @@ def _reason(
     lead = f"highest {metric_name(metric)}" if maximized(metric) else f"fastest by {metric_name(metric)}"
     if runner_up is None:
         return "the only candidate that passed validation on its runtime with a measurement at the objective's shape"
+
+    def named(row: Timing) -> Named:
+        return Named(_label(row), _figure(row, metric))
+
+    return tie_reason(lead, named(winner), named(fastest), [named(r) for r in within], named(runner_up))
+
+
+class Named(NamedTuple):
+    """A candidate as a reason names it: its label and its figure with the interval."""
+
+    label: str
+    figure: str
+
+
+def tie_reason(
+    lead: str,
+    winner: Named,
+    best: Named,
+    within: list[Named],
+    runner_up: Named,
+    measured: str = "measured",
+    best_word: str = "fastest",
+) -> str:
+    """Why the winner, by rule 9, for every objective: beyond the noise of the runner-up, or the simplest of those
+    within noise of the best (`within`: the rest of that group)."""
     if not within:
+        return f"{lead}: {winner.figure} vs {runner_up.figure} for {runner_up.label}; the 95% intervals do not overlap"
+    tied = ", ".join(f"{r.label} {r.figure}" for r in within)
+    if winner == best:
         return (
-            f"{lead}: {_figure(winner, metric)} vs {_figure(runner_up, metric)} for "
-            f"{_label(runner_up)}; the 95% intervals do not overlap"
-        )
-    tied = ", ".join(f"{_label(r)} {_figure(r, metric)}" for r in within)
-    if winner is fastest:
-        return (
-            f"{lead} at {_figure(winner, metric)}, but within noise of {tied} (95% intervals "
-            "overlap); it is also the simplest of these, so it is chosen"
+            f"{lead} at {winner.figure}, but within noise of {tied} (95% intervals overlap); it is also the "
+            "simplest of these, so it is chosen"
         )
     return (
-        f"{_label(fastest)} measured {_figure(fastest, metric)}, within noise of {_label(winner)} at "
-        f"{_figure(winner, metric)} (95% intervals overlap); the simplest of the candidates within noise of "
-        f"the fastest is chosen (tied with the winner: {tied})"
+        f"{best.label} {measured} {best.figure}, within noise of {winner.label} at {winner.figure} (95% intervals "
+        f"overlap); the simplest of the candidates within noise of the {best_word} is chosen (tied with the "
+        f"winner: {tied})"
     )
 
 

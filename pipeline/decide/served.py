@@ -16,8 +16,15 @@ from pipeline.check.served import ServedRate, served_rates
 from pipeline.check.speed import SERVED, fmt_qps, overlap, unit_of
 from pipeline.check.timings import Timing, timings
 from pipeline.check.verdicts import AccuracyRecord, records
-from pipeline.decide.selection import BASELINES, SelectionPolicy, accuracy_record, candidates, simplicity_of
-from pipeline.recipe import Objective
+from pipeline.decide.selection import (
+    BASELINES,
+    Named,
+    SelectionPolicy,
+    accuracy_record,
+    candidates,
+    simplicity_of,
+    tie_reason,
+)
 
 
 def served_candidates(policy: SelectionPolicy, load: Row | None, accuracy: Row) -> list[ServedRate]:
@@ -118,22 +125,15 @@ def _reason(
     bound = " (≥: its search never saw a rate fail, so it may serve more)" if winner.bounded else ""
     if runner_up is None:
         return f"the only candidate that served the target ({target}): {_figure(winner)}{bound}"
-    if not within:
-        return (
-            f"serves the most within {target}: {_figure(winner)} vs {_figure(runner_up)} for {runner_up.label}; "
-            f"the 95% intervals do not overlap{bound}"
-        )
-    tied = ", ".join(f"{r.label} {_figure(r)}" for r in within)
-    if winner is best:
-        return (
-            f"serves the most within {target} at {_figure(winner)}, but within noise of {tied} (95% intervals "
-            f"overlap); it is also the simplest of these, so it is chosen{bound}"
-        )
-    return (
-        f"{best.label} served {_figure(best)}, within noise of {winner.label} at {_figure(winner)} (95% "
-        f"intervals overlap); the simplest of the candidates within noise of the best is chosen (tied with the "
-        f"winner: {tied}){bound}"
+
+    def named(row: ServedRate) -> Named:
+        return Named(row.label, _figure(row))
+
+    lead = f"serves the most within {target}"
+    found = tie_reason(
+        lead, named(winner), named(best), [named(r) for r in within], named(runner_up), "served", "best"
     )
+    return found + bound
 
 
 def _speed_row(policy: SelectionPolicy, speed: Row, winner: ServedRate) -> Timing | None:
@@ -154,8 +154,7 @@ def _single_stream(
 ) -> dict[str, Any] | None:
     """The fastest candidate by single-stream p50 at the objective's batch, for the sign-off's sentence on whether
     the fastest single request also serves the most."""
-    latency = policy.model_copy(update={"objective": Objective(batch=policy.objective.batch)})
-    ranked = candidates(latency, speed, accuracy)
+    ranked = candidates(policy.by_p50(), speed, accuracy)
     if not ranked:
         return None
     first = ranked[0]

@@ -43,7 +43,7 @@ from pipeline.core.artifacts import ArtifactRecord
 from pipeline.core.files import write_report
 from pipeline.decide.selection import SelectionPolicy, candidates, objective_rows
 from pipeline.inputs.specs import DataSpec, RunnerSettings
-from pipeline.recipe import Objective, Recipe, ServerLoad
+from pipeline.recipe import Recipe, ServerLoad
 from pipeline.runners.base import NotRunnable, Runner
 from pipeline.runners.registry import runners_for
 from pipeline.stages.base import ALONE, Output, RunContext, Stage, StageConfig, StageResult
@@ -100,7 +100,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage | Non
 def pick(policy: SelectionPolicy, speed: Row, accuracy: Row, winner: Row | None, count: int) -> list[Timing]:
     """The winner's row, the best `count` by single-stream latency, then the throughput leader: one row per
     (artifact, runtime), on a runtime without CUDA graphs."""
-    latency = policy.model_copy(update={"objective": Objective(batch=policy.objective.batch)})
+    latency = policy.by_p50()
     ranked = [_without_graphs(r, speed, accuracy) for r in candidates(latency, speed, accuracy)]
     chosen = [r for r in ranked if r is not None][:count]
     if winner:
@@ -110,10 +110,7 @@ def pick(policy: SelectionPolicy, speed: Row, accuracy: Row, winner: Row | None,
         found = _without_graphs(mine, speed, accuracy) if mine is not None else None
         if found is not None:
             chosen.insert(0, found)
-    anywhere = policy.model_copy(
-        update={"objective": Objective(batch=policy.objective.batch, metric="p50_ms")}
-    )
-    rows = [r for r in _all_batches(anywhere, speed, accuracy) if not r.cuda_graph]
+    rows = [r for r in _all_batches(latency, speed, accuracy) if not r.cuda_graph]
     leader = max(rows, key=_rate, default=None)
     if leader is not None:
         chosen.append(leader)
