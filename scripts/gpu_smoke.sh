@@ -34,5 +34,6 @@ python3 scripts/speed_table.py "$latest/reports/speed.json" --accuracy "$latest/
   | tee "$out/speed_table.md"
 # the device tool brings back at most 8 files: keep the ones a reader needs
 cp "$latest"/reports/speed.json "$latest"/reports/accuracy.json "$latest"/reports/signoff.md "$out/" 2>/dev/null
+cp "$latest"/reports/load.json "$out/" 2>/dev/null  # with the server scenario
 cp "$latest"/winner.json "$latest"/manifest.json "$out/" 2>/dev/null
 ls -la "$out"

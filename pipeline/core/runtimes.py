@@ -43,6 +43,9 @@ class Runtime:
     opt_in: bool = False
     mode_twins: tuple[str, ...] = ()
     padded_twin: str = ""  # a CPU runtime's padding-aware mode: see bench/hosts.py, left_for_padding
+    # a CUDA-graph mode that captures another shape within its loaded model in milliseconds: under load, requests
+    # are padded to a few bucket shapes, each captured before the run (pipeline/stages/load.py)
+    graphs_under_load: bool = False
     artifact_twins: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     twin_why: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 

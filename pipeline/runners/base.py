@@ -76,6 +76,15 @@ class Runner:
         self._require_active("infer_prepared")
         self.infer_prepared_impl()
 
+    def keep_graphs(self, count: int) -> None:
+        """Hold at least `count` captured CUDA graphs at once (a server's bucket shapes); a runner without its
+        own graph cache has nothing to keep."""
+
+    @property
+    def captures(self) -> int:
+        """CUDA graphs captured in this activation (a runner without its own graph cache captures none)."""
+        return 0
+
     def synchronize(self) -> None:
         return None
 

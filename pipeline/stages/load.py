@@ -7,9 +7,10 @@ summary and detail logs of its last confirming run under reports/loadgen/.
 Which candidates: the winner, the best `benchmark.server.candidates` by single-stream latency (p50 at the
 objective's batch, as selection filters rows: passed validation on that runtime, within its constraints), and the
 throughput leader (the highest sequences/s of those rows at any batch, else the highest batch/p50). A server hands
-its model host arrays, so each runs on its runtime's host-I/O runner; a CUDA-graph runtime is replaced by the same
-artifact's runtime without graphs (graphs are captured per shape, and requests come in every shape), and the row
-says so. A candidate whose model fails under load gets a row with the error; a LoadGen run that never returns
+its model host arrays (copied through pinned host memory where the runner stages them). A CUDA-graph runtime
+that captures a shape cheaply (Runtime.graphs_under_load) serves as a server with graphs does: every batch padded
+up to one of a few bucket shapes (pipeline/bench/load/buckets.py), each captured before the first run; another
+CUDA-graph runtime is replaced by the same artifact's fastest runtime without graphs, and the row says so. A candidate whose model fails under load gets a row with the error; a LoadGen run that never returns
 ends the stage's runs (LoadGen cannot start again in this process)."""
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from pipeline.bench.load.buckets import ShapeBuckets
 from pipeline.bench.load.loadgen_run import (
     DETAIL,
     SUMMARY,
@@ -45,7 +47,7 @@ from pipeline.decide.selection import SelectionPolicy, candidates, objective_row
 from pipeline.inputs.specs import DataSpec, RunnerSettings
 from pipeline.recipe import Recipe, ServerLoad
 from pipeline.runners.base import NotRunnable, Runner
-from pipeline.runners.registry import runners_for
+from pipeline.runners.registry import runners_for, runtimes
 from pipeline.stages.base import ALONE, Output, RunContext, Stage, StageConfig, StageResult
 
 NAME = "load"
@@ -97,17 +99,19 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage | Non
     )
 
 
-def pick(policy: SelectionPolicy, speed: Row, accuracy: Row, winner: Row | None, count: int) -> list[Timing]:
+def pick(
+    policy: SelectionPolicy, speed: Row, accuracy: Row, winner: Row | None, count: int, graphs: bool = True
+) -> list[Timing]:
     """The winner's row, the best `count` by single-stream latency, then the throughput leader: one row per
-    (artifact, runtime), on a runtime without CUDA graphs."""
+    (artifact, runtime), on a runtime that can serve every request shape."""
     latency = policy.by_p50()
-    ranked = [_without_graphs(r, speed, accuracy) for r in candidates(latency, speed, accuracy)]
+    ranked = [_without_graphs(r, speed, accuracy, graphs) for r in candidates(latency, speed, accuracy)]
     chosen = [r for r in ranked if r is not None][:count]
     if winner:
         mine = next(
             (r for r in candidates(policy, speed, accuracy) if r.artifact == winner.get("artifact")), None
         )
-        found = _without_graphs(mine, speed, accuracy) if mine is not None else None
+        found = _without_graphs(mine, speed, accuracy, graphs) if mine is not None else None
         if found is not None:
             chosen.insert(0, found)
     rows = [r for r in _all_batches(latency, speed, accuracy) if not r.cuda_graph]
@@ -130,9 +134,10 @@ def _all_batches(policy: SelectionPolicy, speed: Row, accuracy: Row) -> list[Tim
     return rows
 
 
-def _without_graphs(row: Timing | None, speed: Row, accuracy: Row) -> Timing | None:
-    """The row itself, or for a CUDA-graph row the same artifact's fastest passing row without graphs."""
-    if row is None or not row.cuda_graph:
+def _without_graphs(row: Timing | None, speed: Row, accuracy: Row, graphs: bool = True) -> Timing | None:
+    """The row itself where its runtime serves under load, else (a CUDA-graph row whose runtime cannot
+    capture the buckets cheaply) the same artifact's fastest passing row without graphs."""
+    if row is None or not row.cuda_graph or (graphs and _bucketed(row)):
         return row
     entries = records(accuracy)
     entry = entries.get(row.artifact)
@@ -160,7 +165,8 @@ def run(ctx: RunContext, config: LoadStageConfig, inputs: dict[str, ArtifactReco
     selected = inputs["report:selection"].report() if "report:selection" in inputs else None
     winner = (selected or {}).get("winner")
     built = {name: record for name, record in inputs.items() if not name.startswith("report:")}
-    chosen = pick(config.selection, speed, accuracy, winner, config.server.candidates)
+    graphs = config.server.through == "in_process"  # Triton's batcher hands the model its own batch shapes
+    chosen = pick(config.selection, speed, accuracy, winner, config.server.candidates, graphs)
     pool = RequestPool.from_dataset(ctx.dataset(config.data))
     rows: list[dict[str, Any]] = []
     outputs: list[Output] = []
@@ -211,17 +217,24 @@ def _serve(
     runner = _runner(row, built, config.runners)
     if isinstance(runner, str):
         return _row(config, row, error=runner), []
+    buckets = _buckets(config, pool) if row.cuda_graph and _bucketed(row) else None
     server = config.server
     settings = RunSettings(server.p99_ms, server.run_s, config.max_batch, server.max_queue_delay_ms / 1000)
     slug = f"{row.artifact}__{row.runtime}"
     started = time.perf_counter()
     stuck = False
     try:
+        if buckets is not None:
+            runner.keep_graphs(len(buckets))
+            ctx.report(f"load: {row.artifact} ({row.runtime}) capturing {len(buckets)} bucket shapes")
         runner.activate()
-        # the first call at each request shape, and LoadGen's start, stay out of the search
-        for index in range(len(pool)):
-            runner.infer(pool.collate([index]))
-        with _target(config, runner, pool, settings) as connect:
+        # the first call at each request shape (every bucket's capture), and LoadGen's start, stay out of the
+        # search
+        warm = pool.bucket_feeds(buckets) if buckets else [pool.collate([i]) for i in range(len(pool))]
+        for feeds in warm:
+            runner.infer(feeds)
+        captured = runner.captures
+        with _target(config, runner, pool, settings, buckets) as connect:
             count = 0
 
             def run_at(qps: float) -> ServerRun:
@@ -232,6 +245,7 @@ def _serve(
 
             run_at(_start_rate(row))
             found = search(run_at, _start_rate(row), server.p99_ms, server.runs, server.repeats)
+        during = runner.captures - captured
     except LoadGenStuck:
         stuck = True  # a call may still be running in the batcher's thread: the runner is left as it is
         raise
@@ -243,6 +257,9 @@ def _serve(
     files = _keep_logs(ctx, (found.repeats or found.runs)[-1], slug) if found.runs else []
     served = found.served()
     out = _row(config, row) | {
+        "buckets": buckets.describe() if buckets else None,
+        # graphs captured before the runs, and during them (a request that waited for a capture: none expected)
+        "graphs": {"before_runs": captured, "during_runs": during} if buckets else None,
         "max_qps": served["qps"] if served else None,
         "ci95": served["ci95"] if served else None,
         "bounded": found.bounded,
@@ -262,12 +279,16 @@ def _serve(
 
 @contextlib.contextmanager
 def _target(
-    config: LoadStageConfig, runner: Runner, pool: RequestPool, settings: RunSettings
+    config: LoadStageConfig,
+    runner: Runner,
+    pool: RequestPool,
+    settings: RunSettings,
+    buckets: ShapeBuckets | None = None,
 ) -> Iterator[Connect]:
     """Where the runs send their requests: the in-process batcher, or a Triton server serving the runner for the
     candidate's whole search (started once: its start-up is not a request's)."""
     if config.server.through == "in_process":
-        yield in_process(runner, pool, settings)
+        yield in_process(runner, pool, settings, buckets)
         return
     from pipeline.bench.load.triton_target import TritonTarget
     from pipeline.release.triton_server import HOST, Batching, Ports, triton_serving
@@ -294,6 +315,7 @@ def _row(config: LoadStageConfig, row: Timing, error: str | None = None) -> dict
         "artifact": row.artifact,
         "runtime": row.runtime,
         "io": "host",  # a server hands its model host arrays
+        "cuda_graph": row.cuda_graph,
         "through": config.server.through,
         "precision": row.precision,
         "p99_target_ms": config.server.p99_ms,
@@ -304,17 +326,36 @@ def _row(config: LoadStageConfig, row: Timing, error: str | None = None) -> dict
 
 
 def _runner(row: Timing, built: dict[str, ArtifactRecord], settings: RunnerSettings) -> Runner | str:
-    """The host-I/O runner of the candidate's runtime, or why there is none."""
+    """The candidate's runner (every runner takes host arrays; its host-I/O one where it has both), or why there
+    is none."""
     record = built.get(row.artifact)
     if record is None:
         return f"{row.artifact} was not built in this deploy"
     found = runners_for(record, settings)
     if isinstance(found, NotRunnable):
         return found.reason
-    for runner in found:
-        if (runner.runtime, runner.io, runner.cuda_graph) == (row.runtime, "host", False):
-            return runner
-    return f"no {row.runtime} runner with host I/O for {row.artifact} here"
+    mine = [r for r in found if (r.runtime, r.cuda_graph) == (row.runtime, row.cuda_graph)]
+    if not mine:
+        return f"no {row.runtime} runner for {row.artifact} here"
+    return min(mine, key=lambda r: r.io != "host")
+
+
+def _bucketed(row: Timing) -> bool:
+    """Whether the row's runtime serves under load in captured bucket shapes."""
+    found = runtimes().get(row.runtime)
+    return bool(found and found.graphs_under_load)
+
+
+def _buckets(config: LoadStageConfig, pool: RequestPool) -> ShapeBuckets:
+    """The shapes a CUDA-graph candidate serves: the batcher's batches, and (text) lengths from the padding
+    step up to the longest request, within the sequence dim's range."""
+    settings = config.runners
+    padding = settings.runtime.padding
+    step = (padding.multiple if padding is not None else None) or 16
+    sequence = settings.dims.get(settings.sequence_dim) if settings.sequence_dim else None
+    longest = pool.longest() if sequence is not None else None
+    shortest, limit = (sequence.min, sequence.max) if sequence is not None else (1, None)
+    return ShapeBuckets.powers(config.max_batch, longest, step, shortest, limit)
 
 
 def _start_rate(row: Timing) -> float:

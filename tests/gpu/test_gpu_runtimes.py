@@ -239,3 +239,38 @@ def test_a_plain_onnx_graph_leaves_its_rows_to_its_optimized_twin(ctx: StageEnv,
         ("onnx-fp32", "onnxruntime-cuda", "any"),
         ("onnx-fp32", "onnxruntime-cuda-graph", "any"),
     ]
+
+
+def test_a_cuda_graph_candidate_serves_load_in_buckets_captured_before_the_runs(
+    ctx: StageEnv, aoti: ArtifactRecord, tmp_path: Path
+) -> None:
+    """The load stage's path for a CUDA-graph runtime: every bucket shape captured up front, a real LoadGen
+    Server run replays them (no capture while requests wait), and a padded batch answers its real rows as the
+    model does unpadded."""
+    pytest.importorskip("mlperf_loadgen", reason="the load extra")
+    from pipeline.bench.load.buckets import ShapeBuckets
+    from pipeline.bench.load.loadgen_run import RunSettings, in_process, server_run
+    from pipeline.bench.load.requests import RequestPool
+
+    runners = {r.runtime: r for r in runners_for(aoti, ctx.settings) if r.io == "device" or not r.cuda_graph}
+    graph, plain = runners["torch-aoti-cuda-graph"], runners["torch-aoti-cuda"]
+    pool = RequestPool.from_dataset(ctx.dataset())
+    buckets = ShapeBuckets.powers(8, pool.longest(), step=16)
+    graph.keep_graphs(len(buckets))
+    graph.activate()
+    plain.activate()
+    try:
+        for feeds in pool.bucket_feeds(buckets):
+            graph.infer(feeds)
+        captured = graph.captures
+        assert captured == len(buckets)
+        settings = RunSettings(p99_ms=50.0, run_s=0.3, max_batch=8, max_delay_s=0.001)
+        run = server_run(in_process(graph, pool, settings, buckets), pool, 200.0, settings, tmp_path / "run")
+        assert run.error is None and run.queries > 0
+        assert graph.captures == captured
+        padded, want = graph.infer(pool.collate([0, 1, 2], buckets)), plain.infer(pool.collate([0, 1, 2]))
+        for name, value in want.items():
+            assert lowest_cosine(padded[name][:3], value) > 0.999, name
+    finally:
+        graph.deactivate()
+        plain.deactivate()

@@ -12,6 +12,7 @@ the search judges the p99 itself."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import threading
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pipeline.bench.load.batcher import DynamicBatcher
+from pipeline.bench.load.buckets import ShapeBuckets
 from pipeline.bench.load.requests import RequestPool
 from pipeline.runners.base import Runner
 
@@ -100,12 +102,14 @@ class Target(Protocol):
 Connect = Callable[[Callable[[Sequence[int]], None]], Target]  # the answer callback -> a target for one run
 
 
-def in_process(runner: Runner, pool: RequestPool, run: RunSettings) -> Connect:
-    """Requests through a dynamic batcher in this process, straight to the runner."""
+def in_process(
+    runner: Runner, pool: RequestPool, run: RunSettings, buckets: ShapeBuckets | None = None
+) -> Connect:
+    """Requests through a dynamic batcher in this process, straight to the runner; with `buckets`, each batch
+    padded up to its bucket shape (a CUDA-graph runner replays the graph captured for it)."""
     key = None if pool.batchable else pool.key
-    return lambda answer: DynamicBatcher(
-        runner.infer, pool.collate, key, answer, run.max_batch, run.max_delay_s
-    )
+    collate = functools.partial(pool.collate, buckets=buckets)
+    return lambda answer: DynamicBatcher(runner.infer, collate, key, answer, run.max_batch, run.max_delay_s)
 
 
 def server_run(

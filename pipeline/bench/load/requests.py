@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pipeline.bench.load.buckets import ShapeBuckets
 from pipeline.inputs.data import Dataset
 from pipeline.runners.base import Feeds
 
@@ -43,12 +44,36 @@ class RequestPool:
         """Requests with the same key can share a batch: those of the same shapes."""
         return tuple((name, a.shape[1:]) for name, a in sorted(self.samples[index].items()))
 
-    def collate(self, indices: Sequence[int]) -> Feeds:
-        """One batch of these requests, in order (text padded to its longest request)."""
-        chosen = [self.samples[i] for i in indices]
+    def collate(self, indices: Sequence[int], buckets: ShapeBuckets | None = None) -> Feeds:
+        """One batch of these requests, in order (text padded to its longest request); with `buckets`, padded
+        up to the nearest bucket shape (extra rows repeat the first request, and are not answered)."""
+        if buckets is None:
+            return self._batch([self.samples[i] for i in indices], len(indices), None)
+        length = None
+        if self.pad is not None and buckets.lengths is not None:
+            length = buckets.length_for(max(self._length(self.samples[i]) for i in indices))
+        return self._batch([self.samples[i] for i in indices], buckets.batch_for(len(indices)), length)
+
+    def bucket_feeds(self, buckets: ShapeBuckets) -> list[Feeds]:
+        """One batch at every bucket shape, from the shortest request: what a capture before the run needs."""
+        shortest = min(self.samples, key=self._length)
+        return [self._batch([shortest], batch, length) for batch, length in buckets.shapes()]
+
+    def longest(self) -> int | None:
+        """The longest request's length (text), else None."""
+        return max(self._length(s) for s in self.samples) if self.pad is not None else None
+
+    @staticmethod
+    def _length(sample: Feeds) -> int:
+        return max((a.shape[1] for a in sample.values() if a.ndim > 1), default=1)
+
+    def _batch(self, chosen: list[Feeds], batch: int, length: int | None) -> Feeds:
+        """`chosen` as one batch of `batch` rows (the first repeated to fill it), text padded to `length`
+        (default: its longest)."""
+        chosen = chosen + [chosen[0]] * (batch - len(chosen))
         if self.pad is None:
             return {name: np.concatenate([s[name] for s in chosen]) for name in chosen[0]}
-        longest = max(s[name].shape[1] for s in chosen for name in s if s[name].ndim > 1)
+        longest = length or max(self._length(s) for s in chosen)
         out = {}
         for name in chosen[0]:
             value = self.pad.get(name, 0)

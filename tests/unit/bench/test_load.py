@@ -4,6 +4,7 @@ runs measure is a measurement, not a test."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from onnx import TensorProto, helper
 pytest.importorskip("mlperf_loadgen", reason="the load extra: pip install 'deploy-pipeline[load]'")
 
 from pipeline.bench.load.batcher import DynamicBatcher
+from pipeline.bench.load.buckets import ShapeBuckets
 from pipeline.bench.load.loadgen_run import (
     SUMMARY,
     RunSettings,
@@ -51,6 +53,47 @@ def test_text_requests_batch_as_the_tokenizer_pads_them(minilm: StageEnv) -> Non
     assert set(batch) == set(expected)
     for name in expected:
         np.testing.assert_array_equal(batch[name], expected[name])
+
+
+def test_bucket_shapes_double_up_to_the_largest_batch_and_the_longest_request() -> None:
+    buckets = ShapeBuckets.powers(max_batch=24, longest=50, step=16, shortest=1, limit=128)
+    assert buckets.batches == (1, 2, 4, 8, 16, 24) and buckets.lengths == (16, 32, 50)
+    assert (buckets.batch_for(3), buckets.batch_for(24), buckets.length_for(33)) == (4, 24, 50)
+    assert len(buckets) == len(buckets.shapes()) == 18
+    with pytest.raises(ValueError, match="beyond the largest bucket"):
+        buckets.batch_for(25)
+    assert ShapeBuckets.powers(8, longest=500, step=16, limit=128).lengths == (16, 32, 64, 128)
+    assert ShapeBuckets.powers(8, longest=None, step=16).lengths is None
+
+
+def test_bucketed_text_batches_keep_every_real_row_and_reach_the_model_only_in_bucket_shapes(
+    minilm: StageEnv,
+) -> None:
+    pool = RequestPool.from_dataset(minilm.dataset())
+    buckets = ShapeBuckets.powers(4, pool.longest(), step=16, shortest=8, limit=256)
+    lengths = [s["input_ids"].shape[1] for s in pool.samples]
+    picked = [int(np.argmin(lengths)), int(np.argmax(lengths)), 0]
+    plain, padded = pool.collate(picked), pool.collate(picked, buckets)
+    width = plain["input_ids"].shape[1]
+    assert padded["input_ids"].shape == (4, buckets.length_for(width))
+    for name in plain:  # the real rows as the tokenizer padded them, then more padding; the extra row repeats
+        np.testing.assert_array_equal(padded[name][:3, :width], plain[name])
+        assert (padded[name][:3, width:] == (pool.pad or {}).get(name, 0)).all()
+        np.testing.assert_array_equal(padded[name][3], padded[name][0])
+    assert {tuple(f["input_ids"].shape) for f in pool.bucket_feeds(buckets)} == set(buckets.shapes())
+    seen, answered = [], []
+    batcher = DynamicBatcher(
+        lambda feeds: seen.append(feeds["input_ids"].shape),
+        functools.partial(pool.collate, buckets=buckets),
+        None,
+        answered.extend,
+        buckets.batches[-1],
+        max_delay_s=0.002,
+    )
+    batcher.submit([(i, i % len(pool)) for i in range(11)])
+    batcher.close()
+    assert sorted(answered) == list(range(11)) and batcher.error is None
+    assert seen and set(seen) <= set(buckets.shapes())
 
 
 class Recorder:
