@@ -1,7 +1,7 @@
 """The variant-name grammar, in one place: what every artifact name means and where its file lies.
 
 A name reads `<format>[-<flavour>]-<precision>`: `onnx-fp16`, `onnx-optimized-fp32`, `tensorrt-rtx-int8`,
-`aoti-bf16`; `onnx-int8-dynamic` is the one name with its flavour after the precision. A recipe may write
+`aoti-bf16`; `onnx-int8-dynamic` and `onnx-int8-mixed` are the names with their flavour after the precision. A recipe may write
 `engine-<precision>`: the engine in the flavour export.tensorrt.flavour resolves to, named by that flavour once
 resolved. `parse` is the only function that reads a name; everything else asks the Variant it returns.
 Pure: no imports of the rest of the pipeline, no I/O.
@@ -22,6 +22,7 @@ VARIANTS = (
     "onnx-fp16",
     "onnx-int8",  # static Q/DQ, calibrated: the graph TensorRT's INT8 engine is built from
     "onnx-int8-dynamic",  # dynamic quantization, for ONNX Runtime on the CPU
+    "onnx-int8-mixed",  # dynamic quantization of the layers chosen by measured accuracy and speed
     "onnx-optimized-fp32",  # ONNX Runtime's fused graphs, for ONNX Runtime only
     "onnx-optimized-fp16",
     "engine-fp32",  # a TensorRT engine in the flavour export.tensorrt.flavour resolves to
@@ -41,6 +42,10 @@ VARIANTS = (
     "aoti-bf16",
 )
 _ENGINE_PREFIXES = ("engine", *ENGINE_FLAVOURS)
+DYNAMIC = (
+    "dynamic",
+    "mixed",
+)  # flavours of dynamically quantized ONNX graphs (MatMulInteger, ONNX Runtime only)
 
 
 @dataclass(frozen=True)
@@ -64,8 +69,8 @@ class Variant:
             return "model.ts"
         if self.format == "onnx":
             parts = ["model", *(["optimized"] if self.flavour == "optimized" else [])]
-            if self.flavour == "dynamic":
-                parts.append(f"{self.precision}-dynamic")
+            if self.flavour in DYNAMIC:
+                parts.append(f"{self.precision}-{self.flavour}")
             elif self.precision != "fp32":
                 parts.append(self.precision)
             return ".".join(parts) + ".onnx"
@@ -110,8 +115,8 @@ def parse(name: str, engine_flavour: str | None = None) -> Variant:
     Raises ValueError for a name outside the grammar."""
     if name not in VARIANTS:
         raise ValueError(f"not a variant name: {name!r} (known: {', '.join(VARIANTS)})")
-    if name == "onnx-int8-dynamic":
-        return Variant(name, name, "onnx", "int8", "dynamic")
+    if name in ("onnx-int8-dynamic", "onnx-int8-mixed"):
+        return Variant(name, name, "onnx", "int8", name.rpartition("-")[2])
     prefix, _, precision = name.rpartition("-")
     if prefix in _ENGINE_PREFIXES:
         flavour = engine_flavour if prefix == "engine" else prefix

@@ -36,6 +36,7 @@ from pipeline.report.facts import (
 )
 from pipeline.report.inputs import inputs_section
 from pipeline.report.load import load_section
+from pipeline.report.mixed import mixed_precision_section
 from pipeline.report.record import artifacts_section, conditions_section, stages_section
 
 Dict = Mapping[str, Any]
@@ -61,6 +62,7 @@ def build_document(
         inputs_section(accuracy),
         _speed(header, speed, winner, images.get("latency")),
         load_section(load, winner, images.get("load")),
+        mixed_precision_section(header),
         _flags(speed),
         _not_run(accuracy, speed),
         _not_timed(speed),

@@ -23,6 +23,7 @@ from pipeline.stages import (
     fp16,
     int8,
     int8_dynamic,
+    int8_mixed,
     load,
     optimize_onnx,
     select,
@@ -45,6 +46,7 @@ BUILDS: dict[str, BuildFactory] = {
     "fp16": fp16.stages,
     "int8": int8.stages,
     "int8_dynamic": int8_dynamic.stages,
+    "int8_mixed": int8_mixed.stages,  # placed alone: it times its mixes
     "optimize_onnx": optimize_onnx.stages,
     "tensorrt": tensorrt.stages,
 }

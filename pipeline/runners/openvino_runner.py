@@ -17,7 +17,7 @@ import numpy as np
 
 from pipeline.core.packages import installed
 from pipeline.core.runtimes import Runtime
-from pipeline.core.variants import parse
+from pipeline.core.variants import DYNAMIC, parse
 from pipeline.runners.base import Family, Feeds, Runner, output_names
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ def why_not(artifact: ArtifactRecord) -> str | None:
         return (
             "the graph holds ONNX Runtime's own fused operators (com.microsoft), which OpenVINO does not read"
         )
-    if flavour == "dynamic":
+    if flavour in DYNAMIC:
         return "OpenVINO's INT8 path is static Q/DQ; this graph is quantized dynamically"
     return None
 

@@ -36,7 +36,8 @@ class Int8DynamicConfig(StageConfig):
     settings: dict[str, Any]
 
 
-def quantize(source: Path, target: Path) -> None:
+def quantize(source: Path, target: Path, nodes: list[str] | None = None) -> None:
+    """`nodes`: quantize only these (None: every weight MatMul and Gemm)."""
     try:
         from onnxruntime.quantization import QuantType, quantize_dynamic
     except ImportError as exc:
@@ -49,6 +50,7 @@ def quantize(source: Path, target: Path) -> None:
         op_types_to_quantize=SETTINGS["op_types"],
         per_channel=SETTINGS["per_channel"],
         weight_type=QuantType[SETTINGS["weight_type"]],  # SETTINGS is what the fingerprint holds
+        nodes_to_quantize=nodes,
         extra_options={"MatMulConstBOnly": SETTINGS["MatMulConstBOnly"]},
     )
 
