@@ -17,11 +17,9 @@ from tests.reliability.conftest import TINY, Reference, deploy_args, run_cli, sh
 # In run order: each killed deploy resumes what the previous one left, then dies one boundary later.
 POINTS = [
     "cache-put",  # inside the first cache write (export_torchscript's model.ts)
-    "stage:export_torchscript",
-    "stage:export_onnx",
+    "stage:export_onnx",  # a build stage done (export_torchscript before it too)
     "stage:validate",
-    "stage:benchmark",
-    "stage:select",
+    "stage:benchmark",  # a measurement done: select is a boundary of the same kind
     "publish",  # everything written, manifest last, before the rename into v0001
     "rename",  # v0001 in place, latest not yet moved
 ]
