@@ -110,7 +110,7 @@ class Mixes:
     def worst(self, path: Path, batches: int | None = None) -> tuple[bool, float]:
         """Whether the graph passes the INT8 gate on the calibration split (its first `batches`), and the
         largest share of its tolerance any required check uses."""
-        accuracy = ArtifactAccuracy(VARIANT, "int8", "onnxruntime-cpu")
+        accuracy = ArtifactAccuracy(VARIANT, "int8", self.runner(path, path.stem).runtime)
         feeds = self.feeds[:batches]
         masks = [f.get(self.config.padding_mask) if self.config.padding_mask else None for f in feeds]
         evaluate(
@@ -250,6 +250,7 @@ def _run(ctx: RunContext, config: Int8MixedConfig, inputs: dict[str, ArtifactRec
     onnx_tools.save(model, ctx.path(FILE))
     details = _details(layers, order, sensitivity, verdicts, stats, chosen, config, mixes.built)
     details["why"] = why
+    details["timed_at"]["runtime"] = runners[0].runtime
     ctx.report(f"{NAME}: {chosen} of {len(layers)} layers quantized")
     return StageResult(
         outputs=[Output(FILE, "onnx", VARIANT, "int8", details), Output(LOG, "log")], details=details
@@ -290,7 +291,6 @@ def _details(
             "batch": config.batch,
             "inputs": "calibration samples at their own lengths, one per round",
             "rounds": config.rounds,
-            "runtime": "onnxruntime-cpu",
         },
         "judged_on": "the calibration split, against the FP32 graph (each layer alone: its first "
         f"{SENSITIVITY_BATCHES * CALIBRATION_BATCH} samples)",
