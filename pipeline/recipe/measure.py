@@ -224,6 +224,11 @@ class BenchmarkConfig(Strict):
         "up to this long",
     )
     include_reference: bool = Field(True, description="also time the eager PyTorch reference")
+    profile: bool = Field(
+        True,
+        description="profile each timed row after its windows (kernel count, top kernels, time split, launch-, "
+        "compute- or memory-bound): a fraction of a second per row",
+    )
     runtimes: list[Runtime] | None = Field(
         None,
         description="which runtimes are timed, at every batch and in both I/O modes; null: on a GPU host the "

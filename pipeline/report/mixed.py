@@ -43,7 +43,7 @@ def mixed_precision_section(header: Dict) -> Section:
                 "speed vs none",
             ],
             [_mix_cells(m, len(layers)) for m in mixes],
-            ["good" if m.get("chosen") else ("bad" if not m.get("passes") else "") for m in mixes],
+            ["winner" if m.get("chosen") else ("bad" if not m.get("passes") else "") for m in mixes],
         ),
         Para("Each layer quantized alone, most sensitive first:", tone="note"),
         Table(

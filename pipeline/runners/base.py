@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pipeline.inputs.specs import RunnerSettings
 
 Feeds = dict[str, np.ndarray]
+CallProfile = tuple[float, list[tuple[str, float]]]  # (wall µs, [(operator, µs), ...])
 
 
 class RunnerStateError(RuntimeError):
@@ -86,6 +87,11 @@ class Runner:
         return 0
 
     def synchronize(self) -> None:
+        return None
+
+    def own_profile(self, calls: int) -> list[CallProfile] | None:
+        """Per call: its wall time and each operator's time (µs), from the runtime's own profiler, for a CPU
+        runtime whose kernels the PyTorch profiler cannot see (pipeline/bench/profile.py); None: it can."""
         return None
 
     @property

@@ -10,6 +10,9 @@ CPUs), one inter-op thread, sequential execution, every graph optimization.
 
 from __future__ import annotations
 
+import json
+import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +20,7 @@ import numpy as np
 
 from pipeline.core import host
 from pipeline.core.runtimes import Runtime
-from pipeline.runners.base import Family, Feeds, NotRunnable, Runner, output_names
+from pipeline.runners.base import CallProfile, Family, Feeds, NotRunnable, Runner, output_names
 from pipeline.runners.bucketing import Bucketing
 from pipeline.runners.loaders import SessionFromPath
 from pipeline.runners.ort_session import (
@@ -152,6 +155,32 @@ class OnnxRuntimeRunner(Runner):
         if self.cuda_stream is not None:
             self.cuda_stream.synchronize()
 
+    def own_profile(self, calls: int) -> list[CallProfile] | None:
+        """ONNX Runtime profiles a session from its creation only: a twin session of the same file, with the
+        same options and the profiler on, stands in for this one for a warm call and `calls` profiled ones
+        (on its bucketed path too), then this session is back."""
+        if self._provider != CPU_PROVIDER or self.io != "host":
+            return None  # the CUDA provider's kernels are the PyTorch profiler's
+        ort = load_onnxruntime()
+        timed = self._session
+        with tempfile.TemporaryDirectory(prefix="pipeline-ort-profile-") as folder:
+            options = self._load.options(self._load.threads)
+            options.enable_profiling = True
+            options.profile_file_prefix = str(Path(folder) / "run")
+            twin = ort.InferenceSession(str(self.path), options, providers=[CPU_PROVIDER])
+            walls: list[float] = []
+            try:
+                self._session = twin
+                self.infer_prepared_impl()
+                for _ in range(calls):
+                    started = time.perf_counter()
+                    self.infer_prepared_impl()
+                    walls.append((time.perf_counter() - started) * 1e6)
+            finally:
+                self._session = timed
+            events = json.loads(Path(twin.end_profiling()).read_text())
+        return _nodes_per_call(events, walls)
+
     # ------------------------------------------------------------ helpers
 
     def _feeds(self, feeds: Feeds) -> Feeds:
@@ -173,6 +202,31 @@ class OnnxRuntimeRunner(Runner):
 
         self.cuda_stream = torch.cuda.Stream()
         return {**CUDA_OPTIONS, "user_compute_stream": str(self.cuda_stream.cuda_stream)}
+
+
+def _nodes_per_call(events: list[dict[str, Any]], walls: list[float]) -> list[CallProfile]:
+    """The profiled calls (after one warm call) each with its nodes' (op type, µs), from ONNX Runtime's trace:
+    a call is one session run, or a fixed number of them on the bucketed path."""
+    runs = sorted((e for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"), key=_ts)
+    nodes = [e for e in events if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time")]
+    per_call = len(runs) // (len(walls) + 1)
+    if not walls or per_call == 0:
+        return []
+    out: list[CallProfile] = []
+    for i, wall in enumerate(walls, start=1):
+        mine = runs[i * per_call : (i + 1) * per_call]
+        spans = [(r["ts"], r["ts"] + r["dur"]) for r in mine]
+        ops = [
+            (str(n.get("args", {}).get("op_name", "?")), float(n.get("dur", 0.0)))
+            for n in nodes
+            if any(start <= n["ts"] <= end for start, end in spans)
+        ]
+        out.append((wall, ops))
+    return out
+
+
+def _ts(event: dict[str, Any]) -> float:
+    return float(event.get("ts", 0.0))
 
 
 def cuda_provider_available() -> bool:

@@ -25,6 +25,7 @@ from pipeline.bench import hosts
 from pipeline.bench.device import MemoryProbe, throughput
 from pipeline.bench.environment import capture_environment
 from pipeline.bench.matrix import MatrixReport, timed_batches
+from pipeline.bench.profile import profile_row
 from pipeline.bench.rows import failure, flags, one_line, speed_row
 from pipeline.bench.shapes import BenchShape, benchmark_shapes
 from pipeline.bench.timer import Timer, on_gpu, timer_for
@@ -93,6 +94,7 @@ class Candidate:
     memory: dict[str, Any] | None = None  # GPU candidates: peak device memory (pipeline/bench/device.py)
     throughput: dict[str, Any] | None = None
     load_s: float | None = None  # activation, preparation and the first call at this shape (outside timing)
+    profile: dict[str, Any] | None = None  # after the windows (pipeline/bench/profile.py)
 
     @property
     def key(self) -> Key:
@@ -102,7 +104,7 @@ class Candidate:
 def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     return Stage(
         name=NAME,
-        version=13,  # what each version changed: CHANGELOG.md, "Stage versions"
+        version=14,  # what each version changed: CHANGELOG.md, "Stage versions"
         config=BenchmarkStageConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=run,
         environment=_environment,
@@ -295,6 +297,13 @@ def _measure_shape(
                 )
             except Exception as exc:  # the latency row stands; the throughput run says why it has none
                 c.throughput = {"error": one_line(f"{type(exc).__name__}: {exc}")}
+    if config.benchmark.profile:
+        for c in active:
+            if measured[c.key].error is None:
+                ctx.report(
+                    f"benchmark {c.runner.artifact} ({c.runner.runtime}, {c.runner.io}) {shape.label()}: profile"
+                )
+                c.profile = _profile(c, measured[c.key])
     rows = []
     for key, m in measured.items():
         c = by_key[key]
@@ -303,11 +312,20 @@ def _measure_shape(
         else:
             rows.append(
                 speed_row(c.runner, c.precision, c.timer, m, where, policy, c.memory, c.throughput, c.load_s)
+                | ({"profile": c.profile} if c.profile is not None else {})
             )
     for c in candidates:
         _release(c)
     _free_memory()
     return rows, failures, measured
+
+
+def _profile(c: Candidate, m: Measurement) -> dict[str, Any]:
+    """The row stands without its profile: a profiler that fails says why in the row."""
+    try:
+        return profile_row(c.runner, m.wall_p50_ms(), on_gpu(c.runner))
+    except Exception as exc:
+        return {"unavailable": one_line(f"{type(exc).__name__}: {exc}")}
 
 
 def _interleave_groups(active: list[Candidate]) -> list[list[Candidate]]:
@@ -324,6 +342,7 @@ def _release(c: Candidate) -> None:
     c.timer = None
     c.memory = c.throughput = None
     c.load_s = None
+    c.profile = None
 
 
 def _free_memory() -> None:

@@ -199,6 +199,20 @@ def test_benchmark_rows_have_memory_and_throughput(ctx: StageEnv, aoti: Artifact
             low, high = row["throughput"]["ci95"]
             assert low <= row["throughput"]["sequences_per_s"] <= high, row
             assert row["cuda_graph"] == ("graph" in row["runtime"])
+            _profiled_on_the_gpu(row)
+
+
+def _profiled_on_the_gpu(row: dict) -> None:
+    """A GPU row's profile counts the CUDA kernels of its calls (CUPTI sees every library's) and splits the
+    call's time; the split covers it."""
+    profile = row["profile"]
+    assert profile.get("kernels_per_call", 0) > 0, (row["runtime"], profile)
+    assert abs(sum(profile["split"].values()) - 1) < 0.01, profile
+    assert profile["split"]["gemm"] > 0 and profile["bound"] in {
+        "launch-bound",
+        "compute-bound",
+        "memory-bound",
+    }
 
 
 def test_a_plain_onnx_graph_leaves_its_rows_to_its_optimized_twin(ctx: StageEnv, tmp_path: Path) -> None:
@@ -234,6 +248,9 @@ def test_a_plain_onnx_graph_leaves_its_rows_to_its_optimized_twin(ctx: StageEnv,
         timed = sorted(b for a, r, io, b in rows if (a, r, io) == ("onnx-optimized-fp32", runtime, "device"))
         assert timed == batches, (runtime, rows)
     assert ("onnx-optimized-fp32", "onnxruntime-cuda", "host", batches[0]) in rows
+    for row in speed["results"]:
+        if "-cuda" in row["runtime"]:  # ONNX Runtime's kernels too, graph replays among them
+            _profiled_on_the_gpu(row)
     left = speed["conditions"]["runtimes_timed"]["not_timed"]
     assert [(x["artifact"], x["runtime"], x["io"]) for x in left] == [
         ("onnx-fp32", "onnxruntime-cuda", "any"),

@@ -267,3 +267,26 @@ def test_a_throughput_objective_measures_every_row_and_selects_on_it(tmp_path: P
     assert winner["unit"] == "seq/s"
     tied = " ".join(winner["within_noise_of"])  # the best, or the simpler of those tied with it
     assert winner["artifact"] == best["artifact"] or f"{best['artifact']} ({best['runtime']}" in tied
+
+
+def test_each_row_says_where_its_time_goes(speed: dict) -> None:
+    """Every row carries a profile of real operators (PyTorch's, or ONNX Runtime's through its own profiler;
+    on a GPU, kernels) whose time split covers the call."""
+    runtimes = set()
+    for row in speed["results"]:
+        profile = row["profile"]
+        assert "unavailable" not in profile, (row["runtime"], profile)
+        runtimes.add(row["runtime"])
+        on_cuda = row["runtime"].endswith("-cuda")
+        unit = "kernels_per_call" if on_cuda else "operators_per_call"
+        assert profile[unit] > 0 and profile["calls"] >= 3 and profile["call_ms"] > 0
+        split = profile["split"]
+        assert set(split) == {"gemm", "attention", "elementwise", "copies", "idle"}
+        assert abs(sum(split.values()) - 1) < 0.01 and min(split.values()) >= 0
+        assert split["gemm"] > 0  # the tiny BERT's projections
+        shares = [k["share_of_busy"] for k in profile["top"]]
+        assert shares == sorted(shares, reverse=True) and 0 < shares[0] <= 1
+        assert profile["bound"] in {"launch-bound", "overhead-bound", "compute-bound", "memory-bound"}
+    assert {"torch-cpu", "torchscript-cpu", "onnxruntime-cpu"} <= runtimes
+    ort = next(r["profile"] for r in speed["results"] if r["runtime"] == "onnxruntime-cpu")
+    assert "ONNX Runtime" in ort["tool"] and any("MatMul" in k["name"] for k in ort["top"])
