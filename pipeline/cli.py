@@ -1,12 +1,15 @@
-"""Command line: deploy · plan · validate · list · verify · compare · schema. Exit codes: 0 signed off / up to date,
-1 sign-off failed (compare: a regression beyond the budget), 2 user error (one line per problem on stderr),
-3 internal error (traceback). With --json, one JSON document goes to stdout and the human display to stderr."""
+"""Command line: deploy · plan · validate · list · verify · promote · compare · serve · schema.
+Exit codes: 0 signed off / up to date, 1 sign-off failed (compare: a regression beyond the budget), 2 user
+error (one line per problem on stderr), 3 internal error (traceback). With --json, one JSON document goes to
+stdout and the human display to stderr."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import json
+import os
 import re
 import sys
 import traceback
@@ -67,11 +70,27 @@ def _parser() -> argparse.ArgumentParser:
         _recipe_arguments(cmd)
         _json_argument(cmd)
         if name in ("deploy", "plan"):
-            cmd.add_argument("--rebench", action="store_true", help="measure again (makes a new version)")
+            cmd.add_argument(
+                "--rebench",
+                action="store_true",
+                help="measure again: deploy then makes a new version (plan only says what would run)",
+            )
             cmd.add_argument(
                 "--retry-failed", action="store_true", help="run variants that failed before again"
             )
+        if name == "deploy":
+            cmd.add_argument(
+                "--promote",
+                action="store_true",
+                help="make this version latest even though --set changes the recipe (a candidate otherwise)",
+            )
     _add_verify(sub)
+    promote = sub.add_parser(
+        "promote", help="make a signed-off version latest (a candidate, or an older one)"
+    )
+    _recipe_arguments(promote)
+    promote.add_argument("version", help="vNNNN")
+    _json_argument(promote)
     compare = sub.add_parser("compare", help="compare two versions: speed, accuracy, environment")
     compare.add_argument("a", help="baseline: vNNNN, latest, NAME/vNNNN or a version folder")
     compare.add_argument("b", help="candidate: same forms as A")
@@ -181,6 +200,7 @@ def _list(args: argparse.Namespace, console: Console) -> Result:
     """Every version with its verdict, each verified against its manifest first: a damaged version is marked
     damaged (with why), never shown as signed off, whatever its files say."""
     from pipeline.core.stored import Damaged, read_stored
+    from pipeline.release.promotion import was_promoted
     from pipeline.release.store import Store, verify_folder
 
     loaded = _load(args)
@@ -206,6 +226,10 @@ def _list(args: argparse.Namespace, console: Console) -> Result:
                 "provisional": bool(manifest.get("provisional")),
                 "winner": winner["artifact"] if winner else None,
                 "latest": bool(latest and latest.name == version),
+                "candidate": bool(manifest.get("recipe_changes")),
+                "recipe_changes": manifest.get("recipe_changes") or [],
+                "overrides": manifest.get("overrides") or [],
+                "promoted": bool(manifest.get("signed_off")) and was_promoted(store, version, manifest),
                 "damaged": damage,
             }
         )
@@ -213,15 +237,29 @@ def _list(args: argparse.Namespace, console: Console) -> Result:
             state = f"DAMAGED ({len(damage)}: {damage[0][:60]})"
         else:
             state = rows[-1]["headline"] or ("signed off" if rows[-1]["signed_off"] else "NOT signed off")
-        mark = " (latest)" if rows[-1]["latest"] else ""
         console.print(
-            f"{version}  {manifest.get('created', '?')}  {state:<32}  winner {winner['artifact'] if winner else '-'}{mark}",
+            f"{version}  {manifest.get('created', '?')}  {state:<32}  winner {winner['artifact'] if winner else '-'}"
+            f"{_release_marks(rows[-1])}",
             highlight=False,
+            soft_wrap=True,
         )
     if not rows:
         console.print(f"no versions yet in {store.base}", highlight=False)
     doc = {"name": loaded.recipe.name, "store": str(store.base.resolve()), "versions": rows}
     return 0, {**doc, "latest": latest.name if latest else None}
+
+
+def _release_marks(row: dict[str, Any]) -> str:
+    """latest, promoted (latest once), candidate (with the keys its --set changes), the overrides given."""
+    marks = ["latest"] if row["latest"] else []
+    if row["promoted"] and not row["latest"]:
+        marks.append("promoted")
+    if row["candidate"]:
+        marks.append(f"candidate: --set changes {', '.join(row['recipe_changes'])}")
+    shown = [o for o in row["overrides"] if not o.startswith(("output.", "tracking."))]
+    if shown and not row["candidate"]:
+        marks.append(f"--set {' '.join(shown)}")
+    return f" ({'; '.join(marks)})" if marks else ""
 
 
 def _plan(args: argparse.Namespace, console: Console) -> Result:
@@ -237,7 +275,7 @@ def _deploy(args: argparse.Namespace, console: Console) -> Result:
     from pipeline.run import deploy
 
     loaded = _load(args, defer=True)
-    outcome = _settled(deploy.run_deploy(loaded, console, args.rebench, args.retry_failed))
+    outcome = _settled(deploy.run_deploy(loaded, console, args.rebench, args.retry_failed, args.promote))
     return outcome.exit_code, outcome.document(loaded.recipe.name)
 
 
@@ -254,6 +292,21 @@ def _settled(outcome: Any) -> Any:
     if not outcome.version.is_dir():
         raise RuntimeError(f"the deploy's outcome names {outcome.version}, which is no version folder")
     return outcome
+
+
+def _promote(args: argparse.Namespace, console: Console) -> Result:
+    from pipeline.release.promotion import promote
+    from pipeline.release.store import Store
+
+    loaded = _load(args)
+    store = Store(Path(loaded.recipe.output.root), loaded.recipe.name)
+    before, folder = promote(store, args.version, loaded.recipe.output.lock_timeout_s)
+    name = loaded.recipe.name
+    if before == args.version:
+        console.print(f"{name}/latest is already {args.version}", highlight=False)
+    else:
+        console.print(f"promoted: {name}/latest -> {args.version} (was {before or 'none'})", highlight=False)
+    return 0, {"name": name, "latest": args.version, "previous": before, "path": str(folder.resolve())}
 
 
 def _compare(args: argparse.Namespace, console: Console) -> Result:
@@ -281,10 +334,23 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Console], Result]] = {
     "validate": _validate,
     "list": _list,
     "verify": _verify,
+    "promote": _promote,
     "compare": _compare,
     "serve": _serve,
     "schema": _schema,
 }
+
+
+class _Display(Console):
+    """A console whose reader may leave: `plan | head -3` closes the pipe, and the command goes on (a deploy
+    still publishes) with the rest of its display dropped, instead of dying mid-way on the closed pipe."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.file.fileno())
+            os.close(devnull)
 
 
 def _console(as_json: bool) -> Console:
@@ -292,7 +358,7 @@ def _console(as_json: bool) -> Console:
     that looked sys.stdout up at each write would draw the live display into those logs."""
     stream = sys.stderr if as_json else sys.stdout
     return (
-        Console(file=stream) if stream.isatty() else Console(file=stream, width=120)
+        _Display(file=stream) if stream.isatty() else _Display(file=stream, width=120)
     )  # logs, CI: no wrapping
 
 

@@ -17,9 +17,12 @@ def resolved_recipe(loaded: LoadedRecipe) -> dict[str, Any]:
     return loaded.recipe.model_dump(mode="json")
 
 
-def write_manifest(workdir: Path, loaded: LoadedRecipe, signoff: SignOff) -> None:
+def write_manifest(
+    workdir: Path, loaded: LoadedRecipe, signoff: SignOff, release: dict[str, Any] | None = None
+) -> None:
     """manifest.json: the header sign-off wrote into the report, the recipe, and every other file with its
-    sha256 (the artifacts are listed with theirs)."""
+    sha256 (the artifacts are listed with theirs). `release`: how it is published (the recipe keys its
+    overrides change, whether it becomes latest: pipeline/release/promotion.py)."""
     header = signoff.header
     manifest = {
         "schema_version": 1,
@@ -31,6 +34,7 @@ def write_manifest(workdir: Path, loaded: LoadedRecipe, signoff: SignOff) -> Non
         "git_dirty": header["git_dirty"],
         "recipe": resolved_recipe(loaded),
         "overrides": list(loaded.overrides),
+        **(release or {}),
         "environment": header["environment"],
         "artifacts": header["artifacts"],
         "files": [],

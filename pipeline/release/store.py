@@ -136,9 +136,10 @@ class Store:
             return []
         return sorted(p for p in self.work_root.iterdir() if p.is_dir() and p != keep)
 
-    def publish(self, work: Path, version: str, signed_off: bool) -> Path:
-        """Seal the manifest, freeze the finished work folder and rename it into place; move `latest` only on
-        sign-off. A kill between the rename and the `latest` swap is repaired by recover_latest()."""
+    def publish(self, work: Path, version: str, promote: bool) -> Path:
+        """Seal the manifest, freeze the finished work folder and rename it into place; move `latest` only
+        when promoted (signed off, and not a candidate or asked to: pipeline/release/promotion.py). A kill
+        between the rename and the `latest` swap is repaired by recover_latest()."""
         kill_point("publish")
         manifest = work / MANIFEST
         if manifest.is_file():
@@ -151,11 +152,11 @@ class Store:
         target = self.base / version
         os.rename(work, target)
         kill_point("rename")
-        if signed_off:
-            self._point_latest(version)
+        if promote:
+            self.point_latest(version)
         return target
 
-    def _point_latest(self, version: str) -> None:
+    def point_latest(self, version: str) -> None:
         tmp = self.base / f".latest.tmp-{os.getpid()}"
         if tmp.is_symlink() or tmp.exists():
             tmp.unlink()
@@ -163,8 +164,9 @@ class Store:
         os.replace(tmp, self.base / "latest")
 
     def recover_latest(self) -> str | None:
-        """A deploy killed between its version's rename and the `latest` swap left a complete signed-off
-        version newer than `latest`: move `latest` to the newest such version that verifies (under the lock)."""
+        """A deploy killed between its version's rename and the `latest` swap left a complete signed-off,
+        promoted version newer than `latest`: move `latest` to the newest such version that verifies (under the
+        lock)."""
         latest = self.latest()
         floor = int(latest.name[1:]) if latest else 0
         for version in reversed(self.versions()):
@@ -173,11 +175,13 @@ class Store:
             manifest = read_json(self.base / version / MANIFEST)
             if not isinstance(manifest, dict) or manifest.get("signed_off") is not True:
                 continue
+            if manifest.get("promoted") is False:  # a candidate: its deploy never meant to move latest
+                continue
             damage = self.verify(version)
             if damage:
                 warn(f"{self.base / version} is signed off but damaged ({damage[0]}); latest not moved to it")
                 continue
-            self._point_latest(version)
+            self.point_latest(version)
             return version
         return None
 

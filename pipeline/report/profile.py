@@ -26,13 +26,15 @@ def profile_section(speed: Dict | None, winner: Dict | None) -> Section:
     shape = f"batch {first.get('batch')}" + (
         f", sequence {first['sequence_length']}" if first.get("sequence_length") else ""
     )
+    tools = "; ".join(dict.fromkeys(str(r["profile"].get("tool")) for r in profiled))
     blocks: list[Block] = [
         Para(
             f"Where each row's call time goes at {shape}, from a short profile taken after its timing windows "
-            f"({first['profile'].get('tool', 'torch.profiler')}). Idle is time the device does no work: gaps "
-            "between kernels on a GPU, interpreter and view operators on a CPU. A row is launch-bound (on a CPU, "
-            "overhead-bound) when idle is half the call or more, else compute-bound when GEMMs and attention take "
-            "half its busy time, else memory-bound."
+            f"({tools}). Idle is time no kernel or operator works: gaps between kernels on a GPU; on a CPU the "
+            "runtime's own overhead around its operators (views, the interpreter, session and padding-aware "
+            "bookkeeping). A row is launch-bound (on a CPU, overhead-bound) when idle is half the call or more, "
+            "else compute-bound when GEMMs and attention take half its busy time, else memory-bound. Shares, not "
+            "latencies: profiled calls carry the profiler's own cost."
         ),
         Table(
             ["row", "per call", *PARTS, "bound", "heaviest"],
@@ -102,7 +104,8 @@ def _winner_sentence(row: Dict | None) -> str | None:
     else:
         why = f"elementwise work and copies take {_pct(split['elementwise'] + split['copies'])} of its call"
     heaviest = (
-        f"; its heaviest kernel, {top['name']}, takes {_pct(top.get('share_of_busy'))} of the busy time"
+        f"; its heaviest {'kernel' if 'kernels_per_call' in profile else 'operator'}, {top['name']}, takes "
+        f"{_pct(top.get('share_of_busy'))} of the busy time"
         if top.get("name")
         else ""
     )

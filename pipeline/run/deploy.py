@@ -17,11 +17,14 @@ from pipeline.check.served import served_rates
 from pipeline.check.speed import figure_text, fmt_qps
 from pipeline.core.errors import Interrupted, PipelineError
 from pipeline.core.files import sha256_file, storage_failure
+from pipeline.core.stored import read_or_none
 from pipeline.decide.verdict import SignOff
 from pipeline.preflight import checks as preflight
 from pipeline.recipe.loader import LoadedRecipe
 from pipeline.release.manifest import resolved_recipe, write_manifest
-from pipeline.release.store import Store
+from pipeline.release.promotion import recipe_changes, same_recipe
+from pipeline.release.promotion import record as record_promotion
+from pipeline.release.store import MANIFEST, Store
 from pipeline.release.tracking import log_run
 from pipeline.report.plots import settle_matplotlib_dirs
 from pipeline.run.executor import Executor
@@ -44,11 +47,14 @@ def plan(
 ) -> list[tuple[Stage, Freshness]]:
     """Print each stage as fresh or stale and why; touches nothing."""
     stages, store = _setup(loaded)
-    latest = _verified_latest(store, console)  # as the deploy will judge it
+    changes = recipe_changes(loaded)
+    latest = _base(store, loaded, changes, console)  # as the deploy will judge it
     executor = Executor(stages, store, [(latest, read_records(latest))] if latest else [], retry_failed)
     verdicts = executor.plan(rebench)
     against = f"{loaded.recipe.name}/{latest.name}" if latest else "no signed-off version yet"
     console.print(f"plan for {loaded.recipe.name} (against {against}):")
+    if changes:
+        console.print(f"a candidate: --set changes {', '.join(changes)} (latest moves only with --promote)")
     for stage, verdict in verdicts:
         state = "[green]fresh[/green]" if verdict.fresh else "[yellow]stale[/yellow]"
         failed = _failed_error(verdict)
@@ -121,13 +127,20 @@ def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_
 
 
 def run_deploy(
-    loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_failed: bool = False
+    loaded: LoadedRecipe,
+    console: Console,
+    rebench: bool = False,
+    retry_failed: bool = False,
+    promote: bool = False,
 ) -> Outcome:
+    """promote: a candidate (its --set overrides change the recipe) becomes `latest` when it signs off, as a
+    deploy of the recipe file does (pipeline/release/promotion.py)."""
     stages, store = _setup(loaded)
     name = loaded.recipe.name
+    changes = recipe_changes(loaded)
     unwritable = store.write_problem()
     if unwritable:  # a read-only root: nothing can be published, but "up to date" needs no writing
-        latest = _verified_latest(store, console)
+        latest = _base(store, loaded, changes, console)
         executor = Executor(stages, store, [(latest, read_records(latest))] if latest else [], retry_failed)
         if latest and all(v.fresh for _, v in executor.plan(rebench)):
             console.print(f"up to date: {name}/{latest.name}")
@@ -146,11 +159,13 @@ def run_deploy(
             console.print(
                 f"recovered: {name}/latest -> {recovered} (a deploy was stopped after publishing it, before moving latest)"
             )
-        latest = _verified_latest(store, console)
+        latest = _base(store, loaded, changes, console)
         from_latest = [(latest, read_records(latest))] if latest else []
         executor = Executor(stages, store, from_latest, retry_failed)
         verdicts = executor.plan(rebench) if latest else []
         if latest and all(v.fresh for _, v in verdicts):
+            if changes:
+                _promote_up_to_date(store, latest, promote, console)
             console.print(f"up to date: {name}/{latest.name}")
             return Outcome(0, latest, up_to_date=True)
         changed = _signoff_changes(verdicts)
@@ -176,8 +191,9 @@ def run_deploy(
                 context = RunContext(work, cache_dir=store.cache_dir, release=release)
                 records = _run_with_progress(executor, context, rebench, console)
                 signoff: SignOff = executor.values[VERDICT]
-                write_manifest(work, loaded, signoff)
                 verdict = signoff.verdict
+                promoted = verdict.signed_off and (not changes or promote)
+                write_manifest(work, loaded, signoff, {"recipe_changes": changes, "promoted": promoted})
                 lost = missing_from_version(work, records, verdict.signed_off)
                 if lost:
                     raise Interrupted(
@@ -185,7 +201,9 @@ def run_deploy(
                         f"published ({'; '.join(lost[:5])}{'; …' if len(lost) > 5 else ''}): nothing was "
                         "published (run the deploy again to build it)"
                     )
-                target = store.publish(work, version, verdict.signed_off)
+                target = store.publish(work, version, promoted)
+                if promoted:
+                    record_promotion(store, version, "deploy")
         except PipelineError:
             shutil.rmtree(work, ignore_errors=True)  # a user error found mid-run: nothing half-made stays
             raise
@@ -198,6 +216,13 @@ def run_deploy(
             ) from exc
         store.discard_work()
     _print_summary(console, target, signoff, executor.values, loaded)
+    if changes and verdict.signed_off and not promoted:
+        console.print(
+            f"candidate: {name}/{target.name} is not latest (--set changes {', '.join(changes)}); promote it "
+            f"with: python -m pipeline promote {loaded.path} {target.name}",
+            highlight=False,
+            soft_wrap=True,
+        )
     tracked = log_run(loaded.recipe, target, console)
     return Outcome(
         0 if verdict.signed_off else 1, target, False, verdict.signed_off, verdict.reasons, records, tracked
@@ -237,6 +262,18 @@ def _keep_compiler_cache() -> None:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = default_cache_dir()
 
 
+def _base(store: Store, loaded: LoadedRecipe, changes: list[str], console: Console) -> Path | None:
+    """What this deploy is judged "up to date" against: `latest` for the recipe file as written; for a
+    candidate (its overrides change the recipe), the newest intact version deployed from the same recipe,
+    else `latest` too (what it changes is then stale against it)."""
+    for version in reversed(store.versions()) if changes else []:
+        folder = store.base / version
+        manifest = read_or_none(folder / MANIFEST)
+        if manifest and same_recipe(manifest, loaded) and not store.verify(folder):
+            return folder
+    return _verified_latest(store, console)
+
+
 def _verified_latest(store: Store, console: Console) -> Path | None:
     """`latest`, re-hashed against its manifest; a damaged one is reported and not trusted for "up to date"
     (a new version is built; the damaged one is never repaired in place)."""
@@ -254,6 +291,20 @@ def _verified_latest(store: Store, console: Console) -> Path | None:
         highlight=False,
     )
     return None
+
+
+def _promote_up_to_date(store: Store, version: Path, promote: bool, console: Console) -> None:
+    """A candidate found up to date is promoted where asked (under the deploy lock, which the caller holds)."""
+    current = store.latest()
+    if not promote or (current is not None and current.name == version.name):
+        return
+    manifest = read_or_none(version / MANIFEST) or {}
+    if manifest.get("signed_off") is not True:
+        console.print(f"{version.name} is not signed off: not promoted", highlight=False)
+        return
+    store.point_latest(version.name)
+    record_promotion(store, version.name, "deploy --promote")
+    console.print(f"promoted: {store.base.name}/latest -> {version.name}", highlight=False)
 
 
 def _storage_message(failure: OSError, exc: BaseException, work: Path) -> str:

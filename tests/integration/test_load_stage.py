@@ -37,7 +37,7 @@ SERVER = [
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("load")
-    result = cli("deploy", str(TINY), *SERVER, root=root)
+    result = cli("deploy", str(TINY), *SERVER, "--promote", root=root)  # `serve` serves latest
     assert result.returncode == 0, result.stderr[-3000:]
     assert "server scenario: onnx-fp32 (onnxruntime-cpu) at p99 ≤ 50 ms" in result.stdout
     return root / "tiny" / "v0001"

@@ -32,7 +32,9 @@ FAILING = [
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("truth")
-    return root, cli("deploy", str(TINY), *FAILING, root=root)
+    return root, cli(
+        "deploy", str(TINY), *FAILING, "--promote", root=root
+    )  # latest: what a failure must keep
 
 
 def test_the_run_signs_off_and_says_which_variant_failed(deployed) -> None:

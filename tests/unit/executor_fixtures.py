@@ -24,7 +24,7 @@ def deploy(tmp_path: Path, stages: list[Stage], version: str) -> tuple[list, Pat
     executor = Executor(stages, store, [(latest, read_records(latest))] if latest else [])
     work = store.new_work_dir()
     records = executor.run(RunContext(work), False, lambda s, w: None, lambda r: None)
-    return records, store.publish(work, version, signed_off=True)
+    return records, store.publish(work, version, promote=True)
 
 
 def late_checker(consumes_any: tuple[str, ...], inspect: Callable[[dict[str, Any]], list[str]]) -> Stage:

@@ -24,7 +24,7 @@ def _work(store: Store, content: bytes = b"x") -> Path:
 def test_publish_is_one_rename_and_freezes_files(tmp_path: Path) -> None:
     store = Store(tmp_path, "m")
     work = _work(store)
-    target = store.publish(work, store.next_version(), signed_off=True)
+    target = store.publish(work, store.next_version(), promote=True)
     assert target.name == "v0001" and not work.exists()
     assert not (target / "model.onnx").stat().st_mode & 0o222
     assert (store.base / "latest").resolve() == target
@@ -33,8 +33,8 @@ def test_publish_is_one_rename_and_freezes_files(tmp_path: Path) -> None:
 
 def test_latest_does_not_move_to_a_failed_version(tmp_path: Path) -> None:
     store = Store(tmp_path, "m")
-    store.publish(_work(store), store.next_version(), signed_off=True)
-    failed = store.publish(_work(store, b"y"), store.next_version(), signed_off=False)
+    store.publish(_work(store), store.next_version(), promote=True)
+    failed = store.publish(_work(store, b"y"), store.next_version(), promote=False)
     assert failed.name == "v0002" and store.versions() == ["v0001", "v0002"]
     assert store.latest().name == "v0001"
 
@@ -100,7 +100,7 @@ def test_cache_entries_never_share_bytes_with_a_version(tmp_path: Path) -> None:
     work = _work(store, b"model bytes")
     sha = sha256_file(work / "model.onnx")
     store.cache_put(work / "model.onnx", sha)
-    version = store.publish(work, store.next_version(), signed_off=True)
+    version = store.publish(work, store.next_version(), promote=True)
     entry = store.cache_path(sha)
     assert entry.stat().st_nlink == 1 and (version / "model.onnx").stat().st_nlink == 1
     os.unlink(entry)
@@ -124,7 +124,7 @@ def test_verify_names_damage_and_the_seal_covers_the_manifest(tmp_path: Path) ->
             "files": [],
         },
     )
-    version = store.publish(work, "v0001", signed_off=True)
+    version = store.publish(work, "v0001", promote=True)
     assert store.verify("v0001") == []
     manifest = version / "manifest.json"
     manifest.chmod(0o644)
@@ -147,7 +147,28 @@ def test_a_signed_off_version_newer_than_latest_is_recovered(tmp_path: Path) -> 
                 "files": [],
             },
         )
-        store.publish(work, store.next_version(), signed_off=content == b"a")  # as if killed before latest
+        store.publish(work, store.next_version(), promote=content == b"a")  # as if killed before latest
     assert store.latest().name == "v0001"
     assert store.recover_latest() == "v0002" and store.latest().name == "v0002"
     assert store.recover_latest() is None
+
+
+def test_recovery_never_makes_a_candidate_latest(tmp_path: Path) -> None:
+    """A candidate (its --set changed the recipe) published without moving latest is not a deploy killed
+    before its latest swap: recovery leaves latest where it was."""
+    store = Store(tmp_path, "m")
+    for content, promoted in ((b"a", True), (b"b", False)):
+        work = _work(store, content)
+        write_json_atomic(
+            work / "manifest.json",
+            {
+                "version": store.next_version(),
+                "signed_off": True,
+                "promoted": promoted,
+                "artifacts": [{"path": "model.onnx", "sha256": sha256_file(work / "model.onnx")}],
+                "files": [],
+            },
+        )
+        store.publish(work, store.next_version(), promote=promoted)
+    assert store.latest().name == "v0001"
+    assert store.recover_latest() is None and store.latest().name == "v0001"

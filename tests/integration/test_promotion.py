@@ -1,0 +1,78 @@
+"""Explicit promotion, as a user meets it: a `--set` experiment is published as a candidate and `latest` stays
+where it was, until `--promote` or `python -m pipeline promote` moves it; `list` says which is which."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_deploy_cli import TINY, cli
+
+EXPERIMENT = ["--set", "benchmark.batch_sizes=[1]"]
+
+
+def _list(root: Path) -> dict[str, dict]:
+    result = cli("list", str(TINY), "--json", root=root)
+    assert result.returncode == 0, result.stderr
+    return {row["version"]: row for row in json.loads(result.stdout)["versions"]}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """v0001 from the recipe file, then v0002 from the same recipe with one --set."""
+    root = tmp_path_factory.mktemp("promotion")
+    plain = cli("deploy", str(TINY), root=root)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    experiment = cli("deploy", str(TINY), *EXPERIMENT, root=root)
+    assert experiment.returncode == 0, experiment.stderr[-2000:]
+    assert "candidate: tiny/v0002 is not latest (--set changes benchmark.batch_sizes)" in experiment.stdout
+    return root
+
+
+def test_a_set_experiment_does_not_move_latest(store: Path) -> None:
+    assert (store / "tiny" / "latest").readlink() == Path("v0001")
+    plain = cli("deploy", str(TINY), root=store)
+    assert plain.returncode == 0 and plain.stdout.strip().endswith("up to date: tiny/v0001"), plain.stdout
+    again = cli("deploy", str(TINY), *EXPERIMENT, root=store)  # judged against the candidate it repeats
+    assert again.returncode == 0 and again.stdout.strip().endswith("up to date: tiny/v0002"), again.stdout
+    rows = _list(store)
+    assert sorted(rows) == ["v0001", "v0002"]
+    assert rows["v0001"]["latest"] and rows["v0001"]["promoted"] and not rows["v0001"]["candidate"]
+    assert rows["v0002"]["candidate"] and not rows["v0002"]["latest"] and not rows["v0002"]["promoted"]
+    assert rows["v0002"]["recipe_changes"] == ["benchmark.batch_sizes"]
+    shown = cli("list", str(TINY), root=store).stdout
+    assert "(latest)" in shown and "(candidate: --set changes benchmark.batch_sizes)" in shown
+
+
+def test_promote_moves_latest_to_a_signed_off_intact_version_only(store: Path) -> None:
+    missing = cli("promote", str(TINY), "v0009", root=store)
+    assert missing.returncode == 2 and "no such version (versions: v0001, v0002)" in missing.stderr
+    promoted = cli("promote", str(TINY), "v0002", root=store)
+    assert promoted.returncode == 0, promoted.stderr
+    assert promoted.stdout.strip() == "promoted: tiny/latest -> v0002 (was v0001)"
+    assert (store / "tiny" / "latest").readlink() == Path("v0002")
+    log = json.loads((store / "tiny" / "promotions.json").read_text())["promotions"]
+    assert [(e["version"], e["by"]) for e in log] == [("v0001", "deploy"), ("v0002", "promote")]
+    rows = _list(store)
+    assert rows["v0002"]["latest"] and rows["v0002"]["promoted"] and rows["v0001"]["promoted"]
+    model = store / "tiny" / "v0001" / "model.onnx"
+    model.chmod(0o644)
+    with model.open("r+b") as f:  # one damaged byte
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    damaged = cli("promote", str(TINY), "v0001", root=store)
+    assert damaged.returncode == 2 and "damaged, not promoted: model.onnx" in damaged.stderr, damaged.stderr
+    assert (store / "tiny" / "latest").readlink() == Path("v0002")
+
+
+def test_deploy_promote_makes_a_candidate_latest(tmp_path: Path) -> None:
+    result = cli("deploy", str(TINY), *EXPERIMENT, "--promote", root=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "tiny" / "latest").readlink() == Path("v0001")
+    assert "candidate:" not in result.stdout
+    manifest = json.loads((tmp_path / "tiny" / "v0001" / "manifest.json").read_text())
+    assert manifest["recipe_changes"] == ["benchmark.batch_sizes"] and manifest["promoted"] is True
