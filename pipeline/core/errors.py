@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import difflib
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
+    """The closest known name to a mistyped one, when one is close enough to be the likely intent."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 def one_line(text: str) -> str:

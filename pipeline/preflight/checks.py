@@ -7,7 +7,7 @@ import importlib
 import importlib.util
 from pathlib import Path
 
-from pipeline.core.errors import Problem, RecipeError
+from pipeline.core.errors import Problem, RecipeError, did_you_mean
 from pipeline.core.packages import installed
 from pipeline.core.variants import parse
 from pipeline.preflight.model_child import Findings, check_model
@@ -130,8 +130,12 @@ def _runtime_problems(loaded: LoadedRecipe) -> list[Problem]:
         for i, name in enumerate(listed):
             found = known.get(name)
             if found is None:
+                close = did_you_mean(name, known)
+                hint = f": did you mean '{close}'?" if close else ""
                 out.append(
-                    loaded.problem(f"{key}[{i}]", f"unknown runtime '{name}' (known: {', '.join(known)})")
+                    loaded.problem(
+                        f"{key}[{i}]", f"unknown runtime '{name}'{hint} (known: {', '.join(known)})"
+                    )
                 )
             elif not found.on_gpu and found.package and not installed(found.package):
                 how = f" ({found.install})" if found.install else ""

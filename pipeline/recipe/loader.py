@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import re
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from pipeline.core.errors import Problem, RecipeError
+from pipeline.core.errors import Problem, RecipeError, did_you_mean
 from pipeline.recipe import (
     HuggingFaceSource,
     NpzData,
@@ -138,7 +139,11 @@ def _message(err: dict, raw: dict, loc: Loc) -> str:
     if kind in ("bool_type", "bool_parsing"):
         return f"must be true or false (got {got!r})"
     if kind == "literal_error":
-        return f"must be one of {ctx.get('expected')} (got {got!r})"
+        expected = str(ctx.get("expected"))
+        close = did_you_mean(got, re.findall(r"'([^']*)'", expected)) if isinstance(got, str) else None
+        if close:
+            return f"unknown {got!r}: did you mean {close!r}? (one of {expected})"
+        return f"must be one of {expected} (got {got!r})"
     if kind in ("too_short", "string_too_short") and ctx.get("min_length") == 1:
         return "must not be empty"
     if kind == "finite_number":

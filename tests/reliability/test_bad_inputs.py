@@ -67,6 +67,18 @@ CASES = [
         at="batch_size: [1]",
     ),
     Case(
+        "mistyped variant",
+        "schema",
+        "variants.build[1]: unknown 'onnx-fp23': did you mean 'onnx-fp32'?",
+        (("[torchscript-fp32, onnx-fp32]", "[torchscript-fp32, onnx-fp23]"),),
+    ),
+    Case(
+        "mistyped runtime",
+        "schema",
+        "benchmark.runtimes[0]: unknown runtime 'onnxruntime-cpx': did you mean 'onnxruntime-cpu'?",
+        overrides=("benchmark.runtimes=[onnxruntime-cpx]",),
+    ),
+    Case(
         "wrong type",
         "schema",
         "data.calibration: must be an integer",
