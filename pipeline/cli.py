@@ -138,6 +138,7 @@ def _serve(args: argparse.Namespace, console: Console) -> Result:
 def _verify(args: argparse.Namespace, console: Console) -> Result:
     from pipeline.core.errors import Problem
     from pipeline.release.store import VERSION_RE, Store
+    from pipeline.release.triton import config_problems
 
     loaded = _load(args)
     store = Store(Path(loaded.recipe.output.root), loaded.recipe.name)
@@ -152,7 +153,7 @@ def _verify(args: argparse.Namespace, console: Console) -> Result:
         if not VERSION_RE.match(args.version) or not folder.is_dir():
             known = ", ".join(store.versions()) or "none"
             raise PipelineError(problems=[Problem(str(folder), "", f"no such version (versions: {known})")])
-    damage = store.verify(folder)
+    damage = store.verify(folder) + config_problems(folder)
     shown = f"{loaded.recipe.name}/{folder.name}"
     for line in damage:
         console.print(f"damaged: {shown}/{line}", highlight=False, soft_wrap=True)

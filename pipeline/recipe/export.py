@@ -150,6 +150,11 @@ class ExportConfig(Strict):
         description="write a Triton Inference Server model repository of the winner under triton/ in the "
         "version folder",
     )
+    triton_queue_delay_us: Annotated[int, Field(ge=0, le=10_000_000)] = Field(
+        0,
+        description="the Triton repository's dynamic batcher: how long a request may wait for a fuller batch, "
+        "microseconds (0: only requests already queued are batched)",
+    )
 
 
 class VariantsConfig(Strict):

@@ -1,15 +1,20 @@
 """Serving hand-off: with `export.triton: true`, the version folder holds a Triton Inference Server model
-repository of the winner, `triton/<name>/config.pbtxt` + `triton/<name>/1/model.onnx` (or `model.plan`, or
-`model.pt`), so that `tritonserver --model-repository=<version>/triton` serves what was signed off.
+repository of the winner, `triton/<name>/config.pbtxt` + `triton/<name>/<N>/model.onnx` (or `model.plan`, or
+`model.pt`), where N is the release number (v0003: 3), so that `tritonserver --model-repository=<version>/triton`
+serves what was signed off, and repositories of several releases merge without clashing.
 
-The configuration comes from what was measured and exported, not from guesses: tensor names and element
-types from the artifact's ONNX signature, dims from the recipe (batch axis stripped when every input and
-output is batched along it), max_batch_size from the batch dim's max, preferred batch sizes where the
-benchmark saw throughput grow, the queue delay from the winner's batch-1 latency, the instance kind from the
-winner's runtime, and ONNX Runtime's intra-op threads as benchmarked."""
+The configuration comes from what was measured and exported, not from guesses: element types from the ONNX
+graph the served artifact was exported beside (itself, the graph an engine was built from, or the FP32 export of
+a TorchScript model), dims from the recipe (batch axis stripped when every input and output is batched along
+it), max_batch_size from the batch dim's max, preferred batch sizes where the benchmark saw throughput grow,
+the queue delay from the recipe (`export.triton_queue_delay_us`, default 0: no request waits for a batch to
+fill unless asked), a warm-up request at the recipe's opt shape so the first real request does not pay for
+loading, the instance kind from the winner's runtime, and ONNX Runtime's intra-op threads as benchmarked.
+TorchScript has no tensor names: Triton's INPUT__i / OUTPUT__i, mapped to the recipe's names in names.json."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -25,6 +30,7 @@ from pipeline.recipe import DimRange, InputSpec, Recipe
 from pipeline.runners import registry
 
 FOLDER = "triton"
+NAMES = "names.json"  # Triton tensor name -> the recipe's, where the backend renames them (TorchScript)
 TRITON_TYPES = {
     onnx.TensorProto.FLOAT: "TYPE_FP32",
     onnx.TensorProto.FLOAT16: "TYPE_FP16",
@@ -53,8 +59,10 @@ class ServingSpec(BaseModel):
     enabled: bool
     name: str
     inputs: list[InputSpec]
+    outputs: list[str]
     dims: dict[str, DimRange]
     batch_dim: str
+    queue_delay_us: int
 
     @classmethod
     def from_recipe(cls, recipe: Recipe) -> ServingSpec:
@@ -62,8 +70,10 @@ class ServingSpec(BaseModel):
             enabled=recipe.export.triton,
             name=recipe.name,
             inputs=list(recipe.inputs),
+            outputs=list(recipe.outputs),
             dims=dict(recipe.dims),
             batch_dim=recipe.benchmark.batch_dim,
+            queue_delay_us=recipe.export.triton_queue_delay_us,
         )
 
 
@@ -97,12 +107,19 @@ def unservable(entry: dict[str, Any] | None, source: dict[str, Any] | None) -> s
     return None
 
 
+def model_version(release: str) -> str:
+    """Triton's version folder of a release: its number (v0003 -> 3)."""
+    digits = release.lstrip("v")
+    return str(int(digits)) if digits.isdigit() else "1"
+
+
 def write_model_repository(
     workdir: Path,
     spec: ServingSpec,
     winner: dict[str, Any] | None,
     artifacts: list[dict[str, Any]],
     speed: dict[str, Any],
+    release: str = "v0001",
 ) -> list[str]:
     """Write triton/ into the version's work folder (before the manifest); returns the files written."""
     if not spec.enabled or winner is None:
@@ -117,11 +134,52 @@ def write_model_repository(
     platform, filename = PLATFORMS[entry["kind"]]
     graph = onnx.load(str(workdir / source["path"]), load_external_data=False).graph
     model_dir = workdir / FOLDER / spec.name
-    (model_dir / "1").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(workdir / entry["path"], model_dir / "1" / filename)
-    config = model_config(spec, winner, platform, graph, speed)
+    number = model_version(release)
+    (model_dir / number).mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(workdir / entry["path"], model_dir / number / filename)
+    names = tensor_names(spec, platform, graph)
+    config = model_config(spec, winner, platform, graph, speed, source["name"], names)
     write_text_atomic(model_dir / "config.pbtxt", config)
-    return [f"{FOLDER}/{spec.name}/config.pbtxt", f"{FOLDER}/{spec.name}/1/{filename}"]
+    written = [f"{FOLDER}/{spec.name}/config.pbtxt", f"{FOLDER}/{spec.name}/{number}/{filename}"]
+    if any(name != recipe for name, recipe in names.items()):
+        inputs = {n: r for n, r in names.items() if n.startswith("INPUT__")}
+        outputs = {n: r for n, r in names.items() if not n.startswith("INPUT__")}
+        mapping = {"inputs": inputs, "outputs": outputs}
+        write_text_atomic(model_dir / NAMES, json.dumps(mapping, indent=2) + "\n")
+        written.append(f"{FOLDER}/{spec.name}/{NAMES}")
+    return written
+
+
+def tensor_names(spec: ServingSpec, platform: str, graph: onnx.GraphProto) -> dict[str, str]:
+    """Triton's name of every input, then every output -> the recipe's (the ONNX graph's for outputs beyond
+    the recipe's): the same name except where the backend has none (TorchScript: INPUT__i, OUTPUT__i)."""
+    recipe_inputs = [s.name for s in spec.inputs]
+    recipe_outputs = [
+        spec.outputs[i] if i < len(spec.outputs) else value.name for i, value in enumerate(graph.output)
+    ]
+    if platform == "pytorch_libtorch":
+        return {
+            **{f"INPUT__{i}": name for i, name in enumerate(recipe_inputs)},
+            **{f"OUTPUT__{i}": name for i, name in enumerate(recipe_outputs)},
+        }
+    return {**{n: n for n in recipe_inputs}, **{v.name: v.name for v in graph.output}}
+
+
+def config_problems(folder: Path) -> list[str]:
+    """`path: why` for each config.pbtxt of the version's Triton repository that Triton's own ModelConfig
+    protobuf does not parse (none checked when tritonclient, which carries the protobuf, is not installed)."""
+    try:
+        from google.protobuf import text_format
+        from tritonclient.grpc import model_config_pb2
+    except ImportError:
+        return []
+    problems = []
+    for path in sorted((folder / FOLDER).glob("*/config.pbtxt")):
+        try:
+            text_format.Parse(path.read_text(errors="replace"), model_config_pb2.ModelConfig())
+        except text_format.ParseError as exc:
+            problems.append(f"{path.relative_to(folder).as_posix()}: not a Triton model configuration ({exc})")
+    return problems
 
 
 # ---------------------------------------------------------------- config.pbtxt
@@ -177,29 +235,41 @@ def _tensor(name: str, data_type: str, dims: list[int]) -> str:
 
 
 def model_config(
-    spec: ServingSpec, winner: dict[str, Any], platform: str, graph: onnx.GraphProto, speed: dict[str, Any]
+    spec: ServingSpec,
+    winner: dict[str, Any],
+    platform: str,
+    graph: onnx.GraphProto,
+    speed: dict[str, Any],
+    signature: str,
+    names: dict[str, str],
 ) -> str:
+    """config.pbtxt; `signature`: the ONNX artifact whose graph gave the element types; `names`: Triton's
+    tensor names, inputs then outputs (tensor_names)."""
     strip = batched(spec, graph)
     max_batch = spec.dims[spec.batch_dim].max if strip else 0
     types = {v.name: v.type.tensor_type.elem_type for v in [*graph.input, *graph.output]}
-    names = {"inputs": [s.name for s in spec.inputs], "outputs": [o.name for o in graph.output]}
-    if platform == "pytorch_libtorch":  # TorchScript has no tensor names: Triton's INPUT__i convention
-        names = {
-            "inputs": [f"INPUT__{i}" for i in range(len(spec.inputs))],
-            "outputs": [f"OUTPUT__{i}" for i in range(len(graph.output))],
-        }
+    served = list(names)
+    input_names, output_names = served[: len(spec.inputs)], served[len(spec.inputs) :]
     inputs = [
         _tensor(name, TRITON_TYPES[types[inp.name]], tensor_dims(list(inp.shape), strip))
-        for name, inp in zip(names["inputs"], spec.inputs, strict=True)
+        for name, inp in zip(input_names, spec.inputs, strict=True)
     ]
     outputs = [
         _tensor(name, TRITON_TYPES[value.type.tensor_type.elem_type], tensor_dims(graph_dims(value), strip))
-        for name, value in zip(names["outputs"], graph.output, strict=True)
+        for name, value in zip(output_names, graph.output, strict=True)
     ]
     gpu = registry.on_gpu(winner["runtime"])
+    own = signature == winner["artifact"]
     lines = [
         f"# {spec.name}: the signed-off winner {winner['artifact']} ({winner['runtime']}), written by the",
-        "# deploy pipeline from the artifact's ONNX signature, the recipe's dims and the benchmark.",
+        "# deploy pipeline from "
+        + ("its ONNX graph's" if own else f"the signature of {signature}, the ONNX export it shares,")
+        + " the recipe's dims and the benchmark.",
+    ]
+    if platform == "pytorch_libtorch":
+        mapping = ", ".join(f"{n} = {r}" for n, r in names.items())
+        lines.append(f"# TorchScript tensors have no names: {mapping} ({NAMES}).")
+    lines += [
         f'name: "{spec.name}"',
         f'platform: "{platform}"',
         f"max_batch_size: {max_batch}",
@@ -207,7 +277,7 @@ def model_config(
         "output [\n" + ",\n".join(outputs) + "\n]",
     ]
     if max_batch:
-        lines.append(_dynamic_batching(winner, speed, max_batch))
+        lines.append(_dynamic_batching(winner, speed, max_batch, spec.queue_delay_us))
     lines.append(
         f"instance_group [\n  {{\n    count: 1\n    kind: {'KIND_GPU' if gpu else 'KIND_CPU'}\n  }}\n]"
     )
@@ -216,19 +286,31 @@ def model_config(
         lines.append(
             f'parameters {{\n  key: "intra_op_thread_count"\n  value: {{ string_value: "{threads}" }}\n}}'
         )
+    lines.append(_warmup(spec, input_names, types, strip))
     return "\n".join(lines) + "\n"
 
 
-def _dynamic_batching(winner: dict[str, Any], speed: dict[str, Any], max_batch: int) -> str:
+def _warmup(spec: ServingSpec, names: list[str], types: dict[str, int], strip: bool) -> str:
+    """One request of zeros at the recipe's opt shape (batch 1), run by Triton as it loads the model."""
+    entries = []
+    for name, inp in zip(names, spec.inputs, strict=True):
+        dims = [spec.dims[d].opt if isinstance(d, str) and d in spec.dims else d for d in inp.shape]
+        dims = [1 if d == -1 or not isinstance(d, int) else d for d in dims]
+        shown = ", ".join(str(d) for d in (dims[1:] if strip else dims))
+        entries.append(
+            f'    inputs {{\n      key: "{name}"\n      value {{\n        data_type: {TRITON_TYPES[types[inp.name]]}\n'
+            f"        dims: [ {shown} ]\n        zero_data: true\n      }}\n    }}"
+        )
+    batch = "    batch_size: 1\n" if strip else ""
+    return 'model_warmup [\n  {\n    name: "opt shape, zeros"\n' + batch + "\n".join(entries) + "\n  }\n]"
+
+
+def _dynamic_batching(winner: dict[str, Any], speed: dict[str, Any], max_batch: int, delay_us: int) -> str:
+    """Preferred sizes where the benchmark saw throughput grow; the queue delay as the recipe says (Triton's
+    batcher then only joins requests already waiting, unless the recipe trades latency for fuller batches)."""
     preferred = preferred_batch_sizes(winner, speed, max_batch)
-    single = [
-        r.p50_ms
-        for r in timings(speed)
-        if (r.artifact, r.runtime, r.batch) == (winner["artifact"], winner["runtime"], 1) and r.p50_ms
-    ]
     body = []
     if preferred:
         body.append(f"  preferred_batch_size: [ {', '.join(str(b) for b in preferred)} ]")
-    if single:  # wait at most one batch-1 inference for a batch to fill
-        body.append(f"  max_queue_delay_microseconds: {max(1, round(min(single) * 1000))}")
-    return "dynamic_batching {\n" + "\n".join(body) + ("\n" if body else "") + "}"
+    body.append(f"  max_queue_delay_microseconds: {delay_us}")
+    return "dynamic_batching {\n" + "\n".join(body) + "\n}"

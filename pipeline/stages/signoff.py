@@ -177,7 +177,9 @@ def _run(ctx: RunContext, config: SignoffConfig, inputs: dict[str, ArtifactRecor
     write_text_atomic(script, reproduce_script(release, release.folder))
     script.chmod(0o755)
     empty_speed = {"schema_version": 1, "results": [], "not_run": []}
-    write_model_repository(workdir, config.serving, winner, header["artifacts"], speed or empty_speed)
+    write_model_repository(
+        workdir, config.serving, winner, header["artifacts"], speed or empty_speed, release.version
+    )
     table = [asdict(r) for r in [*records, StageRecord("signoff", VERSION, None, "ran", {}, {}, {})]]
     written = render(
         workdir,

@@ -152,7 +152,7 @@ def test_triton_config_matches_the_onnx_signature(clone: Path, second) -> None:
     winner = _read(version / "winner.json")
     manifest = _read(version / "manifest.json")
     entry = next(a for a in manifest["artifacts"] if a["name"] == winner["artifact"])
-    served = next(repo.glob("1/model.*"))
+    served = next(repo.glob("2/model.*"))  # the version folder is the release number
     assert served.read_bytes() == (version / entry["path"]).read_bytes()
     graph = onnx.load(str(version / "model.onnx")).graph  # the signature every tiny artifact shares
     assert config.name == "tiny" and config.max_batch_size == 8  # dims.batch.max
@@ -168,10 +168,16 @@ def test_triton_config_matches_the_onnx_signature(clone: Path, second) -> None:
                 assert tensor.name == value.name
     batches = {r["batch"] for r in _read(version / "reports/speed.json")["results"]}
     assert set(config.dynamic_batching.preferred_batch_size) <= batches - {1}
-    assert config.dynamic_batching.max_queue_delay_microseconds > 0
+    assert config.dynamic_batching.max_queue_delay_microseconds == 0  # export.triton_queue_delay_us default
+    (warmup,) = config.model_warmup
+    assert warmup.batch_size == 1 and set(warmup.inputs) == {t.name for t in config.input}
+    assert all(list(v.dims) == [16] and v.zero_data for v in warmup.inputs.values())  # dims.sequence.opt
+    if config.platform == "pytorch_libtorch":  # Triton's INPUT__i names, mapped to the recipe's
+        names = _read(repo / "names.json")
+        assert list(names["inputs"].values()) == [i.name for i in graph.input]
     assert [g.kind for g in config.instance_group] == [pb2.ModelInstanceGroup.KIND_CPU]
     listed = {f["path"] for f in manifest["files"]}
-    assert {"triton/tiny/config.pbtxt", f"triton/tiny/1/{served.name}"} <= listed
+    assert {"triton/tiny/config.pbtxt", f"triton/tiny/2/{served.name}"} <= listed
 
 
 # ---------------------------------------------------------------- what CI relies on

@@ -25,3 +25,24 @@ def test_without_throughput_runs_calls_one_at_a_time_decide() -> None:
     speed = {"results": [_row(1, 1.0), _row(8, 2.0), _row(32, 4.0), _row(64, 20.0)]}
     assert preferred_batch_sizes(WINNER, speed, 64) == [8, 32]
     assert preferred_batch_sizes(WINNER, speed, 16) == [8]  # never above the served maximum
+
+
+def test_the_version_folder_is_the_release_number() -> None:
+    from pipeline.release.triton import model_version
+
+    assert [model_version(v) for v in ("v0001", "v0003", "v0120")] == ["1", "3", "120"]
+
+
+def test_verify_parses_each_config_with_tritons_protobuf(tmp_path) -> None:
+    import pytest
+
+    pytest.importorskip("tritonclient", reason="the triton extra carries Triton's ModelConfig protobuf")
+    from pipeline.release.triton import config_problems
+
+    repo = tmp_path / "triton" / "m"
+    repo.mkdir(parents=True)
+    (repo / "config.pbtxt").write_text('name: "m"\nplatform: "onnxruntime_onnx"\nmax_batch_size: 8\n')
+    assert config_problems(tmp_path) == []
+    (repo / "config.pbtxt").write_text('name: "m"\nmax_batch_size: eight\n')
+    (problem,) = config_problems(tmp_path)
+    assert problem.startswith("triton/m/config.pbtxt: not a Triton model configuration")
