@@ -178,7 +178,9 @@ def config_problems(folder: Path) -> list[str]:
         try:
             text_format.Parse(path.read_text(errors="replace"), model_config_pb2.ModelConfig())
         except text_format.ParseError as exc:
-            problems.append(f"{path.relative_to(folder).as_posix()}: not a Triton model configuration ({exc})")
+            problems.append(
+                f"{path.relative_to(folder).as_posix()}: not a Triton model configuration ({exc})"
+            )
     return problems
 
 
