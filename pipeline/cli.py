@@ -109,7 +109,9 @@ def _add_verify(sub: argparse._SubParsersAction) -> None:
         "verify", help="re-hash a version against its manifest (exit 0 intact, 1 damaged: files listed)"
     )
     cmd.add_argument(
-        "recipe", help="a recipe path, or a name under recipes/ (names the output root and name)"
+        "recipe",
+        help="a recipe path, or a name under recipes/ (names the output root and name); or a version folder "
+        "(a copy too), or the recipe.yaml inside one: that folder is verified",
     )
     cmd.add_argument("version", nargs="?", default="latest", help="vNNNN or latest (default)")
     cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
@@ -137,9 +139,12 @@ def _serve(args: argparse.Namespace, console: Console) -> Result:
 
 def _verify(args: argparse.Namespace, console: Console) -> Result:
     from pipeline.core.errors import Problem
-    from pipeline.release.store import VERSION_RE, Store
-    from pipeline.release.triton import config_problems
+    from pipeline.release.store import MANIFEST, VERSION_RE, Store
 
+    given = Path(args.recipe)
+    copied = given.parent if given.name == "recipe.yaml" else given  # a version's own recipe names its folder
+    if args.version == "latest" and (copied / MANIFEST).is_file() and not args.overrides:
+        return _verified(copied, str(copied), console)
     loaded = _load(args)
     store = Store(Path(loaded.recipe.output.root), loaded.recipe.name)
     if args.version == "latest":
@@ -153,8 +158,14 @@ def _verify(args: argparse.Namespace, console: Console) -> Result:
         if not VERSION_RE.match(args.version) or not folder.is_dir():
             known = ", ".join(store.versions()) or "none"
             raise PipelineError(problems=[Problem(str(folder), "", f"no such version (versions: {known})")])
-    damage = store.verify(folder) + config_problems(folder)
-    shown = f"{loaded.recipe.name}/{folder.name}"
+    return _verified(folder, f"{loaded.recipe.name}/{folder.name}", console)
+
+
+def _verified(folder: Path, shown: str, console: Console) -> Result:
+    from pipeline.release.store import verify_folder
+    from pipeline.release.triton import config_problems
+
+    damage = verify_folder(folder) + config_problems(folder)
     for line in damage:
         console.print(f"damaged: {shown}/{line}", highlight=False, soft_wrap=True)
     if damage:
@@ -364,11 +375,20 @@ def _console(as_json: bool) -> Console:
 
 
 def _emit(
-    stream: TextIO, args: argparse.Namespace, code: int, doc: dict[str, Any] | None, errors: list[str]
+    stream: TextIO,
+    args: argparse.Namespace,
+    code: int,
+    doc: dict[str, Any] | None,
+    errors: list[str],
+    problems: list[dict[str, Any]],
 ) -> None:
+    """`errors`: the lines printed on stderr; `problems`: the same, located (Problem.located), where the
+    error came with places."""
     payload = {"command": args.command, "exit_code": code, **(doc or {})}
     if errors:
         payload["errors"] = errors
+    if problems:
+        payload["problems"] = problems
     stream.write(json.dumps(payload, indent=2, default=str) + "\n")
 
 
@@ -386,13 +406,15 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     as_json = getattr(args, "json", False)
     with json_stdout(as_json) as stdout, interrupts_watched():
-        code, doc, errors = _run(args, _console(as_json))
+        code, doc, errors, problems = _run(args, _console(as_json))
         if as_json:
-            _emit(stdout, args, code, doc, errors)
+            _emit(stdout, args, code, doc, errors, problems)
     return code
 
 
-def _run(args: argparse.Namespace, console: Console) -> tuple[int, dict[str, Any] | None, list[str]]:
+def _run(
+    args: argparse.Namespace, console: Console
+) -> tuple[int, dict[str, Any] | None, list[str], list[dict[str, Any]]]:
     """The command's exit code, JSON document and error lines. Whatever ends it, it ends here with a message:
     a user error (2), a Ctrl-C (130), or a bug (3), which includes a sys.exit or a KeyboardInterrupt that no
     boundary around the model's code turned into that code's failure (pipeline/core/user_code.py)."""
@@ -403,23 +425,23 @@ def _run(args: argparse.Namespace, console: Console) -> tuple[int, dict[str, Any
     except PipelineError as exc:
         for line in exc.lines():
             print(line, file=sys.stderr)
-        return exc.exit_code, None, exc.lines()
+        return exc.exit_code, None, exc.lines(), [p.located() for p in exc.problems[:20]]
     except KeyboardInterrupt:
         if not interrupted_by_signal():
             return _bug(f"KeyboardInterrupt raised during `{args.command}` without a Ctrl-C")
         print(INTERRUPTED, file=sys.stderr)
-        return 130, None, [INTERRUPTED]
+        return 130, None, [INTERRUPTED], []
     except SystemExit as exc:
         return _bug(f"sys.exit({'' if exc.code is None else repr(exc.code)}) called during `{args.command}`")
     except Exception:  # noqa: BLE001 - the top-level boundary: a bug, shown with its traceback
         return _bug(None)
-    return code, doc, []
+    return code, doc, [], []
 
 
-def _bug(what: str | None) -> tuple[int, None, list[str]]:
+def _bug(what: str | None) -> tuple[int, None, list[str], list[dict[str, Any]]]:
     traceback.print_exc()
     lines = [f"internal error: {what}: the command did not finish (exit 3)"] if what else []
     lines.append(BUG)
     for line in lines:
         print(line, file=sys.stderr)
-    return 3, None, lines
+    return 3, None, lines, []

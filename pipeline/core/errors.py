@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import difflib
+import re
 import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
+
+LOCATION = re.compile(r"^(?P<file>.+):(?P<line>\d+):(?P<column>\d+)$")
+SUGGESTION = re.compile(r"did you mean '([^']+)'")
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
@@ -33,6 +38,23 @@ class Problem:
     def __str__(self) -> str:
         text = f"{self.where}: {self.key}: {self.message}" if self.key else f"{self.where}: {self.message}"
         return one_line(text)
+
+    def located(self) -> dict[str, Any]:
+        """The problem for a program (`--json`): file, line and column where it is (line and column null for
+        an override or a whole file, file null for an override), the recipe key, the message, and the
+        suggestion a "did you mean" names."""
+        found = LOCATION.match(self.where)
+        override = self.where.startswith("--set ")
+        suggestion = SUGGESTION.search(self.message)
+        return {
+            "file": None if override else (found.group("file") if found else self.where),
+            "line": int(found.group("line")) if found else None,
+            "column": int(found.group("column")) if found else None,
+            "key": self.key or None,
+            "message": one_line(self.message),
+            "suggestion": suggestion.group(1) if suggestion else None,
+            "override": self.where.removeprefix("--set ") if override else None,
+        }
 
 
 class PipelineError(Exception):

@@ -286,7 +286,8 @@ class Store:
 def verify_folder(folder: Path) -> list[str]:
     """Re-hash a version folder against its manifest: one `path: problem` per damaged, missing or unlisted file
     or folder (a manifest that cannot be read, or whose seal does not match, is itself damage); [] when
-    intact."""
+    intact. A folder named like a version must carry its manifest's version; a copy named otherwise (a
+    release handed on, `verify`/`compare` of a folder) is judged by its bytes alone."""
     try:
         manifest = read_stored(folder / MANIFEST)
     except Damaged as exc:
@@ -300,7 +301,8 @@ def verify_folder(folder: Path) -> list[str]:
         damage.append(f"{MANIFEST}: unsealed (publication adds {SEAL}; an edited manifest loses it)")
     elif seal != manifest_digest(manifest):
         damage.append(f"{MANIFEST}: its content does not match its seal ({SEAL})")
-    if manifest.get("version", folder.name) != folder.name:
+    named = VERSION_RE.match(folder.name) is not None
+    if named and manifest.get("version", folder.name) != folder.name:
         damage.append(f"{MANIFEST}: names version {manifest.get('version')}, the folder is {folder.name}")
     root = folder.resolve()
     for rel, sha in listed.items():

@@ -222,6 +222,9 @@ def test_json_documents_of_list_plan_validate(clone: Path, second, tmp_path: Pat
         clone, "validate", "tests/recipes/tiny.yaml", "--set", "benchmark.batch_sizes=[0]"
     )
     assert code == 2 and bad["exit_code"] == 2 and "benchmark.batch_sizes[0]" in bad["errors"][0]
+    (problem,) = bad["problems"]  # the same error, located for a program
+    assert problem["key"] == "benchmark.batch_sizes[0]" and problem["override"] == "benchmark.batch_sizes=[0]"
+    assert problem["file"] is None and problem["message"].startswith("must be a positive integer")
     empty = shell(clone, f"python -m pipeline list tests/recipes/tiny.yaml --set output.root={tmp_path}")
     assert empty.returncode == 0 and "no versions yet" in empty.stdout
 

@@ -76,3 +76,25 @@ def test_deploy_promote_makes_a_candidate_latest(tmp_path: Path) -> None:
     assert "candidate:" not in result.stdout
     manifest = json.loads((tmp_path / "tiny" / "v0001" / "manifest.json").read_text())
     assert manifest["recipe_changes"] == ["benchmark.batch_sizes"] and manifest["promoted"] is True
+
+
+def test_a_copied_version_folder_is_verified_and_compared_as_itself(store: Path, tmp_path: Path) -> None:
+    """A release handed on as a folder (renamed on the way) verifies by its own bytes, through the folder or
+    its recipe.yaml, and compares; a damaged byte in the copy is the copy's, not the store's."""
+    import shutil
+
+    copy = tmp_path / "release-candidate"
+    shutil.copytree(store / "tiny" / "v0002", copy)
+    for target in (copy, copy / "recipe.yaml"):
+        result = cli("verify", str(target))
+        assert result.returncode == 0 and result.stdout.strip() == f"ok: {copy} matches its manifest", result
+    compared = cli("compare", str(store / "tiny" / "v0002"), str(copy))
+    assert compared.returncode == 0, compared.stderr
+    winner = copy / "winner.json"
+    winner.chmod(0o644)
+    winner.write_text(winner.read_text().replace("onnx", "onnX", 1))
+    damaged = cli("verify", str(copy / "recipe.yaml"))
+    assert (
+        damaged.returncode == 1 and "damaged: " in damaged.stdout and "winner.json: sha256" in damaged.stdout
+    )
+    assert cli("verify", str(TINY), "v0002", root=store).returncode == 0  # the store's own is untouched

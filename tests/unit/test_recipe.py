@@ -213,3 +213,22 @@ def test_an_aliased_mapping_keeps_its_merged_keys(tmp_path: Path) -> None:
     recipe = load(path).recipe
     assert recipe.dims["sequence"].min == 4
     assert recipe.export.tensorrt.profiles[0].dims["sequence"] == recipe.dims["sequence"]
+
+
+def test_a_problem_is_located_for_programs() -> None:
+    from pipeline.core.errors import Problem
+
+    found = Problem(
+        "recipes/r.yaml:17:29",
+        "variants.build[1]",
+        "unknown 'onnx-fp23': did you mean 'onnx-fp32'? (one of …)",
+    ).located()
+    assert found == {
+        "file": "recipes/r.yaml",
+        "line": 17,
+        "column": 29,
+        "key": "variants.build[1]",
+        "message": "unknown 'onnx-fp23': did you mean 'onnx-fp32'? (one of …)",
+        "suggestion": "onnx-fp32",
+        "override": None,
+    }
