@@ -41,6 +41,11 @@ class TrackingConfig(Strict):
     mlflow: MlflowTracking | None = Field(
         None, description="log each deploy as an MLflow run (needs the mlflow extra)"
     )
+    required: bool = Field(
+        False,
+        description="a deploy whose run could not be logged exits 1 (the version stays published); false: the "
+        "failure is printed and the exit code stands",
+    )
 
 
 class Recipe(Strict):

@@ -166,6 +166,8 @@ def run_deploy(
         if latest and all(v.fresh for _, v in verdicts):
             if changes:
                 _promote_up_to_date(store, latest, promote, console)
+            if loaded.recipe.tracking.mlflow is not None:
+                console.print(f"tracking: not logged: up to date (nothing changed since {latest.name})")
             console.print(f"up to date: {name}/{latest.name}")
             return Outcome(0, latest, up_to_date=True)
         changed = _signoff_changes(verdicts)
@@ -224,9 +226,15 @@ def run_deploy(
             soft_wrap=True,
         )
     tracked = log_run(loaded.recipe, target, console)
-    return Outcome(
-        0 if verdict.signed_off else 1, target, False, verdict.signed_off, verdict.reasons, records, tracked
-    )
+    reasons = list(verdict.reasons)
+    code = 0 if verdict.signed_off else 1
+    if tracked is None and loaded.recipe.tracking.mlflow is not None and loaded.recipe.tracking.required:
+        reasons.append(
+            "the run could not be logged and tracking.required is true (the version stays published)"
+        )
+        console.print(f"[red]exit 1[/red]: {reasons[-1]}", highlight=False)
+        code = 1
+    return Outcome(code, target, False, verdict.signed_off, reasons, records, tracked)
 
 
 VERSION_FILES = ("stages.json", "recipe.yaml", "reproduce.sh", "manifest.json")

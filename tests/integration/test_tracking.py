@@ -1,0 +1,30 @@
+"""Run records a team can rely on: a required record that cannot be written fails the exit code (the version
+stays published), and a deploy that changed nothing says it logged nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_deploy_cli import TINY, cli
+
+pytest.importorskip("mlflow", reason="the mlflow extra: pip install 'deploy-pipeline[mlflow]'")
+
+
+def test_a_required_record_that_fails_fails_the_exit_code(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    store = ["--set", f"tracking.mlflow.uri={blocker / 'mlruns'}"]  # a store that cannot be created
+    failed = cli("deploy", str(TINY), *store, "--set", "tracking.required=true", root=tmp_path / "out")
+    assert failed.returncode == 1, failed.stdout[-2000:] + failed.stderr[-2000:]
+    assert "tracking failed (the release stands): NotADirectoryError" in failed.stdout
+    assert "the run could not be logged and tracking.required is true" in failed.stdout
+    assert (tmp_path / "out" / "tiny" / "latest").readlink() == Path("v0001")  # published all the same
+    again = cli("deploy", str(TINY), *store, root=tmp_path / "out")
+    assert again.returncode == 0
+    assert "tracking: not logged: up to date (nothing changed since v0001)" in again.stdout
+    lenient = cli(
+        "deploy", str(TINY), *store, "--set", "export.triton=true", "--promote", root=tmp_path / "out"
+    )
+    assert lenient.returncode == 0 and "tracking failed (the release stands)" in lenient.stdout
