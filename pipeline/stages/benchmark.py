@@ -299,7 +299,7 @@ def _measure_shape(
                 c.throughput = {"error": one_line(f"{type(exc).__name__}: {exc}")}
     if config.benchmark.profile:
         for c in active:
-            if measured[c.key].error is None:
+            if measured[c.key].error is None and _profiled_here(c, shape, config):
                 ctx.report(
                     f"benchmark {c.runner.artifact} ({c.runner.runtime}, {c.runner.io}) {shape.label()}: profile"
                 )
@@ -318,6 +318,14 @@ def _measure_shape(
         _release(c)
     _free_memory()
     return rows, failures, measured
+
+
+def _profiled_here(c: Candidate, shape: BenchShape, config: BenchmarkStageConfig) -> bool:
+    """GPU rows at every shape (the profiler only records what runs); CPU rows at the objective's batch, the
+    shape the sign-off explains, since ONNX Runtime profiles a twin session built for the purpose (seconds for
+    a large graph, at every shape of every row otherwise)."""
+    objective = config.selection.objective.batch
+    return on_gpu(c.runner) or objective is None or shape.batch == objective
 
 
 def _profile(c: Candidate, m: Measurement) -> dict[str, Any]:
