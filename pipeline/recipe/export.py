@@ -132,6 +132,12 @@ class Pt2Export(Strict):
     fuse_projections: bool = Field(
         True, description="one GEMM for linears reading one tensor (Q, K, V): fewer kernel launches"
     )
+    memory_format: Literal["auto", "channels_last", "contiguous"] = Field(
+        "auto",
+        description="layout of the compiled model's 2-D convolutions: channels_last (NHWC, the layout cuDNN's "
+        "and oneDNN's fast kernels use; the graph converts its 4-D inputs itself) or contiguous; auto: "
+        "channels_last for a model with Conv2d layers and a 4-D floating input",
+    )
     compile_timeout_s: BuildSeconds = Field(
         1800, description="an AOTInductor compile running longer fails its variant; at most 86400 (a day)"
     )

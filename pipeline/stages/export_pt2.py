@@ -42,6 +42,7 @@ class ExportConfig(StageConfig):
     precision: str
     attention: str  # export.pt2.attention
     fuse_projections: bool
+    memory_format: str  # export.pt2.memory_format
     model: ModelSpec
     data: DataSpec  # the example inputs
 
@@ -51,6 +52,7 @@ class ExportConfig(StageConfig):
             precision=precision,
             attention=recipe.export.pt2.attention,
             fuse_projections=recipe.export.pt2.fuse_projections,
+            memory_format=recipe.export.pt2.memory_format,
             model=ModelSpec.from_recipe(recipe, recipe_dir),
             data=DataSpec.from_recipe(recipe, recipe_dir),
         )
@@ -84,17 +86,35 @@ def aoti_file(precision: str) -> str:
 
 class KeepIoTypes(nn.Module):
     """The model in a lower precision behind float32 inputs and outputs: floating inputs are cast in,
-    floating outputs cast back to float32 (integer inputs such as token ids pass untouched)."""
+    floating outputs cast back to float32 (integer inputs such as token ids pass untouched). With
+    channels_last, 4-D floating inputs are laid out NHWC inside the graph, so callers keep passing NCHW."""
 
-    def __init__(self, inner: nn.Module, dtype: torch.dtype):
+    def __init__(self, inner: nn.Module, dtype: torch.dtype, channels_last: bool = False):
         super().__init__()
-        self.inner, self.dtype = inner, dtype
+        self.inner, self.dtype, self.channels_last = inner, dtype, channels_last
 
     def forward(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
         cast = [a.to(self.dtype) if a.is_floating_point() else a for a in args]
+        if self.channels_last:
+            cast = [
+                a.contiguous(memory_format=torch.channels_last)
+                if a.dim() == 4 and a.is_floating_point()
+                else a
+                for a in cast
+            ]
         out = self.inner(*cast)
         out = (out,) if isinstance(out, torch.Tensor) else tuple(out)
         return tuple(o.float() if o.is_floating_point() else o for o in out)
+
+
+def channels_last(choice: str, module: nn.Module, example: tuple[Any, ...]) -> bool:
+    """NHWC for the compiled model: as the recipe says, or (auto) where it has 2-D convolutions fed by a 4-D
+    floating input, the case cuDNN's and oneDNN's NHWC kernels are made for."""
+    if choice != "auto":
+        return choice == "channels_last"
+    convs = any(isinstance(m, nn.Conv2d) for m in module.modules())
+    images = any(isinstance(t, torch.Tensor) and t.dim() == 4 and t.is_floating_point() for t in example)
+    return convs and images
 
 
 def use_sdpa(module: nn.Module) -> bool:
@@ -122,7 +142,6 @@ def export_program(
     spec, precision = config.model, config.precision
     module = copy.deepcopy(ctx.model(spec).module).eval()  # the shared module stays as the reference needs it
     sdpa = config.attention == "sdpa" and use_sdpa(module)
-    wrapped = KeepIoTypes(module.to(DTYPES[precision]), DTYPES[precision]).eval()
     dims = {name: torch.export.Dim(name, min=rng.min, max=rng.max) for name, rng in spec.dims.items()}
     dynamic = tuple(
         {axis: dims[d] for axis, d in enumerate(inp.shape) if isinstance(d, str)} for inp in spec.inputs
@@ -132,12 +151,18 @@ def export_program(
         "opt", batch=max(2, spec.dims[batch_dim].opt) if batch_dim in spec.dims else None
     )
     example = positional(feeds, spec)
+    nhwc = channels_last(config.memory_format, module, example)
+    module = module.to(DTYPES[precision])
+    if nhwc:
+        module = module.to(memory_format=torch.channels_last)
+    wrapped = KeepIoTypes(module, DTYPES[precision], channels_last=nhwc).eval()
     with torch.no_grad():
         program = torch.export.export(wrapped, example, dynamic_shapes=(dynamic,), strict=False)
     details: dict[str, Any] = {
         WEIGHTS: ctx.model(spec).weights_digest(),
         "precision": precision,
         "attention": "sdpa" if sdpa else "model's own",
+        "memory_format": "channels_last" if nhwc else "contiguous",
         "io_dtype": "float32 (floating inputs and outputs)",
         "dims": {name: [rng.min, rng.max] for name, rng in spec.dims.items()},
     }
@@ -248,7 +273,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
             out.append(
                 Stage(
                     name=f"export_pt2_{precision}",
-                    version=2,  # CHANGELOG.md, "Stage versions"
+                    version=3,  # CHANGELOG.md, "Stage versions"
                     config=ExportConfig.from_recipe(recipe, recipe_dir, precision),
                     run=_export,
                     environment=lambda: {

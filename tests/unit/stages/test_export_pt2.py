@@ -221,3 +221,62 @@ print("no probe")
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "no probe", done.stderr[-2000:]
+
+
+# ------------------------------------------------------------------ convolutions in channels-last layout
+
+
+@pytest.fixture(scope="module")
+def cnn(tmp_path_factory: pytest.TempPathFactory) -> StageEnv:
+    from pipeline.recipe import Recipe
+
+    recipe = Recipe.model_validate(
+        {
+            "name": "cnn",
+            "model": {"source": "entrypoint", "entrypoint": "tests.models.tiny:cnn"},
+            "inputs": [{"name": "images", "dtype": "float32", "shape": ["batch", 3, 16, 16]}],
+            "dims": {"batch": {"min": 1, "opt": 2, "max": 4}},
+            "outputs": ["logits"],
+            "data": {"samples": {"source": "random", "samples": 8}, "calibration": 4},
+            "benchmark": {"batch_sizes": [2], "intra_op_threads": 1},
+            "selection": {"objective": {"metric": "p50_ms", "batch": 2}},
+        }
+    )
+    work = tmp_path_factory.mktemp("cnn")
+    return StageEnv(recipe, work, work / "work")
+
+
+def test_a_cnn_is_compiled_channels_last_and_still_takes_nchw(cnn: StageEnv) -> None:
+    """A model with 2-D convolutions is exported NHWC (weights and the inputs, laid out inside the graph):
+    its callers keep passing NCHW arrays, and the eager and AOTInductor runners match the reference."""
+    exported = _record(cnn, cnn.run_named("export_pt2_fp32", None, variants=["exported-fp32"]).outputs[0])
+    assert exported.details["memory_format"] == "channels_last"
+    program = torch.export.load(str(exported.path))
+    convs = [t for name, t in program.state_dict.items() if t.dim() == 4]
+    assert convs and all(t.is_contiguous(memory_format=torch.channels_last) for t in convs)
+    aoti = _record(
+        cnn, cnn.run_named("aoti_fp32", {"exported-fp32": exported}, variants=["aoti-fp32"]).outputs[0]
+    )
+    feeds = cnn.dataset().feeds_at({"batch": 2})
+    assert feeds["images"].flags["C_CONTIGUOUS"] and feeds["images"].shape == (2, 3, 16, 16)
+    with torch.no_grad():
+        out = cnn.model().module(torch.from_numpy(feeds["images"]))
+    want = (out[0] if isinstance(out, tuple) else out).numpy()
+    for artifact in (exported, aoti):
+        runners = runners_for(artifact, cnn.settings)
+        assert not isinstance(runners, NotRunnable)
+        for runner in runners:
+            runner.activate()
+            try:
+                got = runner.infer(feeds)["logits"]
+            finally:
+                runner.deactivate()
+            assert np.allclose(got, want, atol=1e-4), (runner.label, np.abs(got - want).max())
+
+
+def test_memory_format_contiguous_keeps_the_default_layout(cnn: StageEnv, tmp_path: Path) -> None:
+    pt2 = cnn.recipe.export.pt2.model_copy(update={"memory_format": "contiguous"})
+    recipe = cnn.recipe.model_copy(update={"export": cnn.recipe.export.model_copy(update={"pt2": pt2})})
+    ctx = StageEnv(recipe, cnn.recipe_dir, tmp_path)
+    out = ctx.run_named("export_pt2_fp32", None, variants=["exported-fp32"]).outputs[0]
+    assert out.details["memory_format"] == "contiguous"
