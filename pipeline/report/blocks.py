@@ -53,7 +53,18 @@ class Code:
     text: str
 
 
-Block = Para | Table | Bullets | Image | Code
+@dataclass(frozen=True)
+class Card:
+    """The first screen: the verdict (signed_off · provisional · not_signed_off), then (label, value) facts
+    and how to load what ships."""
+
+    state: str
+    verdict: str
+    facts: list[tuple[str, str]]
+    snippet: str | None = None
+
+
+Block = Para | Table | Bullets | Image | Code | Card
 
 
 @dataclass(frozen=True)

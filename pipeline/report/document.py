@@ -15,6 +15,7 @@ from pipeline.check.speed import figure_text, fmt_qps, fmt_rate
 from pipeline.check.timings import Throughput, is_winner_row
 from pipeline.check.verdicts import AccuracyRecord, Verdict, records
 from pipeline.report.blocks import Block, Bullets, Cell, Document, Image, Para, Section, Table, Text
+from pipeline.report.card import decision_card
 from pipeline.report.diff import diff_versions
 from pipeline.report.facts import (
     check_text,
@@ -57,7 +58,8 @@ def build_document(
     folded at the end the artifacts, the stages and the conditions of the measurement."""
     images = {PurePosixPath(p).stem: PurePosixPath(p).name for p in plots}
     sections = [
-        _verdict(header),
+        _verdict(header, accuracy, speed, winner),
+        _not_run(accuracy, speed),
         _winner(winner),
         _accuracy(accuracy, images.get("accuracy")),
         inputs_section(accuracy),
@@ -66,7 +68,6 @@ def build_document(
         mixed_precision_section(header),
         profile_section(speed, winner),
         _flags(speed),
-        _not_run(accuracy, speed),
         _not_timed(speed),
         _changes(header, accuracy, speed, winner, previous),
         artifacts_section(header),
@@ -84,11 +85,9 @@ def build_document(
 # ------------------------------------------------------------------ verdict
 
 
-def _verdict(header: Dict) -> Section:
-    signed = bool(header.get("signed_off"))
-    blocks: list[Block] = [
-        Para("SIGNED OFF" if signed else "NOT SIGNED OFF", strong=True, tone="good" if signed else "bad")
-    ]
+def _verdict(header: Dict, accuracy: Dict | None, speed: Dict | None, winner: Dict | None) -> Section:
+    """The card that decides (pipeline/report/card.py), then what it rests on: failures, reasons, warnings."""
+    blocks: list[Block] = [decision_card(header, accuracy, speed, winner)]
     failed = list(header.get("failed") or [])
     requested = list(header.get("requested") or [])
     names = list(dict.fromkeys(str(f.get("artifact")) for f in failed))
@@ -403,8 +402,16 @@ def _measured(header: Dict, speed: Dict | None) -> str:
 
 
 def _flags(speed: Dict | None) -> Section:
-    flags = [flag_text(f) for f in (speed or {}).get("flags") or []]
-    return Section("Flags", [Bullets(flags)] if flags else [])
+    """Grouped by kind with a count each (ten rows that never stabilized are one finding, not ten bullets)."""
+    flags = list((speed or {}).get("flags") or [])
+    groups: dict[str, list[str]] = {}
+    for flag in flags:
+        kind = str(flag.get("kind") or "flag").replace("_", " ") if isinstance(flag, Mapping) else "flag"
+        groups.setdefault(kind, []).append(flag_text(flag))
+    blocks: list[Block] = []
+    for kind, lines in groups.items():
+        blocks += [Para(f"{kind} ({len(lines)})", strong=True), Bullets(lines)]
+    return Section("Flags", blocks)
 
 
 def _not_run(accuracy: Dict | None, speed: Dict | None) -> Section:

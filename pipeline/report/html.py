@@ -10,6 +10,7 @@ from typing import Any
 from pipeline.report.blocks import (
     Block,
     Bullets,
+    Card,
     Cell,
     Code,
     Document,
@@ -72,4 +73,12 @@ def _view(block: Block) -> dict[str, Any]:
         return {"kind": "image", "src": block.src, "alt": block.alt}
     if isinstance(block, Code):
         return {"kind": "code", "caption": block.caption, "text": block.text}
+    if isinstance(block, Card):
+        return {
+            "kind": "card",
+            "state": block.state,
+            "verdict": block.verdict,
+            "facts": block.facts,
+            "snippet": block.snippet,
+        }
     raise TypeError(f"unknown block {type(block).__name__}")

@@ -9,6 +9,7 @@ from typing import Any
 from pipeline.report.blocks import (
     Block,
     Bullets,
+    Card,
     Code,
     Document,
     Image,
@@ -75,6 +76,13 @@ def _block(block: Block) -> str:
         return "\n".join(f"- {escape(' '.join(item.split()))}" for item in block.items)
     if isinstance(block, Image):
         return f"![{escape(block.alt)}]({block.src})"
+    if isinstance(block, Card):
+        lines = [f"**{escape(block.verdict)}**", "", "| | |", "|---|---|"]
+        lines += [f"| {_cell(label)} | {_cell(value)} |" for label, value in block.facts]
+        if block.snippet:
+            fence = "`" * max(3, _longest_backtick_run(block.snippet) + 1)
+            lines += ["", f"{fence}python\n{block.snippet}\n{fence}"]
+        return "\n".join(lines)
     if isinstance(block, Code):
         fence = "`" * max(3, _longest_backtick_run(block.text) + 1)
         return f"{escape(block.caption)}\n\n{fence}\n{block.text}\n{fence}"

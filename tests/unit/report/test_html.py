@@ -42,11 +42,11 @@ def test_html_is_self_contained_with_relative_plots(inputs):
 
 def test_html_carries_the_same_story(inputs):
     page = render_html(**inputs, previous=samples.previous())
-    assert '<span class="verdict good">SIGNED OFF</span>' in page
+    assert '<div class="card signed_off" id="decision">\n<div class="state">SIGNED OFF</div>' in page
     assert "onnx-int8-dynamic on onnxruntime-cpu (host I/O): 10.8 ms" in page
     assert '<tr class="winner"><td>onnx-int8-dynamic ★</td>' in page
-    assert '<tr class="bad"><td>onnx-int8</td>' in page
-    assert '<tr class="warn"><td>onnx-fp16</td>' in page  # the unstable row
+    assert '<tr class="bad"><td><span class="id">onnx-int8</span></td>' in page  # identifiers never wrap
+    assert '<tr class="warn"><td><span class="id">onnx-fp16</span></td>' in page  # the unstable row
     assert "no TensorRT-RTX runtime for this machine" in page
     assert "Changes since v0002" in page
     assert "onnx-fp32 batch 1 p50 34.7 -&gt; 31.6 ms (-9%)" in page
@@ -55,7 +55,8 @@ def test_html_carries_the_same_story(inputs):
 def test_not_signed_off_banner(inputs):
     inputs["header"] = samples.header(signed_off=False)
     page = render_html(**inputs | {"winner": None})
-    assert '<span class="verdict bad">NOT SIGNED OFF</span>' in page
+    assert '<div class="card not_signed_off" id="decision">' in page
+    assert '<div class="state">NOT SIGNED OFF: nothing may be deployed from this version</div>' in page
     assert "<li>no artifact passed validation</li>" in page
 
 
@@ -67,7 +68,7 @@ def test_informational_misses_are_grey_and_never_a_red_cross(inputs):
     page = render_html(**inputs)
     assert '<td class="info">0.061 &gt; 0.05 (info)</td>' in page
     assert '<td class="bad">0.971200 &lt; 0.98 ✗</td>' in page
-    fp16 = page[page.index("<tr><td>onnx-fp16</td>") :].split("</tr>")[0]
+    fp16 = page[page.index('<tr><td><span class="id">onnx-fp16</span></td>') :].split("</tr>")[0]
     assert "✗" not in fp16
 
 
@@ -75,3 +76,32 @@ def test_the_record_is_folded_and_tables_do_not_overflow(inputs):
     page = render_html(**inputs)
     assert "<details>\n<summary>Artifacts</summary>" in page and "<summary>Conditions</summary>" in page
     assert page.count('<div class="scroll"><table>') == page.count("<table>")
+
+
+def _card(page: str) -> dict[str, str]:
+    start = page.index('<div class="card')
+    card = page[start : page.index("</dl>", start)]
+    return dict(re.findall(r"<dt>(.*?)</dt><dd>(.*?)</dd>", card))
+
+
+def test_the_first_screen_is_one_card_that_decides(inputs):
+    """The card comes first, before any table: verdict, the file to ship and how to load it, the objective's
+    figure with its interval, and the counts of validated, not run and failed."""
+    page = render_html(**inputs)
+    first = page.index('<div class="card')
+    assert first < page.index("<table>") and first < page.index("<h2>Winner</h2>")
+    facts = _card(page)
+    assert facts["ship"] == "model.int8-dynamic.onnx (onnx-int8-dynamic)"
+    assert facts["run it on"] == "onnxruntime-cpu (host I/O)"
+    assert facts["p50 at batch 1"].startswith("10.8 ms (95% interval 10.7 ms to 10.9 ms)")
+    assert re.fullmatch(r"\d+ of \d+ artifact-runtime pairs passed", facts["validated"])
+    assert facts["not run here"] == "1: tensorrt-rtx-fp16" and facts["failed"] == "0"
+    assert "ort.InferenceSession(&#34;model.int8-dynamic.onnx&#34;" in page
+
+
+def test_a_provisional_sign_off_is_amber_not_green(inputs):
+    inputs["header"] = {**samples.header(), "provisional": True}
+    page = render_html(**inputs)
+    assert '<div class="card provisional" id="decision">' in page
+    assert '<div class="state">PROVISIONAL: signed off, but the winner' in page
+    assert ".card.provisional{border-color:#d49b00" in page  # amber, distinct from the green signed_off

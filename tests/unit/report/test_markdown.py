@@ -33,7 +33,8 @@ def test_failed_sign_off_gives_reasons_and_no_winner(inputs):
     inputs["winner"] = None
     text = render_markdown(**inputs)
     verdict = _section(text, "Verdict")
-    assert "**NOT SIGNED OFF**" in verdict
+    assert "**NOT SIGNED OFF: nothing may be deployed from this version**" in verdict
+    assert "| ship | nothing: no artifact was selected |" in verdict
     assert "- no artifact passed validation" in verdict
     assert "No artifact was selected" in _section(text, "Winner")
     assert "★" not in text
@@ -209,3 +210,11 @@ def test_a_speed_ratio_is_claimed_only_where_the_intervals_separate(inputs):
     inputs["winner"]["baseline"] |= {"interval": [13.5, 14.1]}
     winner = _section(render_markdown(**inputs), "Winner")
     assert "1.28× faster than onnx-fp32 (onnxruntime-cpu)" in winner
+
+
+def test_not_run_sits_under_the_verdict_and_flags_are_grouped(inputs):
+    text = render_markdown(**inputs)
+    titles = [line for line in text.splitlines() if line.startswith("## ")]
+    assert titles[:3] == ["## Verdict", "## Not run", "## Winner"]
+    flags = _section(text, "Flags")
+    assert "**int8 not faster (1)**" in flags and "**unstable (1)**" in flags
