@@ -170,7 +170,7 @@ CASES = [
     Case(
         "unknown variant",
         "schema",
-        "variants.build[1]: must be one of",
+        "variants.build[1]: unknown 'onnx-fp64': did you mean 'onnx-fp16'? (one of 'torchscript-fp32'",
         overrides=("variants.build=[onnx-fp32, onnx-fp64]",),
     ),
     Case(

@@ -55,5 +55,7 @@ def test_a_listed_cpu_runtime_must_be_installed(monkeypatch: pytest.MonkeyPatch)
 def test_an_unknown_runtime_is_a_located_recipe_error() -> None:
     [line] = _problems("tests/recipes/tiny.yaml", "benchmark.runtimes=[onnxruntime-gpu]")
     assert (
-        "benchmark.runtimes[0]: unknown runtime 'onnxruntime-gpu' (known: " in line and "openvino-cpu" in line
+        "benchmark.runtimes[0]: unknown runtime 'onnxruntime-gpu': did you mean 'onnxruntime-cpu'? (known: "
+        in line
+        and "openvino-cpu" in line
     )

@@ -65,6 +65,7 @@ NOT_READ = {
     "model.build_timeout_s": "pre-flight's bound on importing, building and running the model",
     "tracking.mlflow.uri": "run tracking, after sign-off",
     "tracking.mlflow.experiment": "run tracking, after sign-off",
+    "tracking.required": "the exit code, after sign-off and tracking",
     "selection.regression.max_slowdown": "compare's release gate",
     "selection.regression.max_accuracy_loss": "compare's release gate",
 }
