@@ -1,4 +1,4 @@
-"""Command line: deploy · plan · validate · list · verify · promote · compare · serve · schema.
+"""Command line: deploy · plan · validate · list · verify · promote · prune · compare · serve · schema.
 Exit codes: 0 signed off / up to date, 1 sign-off failed (compare: a regression beyond the budget), 2 user
 error (one line per problem on stderr), 3 internal error (traceback). With --json, one JSON document goes to
 stdout and the human display to stderr."""
@@ -85,6 +85,13 @@ def _parser() -> argparse.ArgumentParser:
                 help="make this version latest even though --set changes the recipe (a candidate otherwise)",
             )
     _add_verify(sub)
+    prune = sub.add_parser(
+        "prune", help="remove old versions: all but the N newest, the promoted ones and latest"
+    )
+    _recipe_arguments(prune)
+    prune.add_argument("--keep", type=int, required=True, metavar="N", help="the newest versions to keep")
+    prune.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
+    _json_argument(prune)
     promote = sub.add_parser(
         "promote", help="make a signed-off version latest (a candidate, or an older one)"
     )
@@ -213,6 +220,7 @@ def _list(args: argparse.Namespace, console: Console) -> Result:
     damaged (with why), never shown as signed off, whatever its files say."""
     from pipeline.core.stored import Damaged, read_stored
     from pipeline.release.promotion import was_promoted
+    from pipeline.release.prune import folder_bytes
     from pipeline.release.store import Store, verify_folder
 
     loaded = _load(args)
@@ -242,6 +250,7 @@ def _list(args: argparse.Namespace, console: Console) -> Result:
                 "recipe_changes": manifest.get("recipe_changes") or [],
                 "overrides": manifest.get("overrides") or [],
                 "promoted": bool(manifest.get("signed_off")) and was_promoted(store, version, manifest),
+                "bytes": folder_bytes(folder),
                 "damaged": damage,
             }
         )
@@ -250,8 +259,8 @@ def _list(args: argparse.Namespace, console: Console) -> Result:
         else:
             state = rows[-1]["headline"] or ("signed off" if rows[-1]["signed_off"] else "NOT signed off")
         console.print(
-            f"{version}  {manifest.get('created', '?')}  {state:<32}  winner {winner['artifact'] if winner else '-'}"
-            f"{_release_marks(rows[-1])}",
+            f"{version}  {manifest.get('created', '?')}  {state:<32}  {rows[-1]['bytes'] / 1e6:>6.0f} MB  "
+            f"winner {winner['artifact'] if winner else '-'}{_release_marks(rows[-1])}",
             highlight=False,
             soft_wrap=True,
         )
@@ -321,6 +330,35 @@ def _promote(args: argparse.Namespace, console: Console) -> Result:
     return 0, {"name": name, "latest": args.version, "previous": before, "path": str(folder.resolve())}
 
 
+def _prune(args: argparse.Namespace, console: Console) -> Result:
+    from pipeline.core.errors import Problem
+    from pipeline.release.prune import prune
+    from pipeline.release.store import Store
+
+    if args.keep < 0:
+        raise PipelineError(problems=[Problem("--keep", "", f"must be 0 or more (got {args.keep})")])
+    loaded = _load(args)
+    store = Store(Path(loaded.recipe.output.root), loaded.recipe.name)
+    done = prune(store, args.keep, loaded.recipe.output.lock_timeout_s, args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    name = loaded.recipe.name
+    removed = ", ".join(done.removed) or "no version"
+    console.print(
+        f"{verb} {removed} and {done.cache_entries} cache entries: {done.freed_bytes / 1e6:.1f} MB",
+        highlight=False,
+    )
+    kept = ", ".join(f"{v} ({why})" for v, why in sorted(done.kept.items()))
+    console.print(f"kept {kept or 'nothing'} of {name}", highlight=False)
+    return 0, {
+        "name": name,
+        "removed": done.removed,
+        "kept": done.kept,
+        "cache_entries": done.cache_entries,
+        "freed_bytes": done.freed_bytes,
+        "dry_run": args.dry_run,
+    }
+
+
 def _compare(args: argparse.Namespace, console: Console) -> Result:
     from pipeline.release.compare import compare_command
 
@@ -347,6 +385,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Console], Result]] = {
     "list": _list,
     "verify": _verify,
     "promote": _promote,
+    "prune": _prune,
     "compare": _compare,
     "serve": _serve,
     "schema": _schema,

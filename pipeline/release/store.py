@@ -208,10 +208,14 @@ class Store:
             shutil.rmtree(path, ignore_errors=True)
 
     def clean_temp_files(self) -> list[Path]:
-        """Temp files of killed runs: the `latest` swap's link and half-made cache entries (under the lock)."""
+        """Temp files of killed runs: the `latest` swap's link, half-made cache entries and versions a killed
+        prune had taken out of the listing but not yet deleted (under the lock)."""
         found = [*self.base.glob(".latest.tmp-*"), *self.cache_dir.glob("*/.*.tmp-*")]
         for path in found:
             path.unlink(missing_ok=True)
+        for folder in self.base.glob(".pruned-*"):
+            shutil.rmtree(folder, ignore_errors=True)
+            found.append(folder)
         return found
 
     def separate_cache(self) -> int:

@@ -98,3 +98,31 @@ def test_a_copied_version_folder_is_verified_and_compared_as_itself(store: Path,
         damaged.returncode == 1 and "damaged: " in damaged.stdout and "winner.json: sha256" in damaged.stdout
     )
     assert cli("verify", str(TINY), "v0002", root=store).returncode == 0  # the store's own is untouched
+
+
+def test_prune_keeps_the_newest_the_promoted_and_latest(tmp_path: Path) -> None:
+    """v0001 promoted (the recipe file), v0002 and v0003 candidates, latest on v0001: --keep 1 removes v0002
+    only, with the cache entries no kept version holds; --keep 0 removes nothing that is promoted or latest."""
+    root = tmp_path / "out"
+    assert cli("deploy", str(TINY), root=root).returncode == 0
+    for warmup in ("0.11", "0.12"):
+        result = cli("deploy", str(TINY), "--set", f"benchmark.warmup_s={warmup}", root=root)
+        assert result.returncode == 0 and "candidate:" in result.stdout, result.stderr[-2000:]
+    sizes = {v: row["bytes"] for v, row in _list(root).items()}
+    assert sorted(sizes) == ["v0001", "v0002", "v0003"] and all(b > 0 for b in sizes.values())
+    dry = cli("prune", str(TINY), "--keep", "1", "--dry-run", "--json", root=root)
+    assert dry.returncode == 0 and json.loads(dry.stdout)["removed"] == ["v0002"]
+    assert sorted(_list(root)) == ["v0001", "v0002", "v0003"]  # a dry run removes nothing
+    done = cli("prune", str(TINY), "--keep", "1", "--json", root=root)
+    report = json.loads(done.stdout)
+    assert report["removed"] == ["v0002"] and report["kept"] == {"v0001": "latest", "v0003": "newest"}
+    assert report["freed_bytes"] >= sizes["v0002"]
+    assert sorted(_list(root)) == ["v0001", "v0003"] and not list((root / "tiny").glob(".pruned-*"))
+    assert cli("prune", str(TINY), "--keep", "0", root=root).returncode == 0
+    assert sorted(_list(root)) == ["v0001"]  # latest (and promoted) stays whatever --keep says
+    for version in ("v0001",):
+        assert cli("verify", str(TINY), version, root=root).returncode == 0
+    again = cli(
+        "deploy", str(TINY), root=root
+    )  # the cache entries it dropped are not needed to be up to date
+    assert again.returncode == 0 and again.stdout.strip().endswith("up to date: tiny/v0001")
