@@ -306,3 +306,17 @@ def test_an_export_of_other_weights_than_the_reference_is_an_internal_error(tmp_
     assert "WeightsMismatch: onnx-fp32 was exported from weights " in result.stderr
     assert "but the reference model has weights " in result.stderr
     assert not list((tmp_path / "tiny").glob("v0*"))  # nothing published
+
+
+def test_the_console_script_is_not_shadowed_by_a_users_pipeline_py(tmp_path: Path) -> None:
+    """In a folder holding a pipeline.py of the user's, `python -m pipeline` runs that file; the installed
+    `deploy-pipeline` script still runs the tool (the README documents it for this case)."""
+    (tmp_path / "pipeline.py").write_text("print('the user''s own pipeline.py')\n")
+    shadowed = subprocess.run(
+        [sys.executable, "-m", "pipeline", "--version"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert "the users own pipeline.py" in shadowed.stdout
+    script = Path(sys.executable).parent / "deploy-pipeline"
+    assert script.is_file(), "make setup installs the console script"
+    tool = subprocess.run([str(script), "--version"], cwd=tmp_path, capture_output=True, text=True)
+    assert tool.returncode == 0 and tool.stdout.startswith("deploy-pipeline "), tool.stderr
