@@ -80,6 +80,12 @@ def _parser() -> argparse.ArgumentParser:
             )
         if name == "deploy":
             cmd.add_argument(
+                "-q", "--quiet", action="store_true", help="the result lines only: no progress, no table"
+            )
+            cmd.add_argument(
+                "-v", "--verbose", action="store_true", help="every message a stage reports, on its own line"
+            )
+            cmd.add_argument(
                 "--promote",
                 action="store_true",
                 help="make this version latest even though --set changes the recipe (a candidate otherwise)",
@@ -296,7 +302,10 @@ def _deploy(args: argparse.Namespace, console: Console) -> Result:
     from pipeline.run import deploy
 
     loaded = _load(args, defer=True)
-    outcome = _settled(deploy.run_deploy(loaded, console, args.rebench, args.retry_failed, args.promote))
+    display = deploy.Display(_progress_console(args), args.quiet, args.verbose)
+    outcome = _settled(
+        deploy.run_deploy(loaded, console, args.rebench, args.retry_failed, args.promote, display)
+    )
     return outcome.exit_code, outcome.document(loaded.recipe.name)
 
 
@@ -402,6 +411,11 @@ class _Display(Console):
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, self.file.fileno())
             os.close(devnull)
+
+
+def _progress_console(args: argparse.Namespace) -> Console:
+    """A deploy's progress goes to stderr, the result to stdout (with --json both are on stderr already)."""
+    return _Display(file=sys.stderr) if sys.stderr.isatty() else _Display(file=sys.stderr, width=120)
 
 
 def _console(as_json: bool) -> Console:

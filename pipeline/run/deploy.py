@@ -126,15 +126,28 @@ def deploy(loaded: LoadedRecipe, console: Console, rebench: bool = False, retry_
     return run_deploy(loaded, console, rebench, retry_failed).exit_code
 
 
+@dataclass(frozen=True)
+class Display:
+    """Where a deploy's words go: progress (stage lines, heartbeats; stderr, so that `deploy | tee` keeps the
+    result) apart from the result; quiet drops progress and the summary table; verbose gives every message a
+    stage reports its own line."""
+
+    progress: Console | None = None  # None: the result's console
+    quiet: bool = False
+    verbose: bool = False
+
+
 def run_deploy(
     loaded: LoadedRecipe,
     console: Console,
     rebench: bool = False,
     retry_failed: bool = False,
     promote: bool = False,
+    display: Display | None = None,
 ) -> Outcome:
     """promote: a candidate (its --set overrides change the recipe) becomes `latest` when it signs off, as a
     deploy of the recipe file does (pipeline/release/promotion.py)."""
+    display = display or Display()
     stages, store = _setup(loaded)
     name = loaded.recipe.name
     changes = recipe_changes(loaded)
@@ -191,7 +204,7 @@ def run_deploy(
                     started_in=Path.cwd().resolve(),
                 )
                 context = RunContext(work, cache_dir=store.cache_dir, release=release)
-                records = _run_with_progress(executor, context, rebench, console)
+                records = _run_with_progress(executor, context, rebench, display.progress or console, display)
                 signoff: SignOff = executor.values[VERDICT]
                 verdict = signoff.verdict
                 promoted = verdict.signed_off and (not changes or promote)
@@ -217,7 +230,7 @@ def run_deploy(
                 problems=[loaded.problem("output.root", _storage_message(failure, exc, work))]
             ) from exc
         store.discard_work()
-    _print_summary(console, target, signoff, executor.values, loaded)
+    _print_summary(console, target, signoff, executor.values, loaded, table=not display.quiet)
     if changes and verdict.signed_off and not promoted:
         console.print(
             f"candidate: {name}/{target.name} is not latest (--set changes {', '.join(changes)}); promote it "
@@ -334,15 +347,22 @@ def _reuse_candidates(store: Store, latest: Path | None) -> list[tuple[Path, dic
 
 
 def _run_with_progress(
-    executor: Executor, ctx: RunContext, rebench: bool, console: Console
+    executor: Executor, ctx: RunContext, rebench: bool, console: Console, display: Display
 ) -> list[StageRecord]:
-    with StageProgress(console, len(executor.stages)) as progress:
+    if display.quiet:
+        console = Console(quiet=True)
+    with StageProgress(console, len(executor.stages), every_message=display.verbose) as progress:
         ctx.report = progress.report
         return executor.run(ctx, rebench, progress.on_start, progress.on_done)
 
 
 def _print_summary(
-    console: Console, target: Path, signoff: SignOff, values: dict[str, Any], loaded: LoadedRecipe
+    console: Console,
+    target: Path,
+    signoff: SignOff,
+    values: dict[str, Any],
+    loaded: LoadedRecipe,
+    table: bool = True,
 ) -> None:
     """The closing lines: the table of every requested variant (failed ones included), then the verdict with
     its reasons, failures and warnings, the winner, and where the report is."""
@@ -352,10 +372,13 @@ def _print_summary(
     accuracy, speed = values.get("report:accuracy"), values.get("report:speed")
     failed = [f.to_json() for f in verdict.failures]
     objective = loaded.recipe.selection.objective
-    console.print(
-        summary_table(accuracy, speed, winner, objective.batch, failed, objective_metric=objective.metric),
-        highlight=False,
-    )
+    if table:
+        console.print(
+            summary_table(
+                accuracy, speed, winner, objective.batch, failed, objective_metric=objective.metric
+            ),
+            highlight=False,
+        )
     tone = "green" if verdict.signed_off else "red"
     console.print(f"[{tone}]{escape(verdict.headline())}[/{tone}]: {target}", highlight=False)
     for reason in verdict.reasons:

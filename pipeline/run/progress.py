@@ -38,8 +38,11 @@ class _TotalElapsed(ProgressColumn):
 class StageProgress:
     """Callbacks for Executor.run (on_start, on_done) and RunContext.report, as a context manager."""
 
-    def __init__(self, console: Console, total: int, heartbeat_s: float = 10.0):
+    def __init__(self, console: Console, total: int, heartbeat_s: float = 10.0, every_message: bool = False):
+        """every_message: plain output gives each message a stage reports a line of its own (-v), instead of
+        the latest one in each heartbeat."""
         self.console = console
+        self.every_message = every_message
         self.total = total
         self.heartbeat_s = heartbeat_s
         self.started = time.monotonic()
@@ -106,6 +109,8 @@ class StageProgress:
         if self.live and self._task is not None:
             step = self._step(self._current[0])
             self._progress.update(self._task, description=escape(f"{step} {message}"))
+        elif self.every_message and not self.live:
+            self._line(f"{self._step(self._current[0])} {message}")
 
     def on_done(self, record: StageRecord) -> None:
         step = self._step(record.name)

@@ -275,8 +275,8 @@ def test_the_onnx_builds_on_a_lane_make_the_same_files_and_sign_off(first, tmp_p
     serial_root, _ = first
     variants = "variants.build=[torchscript-fp32, onnx-fp32, onnx-fp16]"
     result = cli("deploy", str(TINY), "--set", variants, root=tmp_path, env={"PIPELINE_ONNX_LANE": "1"})
-    assert "export_onnx: started in the background" in result.stdout, result.stdout[-3000:]
-    assert "fp16: started in the background (queued on the onnx lane after export_onnx)" in result.stdout
+    assert "export_onnx: started in the background" in result.stderr, result.stderr[-3000:]
+    assert "fp16: started in the background (queued on the onnx lane after export_onnx)" in result.stderr
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     version = tmp_path / "tiny" / "v0001"
     assert sha(version / "model.onnx") == sha(serial_root / "tiny" / "v0001" / "model.onnx")
@@ -320,3 +320,16 @@ def test_the_console_script_is_not_shadowed_by_a_users_pipeline_py(tmp_path: Pat
     assert script.is_file(), "make setup installs the console script"
     tool = subprocess.run([str(script), "--version"], cwd=tmp_path, capture_output=True, text=True)
     assert tool.returncode == 0 and tool.stdout.startswith("deploy-pipeline "), tool.stderr
+
+
+def test_quiet_keeps_the_result_and_verbose_every_message(first) -> None:
+    root, _ = first
+    quiet = cli("deploy", str(TINY), "-q", "--set", "benchmark.warmup_s=0.11", root=root)
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr[-2000:]
+    lines = quiet.stdout.splitlines()
+    assert lines[0].startswith("signed off: ") and "┃" not in quiet.stdout  # no summary table
+    assert any(line.startswith("winner: ") for line in lines)
+    verbose = cli("deploy", str(TINY), "-v", "--rebench", "--set", "benchmark.warmup_s=0.11", root=root)
+    assert verbose.returncode == 0
+    windows = [line for line in verbose.stderr.splitlines() if ": window " in line and "p50" in line]
+    assert len(windows) >= 4, verbose.stderr[-3000:]  # each benchmark window, not a heartbeat's latest
