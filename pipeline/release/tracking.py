@@ -108,7 +108,11 @@ def _log(cfg: MlflowTracking, name: str, version: Path) -> dict[str, str]:
     client = MlflowClient(tracking_uri=uri)
     experiment_name = cfg.experiment or name
     experiment = client.get_experiment_by_name(experiment_name)
-    experiment_id = experiment.experiment_id if experiment else client.create_experiment(experiment_name)
+    experiment_id = (
+        experiment.experiment_id
+        if experiment
+        else client.create_experiment(experiment_name, artifact_location=_artifact_location(uri))
+    )
     run = client.create_run(experiment_id, run_name=f"{name}/{version.name}", tags=tags(version))
     run_id = run.info.run_id
     now = int(time.time() * 1000)
@@ -126,6 +130,16 @@ def _log(cfg: MlflowTracking, name: str, version: Path) -> dict[str, str]:
             client.log_artifact(run_id, str(version / rel))
     client.set_terminated(run_id, status="FINISHED")
     return {"mlflow_run_id": run_id, "experiment": experiment_name, "uri": uri}
+
+
+def _artifact_location(uri: str) -> str | None:
+    """A sqlite store keeps its files beside the database (mlartifacts/), not in whatever folder the deploy was
+    started from (MLflow's default for a database store); other stores choose their own."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    database = Path(uri.removeprefix("sqlite:///"))
+    database = database if database.is_absolute() else Path.cwd() / database
+    return (database.parent / "mlartifacts").resolve().as_uri()
 
 
 def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:

@@ -3,6 +3,7 @@ stays published), and a deploy that changed nothing says it logged nothing."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -28,3 +29,19 @@ def test_a_required_record_that_fails_fails_the_exit_code(tmp_path: Path) -> Non
         "deploy", str(TINY), *store, "--set", "export.triton=true", "--promote", root=tmp_path / "out"
     )
     assert lenient.returncode == 0 and "tracking failed (the release stands)" in lenient.stdout
+
+
+def test_a_local_sqlite_store_opens_with_mlflows_own_client(tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("sqlalchemy", reason="the mlflow extra brings sqlalchemy for a sqlite store")
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    result = cli("deploy", str(TINY), "--json", "--set", f"tracking.mlflow.uri={uri}", root=tmp_path / "out")
+    assert result.returncode == 0, result.stderr[-2000:]
+    tracking = json.loads(result.stdout)["tracking"]
+    assert tracking["uri"] == uri
+    run = MlflowClient(tracking_uri=uri).get_run(tracking["mlflow_run_id"])
+    assert run.info.status == "FINISHED" and run.data.tags["pipeline.version"] == "v0001"
+    assert run.data.metrics["accuracy.onnx-fp32.passed"] == 1.0
+    assert run.info.artifact_uri.startswith((tmp_path / "mlartifacts").as_uri())  # beside the database
+    assert (tmp_path / "mlartifacts").is_dir() and not (tmp_path / "mlruns").exists()
