@@ -1,7 +1,8 @@
 """Run records: each published version logged as one MLflow run (`tracking.mlflow`, the `mlflow` extra).
 
 The run holds the resolved recipe as parameters, accuracy and latency per artifact as metrics, the winner and
-the sign-off state as tags, and the sign-off files (reports, winner.json, recipe.yaml, manifest.json) as
+the sign-off state as tags, the winner as an MLflow model with its signature (pipeline/release/mlflow_model.py),
+and the sign-off files (reports, winner.json, recipe.yaml, manifest.json) as
 artifacts; it is written from the published folder, so it says exactly what the version says. A release does
 not depend on its record: a tracking failure is printed and the deploy's exit code stands."""
 
@@ -20,6 +21,7 @@ from rich.console import Console
 from pipeline.check.timings import timings
 from pipeline.check.verdicts import records
 from pipeline.recipe import MlflowTracking, Recipe
+from pipeline.release.mlflow_model import log_winner
 
 SIGNOFF_FILES = ("winner.json", "recipe.yaml", "manifest.json", "stages.json")
 PARAM_LIMIT = 500  # characters; MLflow's own limit is larger in recent versions
@@ -90,7 +92,8 @@ def log_run(recipe: Recipe, version: Path, console: Console) -> dict[str, str] |
         console.print(f"[yellow]tracking failed[/yellow] (the release stands): {type(exc).__name__}: {exc}")
         return None
     console.print(
-        f"tracking: mlflow run {where['mlflow_run_id']} (experiment '{where['experiment']}', {where['uri']})",
+        f"tracking: mlflow run {where['mlflow_run_id']} (experiment '{where['experiment']}', {where['uri']}); "
+        f"{where['model']}",
         highlight=False,
     )
     return where
@@ -128,8 +131,9 @@ def _log(cfg: MlflowTracking, name: str, version: Path) -> dict[str, str]:
     for rel in SIGNOFF_FILES:
         if (version / rel).is_file():
             client.log_artifact(run_id, str(version / rel))
+    model = log_winner(client, run_id, version) if (version / "winner.json").is_file() else "no winner to log"
     client.set_terminated(run_id, status="FINISHED")
-    return {"mlflow_run_id": run_id, "experiment": experiment_name, "uri": uri}
+    return {"mlflow_run_id": run_id, "experiment": experiment_name, "uri": uri, "model": model}
 
 
 def _artifact_location(uri: str) -> str | None:

@@ -45,3 +45,23 @@ def test_a_local_sqlite_store_opens_with_mlflows_own_client(tmp_path: Path, monk
     assert run.data.metrics["accuracy.onnx-fp32.passed"] == 1.0
     assert run.info.artifact_uri.startswith((tmp_path / "mlartifacts").as_uri())  # beside the database
     assert (tmp_path / "mlartifacts").is_dir() and not (tmp_path / "mlruns").exists()
+    # the winner, in MLflow's own model format, loads back through MLflow with the graph's signature
+    import mlflow
+    import mlflow.onnx
+
+    assert tracking["model"].startswith("winner logged as an MLflow model (onnx")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)
+    model_uri = f"runs:/{tracking['mlflow_run_id']}/model"
+    graph = mlflow.onnx.load_model(model_uri).graph
+    info = mlflow.models.get_model_info(model_uri)
+    assert [i["name"] for i in info.signature.inputs.to_dict()] == [v.name for v in graph.input]
+    shipped = json.loads((tmp_path / "out" / "tiny" / "v0001" / "winner.json").read_text())["file"]
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    signed = onnx.load(str(tmp_path / "out" / "tiny" / "v0001" / shipped)).graph
+    assert [n.op_type for n in graph.node] == [n.op_type for n in signed.node]
+    weights = {t.name: numpy_helper.to_array(t) for t in signed.initializer}
+    assert all(np.array_equal(numpy_helper.to_array(t), weights[t.name]) for t in graph.initializer)
