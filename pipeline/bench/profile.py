@@ -45,7 +45,7 @@ PATTERNS = (
     (
         "gemm",
         re.compile(
-            r"gemm|cutlass|xmma|nvjet|cublas|matmul|::mm\b|::bmm\b|addmm|linear|conv|cudnn|winograd|fprop",
+            r"gemm|cutlass|xmma|nvjet|cublas|matmul|::mm\b|::bmm\b|addmm|aten::linear|conv|cudnn|winograd|fprop",
             re.I,
         ),
     ),

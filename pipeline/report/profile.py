@@ -97,8 +97,10 @@ def _winner_sentence(row: Dict | None) -> str | None:
     split = profile["split"]
     top = (profile.get("top") or [{}])[0]
     bound = profile.get("bound")
-    if bound in ("launch-bound", "overhead-bound"):
-        why = f"the device is idle {_pct(split['idle'])} of its call ({_count(profile)} per call)"
+    if bound == "launch-bound":
+        why = f"the GPU is idle {_pct(split['idle'])} of its call ({_count(profile)} per call)"
+    elif bound == "overhead-bound":
+        why = f"no operator works {_pct(split['idle'])} of its call, the runtime's own overhead ({_count(profile)} per call)"
     elif bound == "compute-bound":
         why = f"GEMMs and attention take {_pct(split['gemm'] + split['attention'])} of its call"
     else:

@@ -16,6 +16,8 @@ def test_attention_kernels_are_not_taken_for_gemms() -> None:
     assert category("void at::native::vectorized_elementwise_kernel<4, ...>") == "elementwise"
     assert category("aten::view", on_gpu=False) == "overhead"
     assert category("onnx::MatMulInteger", on_gpu=False) == "gemm"
+    assert category("onnx::DequantizeLinear", on_gpu=False) == "elementwise"  # not a GEMM for its "Linear"
+    assert category("aten::linear", on_gpu=False) == "gemm"
 
 
 def test_overlapping_kernels_are_counted_once_and_the_gaps_are_idle() -> None:
