@@ -172,7 +172,7 @@ def _cost_line(winner: Dict, baseline: Dict | None) -> str | None:
     mine = (winner.get("accuracy") or {}).get("figures") or {}
     theirs = baseline.get("accuracy") or {}
     metric = next((m for m in ("cosine", "max_abs") if m in mine and m in theirs), None)
-    text = f"{speed} {baseline.get('artifact')} ({baseline.get('runtime')})"
+    text = f"{speed[0].upper()}{speed[1:]} {baseline.get('artifact')} ({baseline.get('runtime')})"
     if metric:
         text += f" at {metric} {fmt_metric(metric, mine[metric])} vs {fmt_metric(metric, theirs[metric])}"
     return text + "."

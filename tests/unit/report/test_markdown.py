@@ -205,7 +205,7 @@ def test_a_speed_ratio_is_claimed_only_where_the_intervals_separate(inputs):
     inputs["winner"]["baseline"] |= {"value": 13.8, "interval": [10.8, 16.0]}  # overlaps [10.7, 10.9]
     inputs["winner"]["runner_up"] |= {"value": 11.0, "interval": [10.85, 11.2]}
     winner = _section(render_markdown(**inputs), "Winner")
-    assert "× faster than onnx-fp32" not in winner and "within noise of onnx-fp32 (onnxruntime-cpu)" in winner
+    assert "× faster than onnx-fp32" not in winner and "Within noise of onnx-fp32 (onnxruntime-cpu)" in winner
     assert "(within noise of the winner: 95% intervals overlap; see Why)" in winner
     inputs["winner"]["baseline"] |= {"interval": [13.5, 14.1]}
     winner = _section(render_markdown(**inputs), "Winner")
