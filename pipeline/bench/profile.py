@@ -32,6 +32,7 @@ TARGET_S = 0.2  # profiled calls fill about this long (at least MIN_CALLS, at mo
 MIN_CALLS, MAX_CALLS = 3, 20
 TOP = 5
 IDLE_BOUND = 0.5  # the device idle for half the call or more: launches, not work, set the pace
+SEEN_SHARE = 0.1  # a CPU row whose PyTorch operators cover less of its call is not profiled by them
 CATEGORIES = ("gemm", "attention", "elementwise", "copies")
 # A CPU operator that only describes tensors (views, empties) or the interpreter's own frame does no work: its
 # time is overhead and counts as idle.
@@ -100,7 +101,8 @@ def profile_row(runner: Runner, p50_ms: float | None, on_gpu: bool) -> dict[str,
         own = runner.own_profile(calls)
         if own is not None:
             per_call = [(_by_name([(f"onnx::{op}", spent) for op, spent in ops]), len(ops)) for _, ops in own]
-            return _summary(per_call, [wall for wall, _ in own], ONNXRUNTIME_TOOL, "operators", on_gpu)
+            walls = [wall for wall, _ in own]
+            return _summary(per_call, walls, ONNXRUNTIME_TOOL, "operators", on_gpu, p50_ms)
     try:
         from torch.profiler import ProfilerActivity, profile, record_function
     except ImportError:
@@ -119,13 +121,19 @@ def profile_row(runner: Runner, p50_ms: float | None, on_gpu: bool) -> dict[str,
             prof.export_chrome_trace(str(trace))
         events = json.loads(trace.read_text())
     events = events.get("traceEvents", []) if isinstance(events, dict) else events
-    return summarize(events, on_gpu)
+    return summarize(events, on_gpu, p50_ms)
 
 
-def summarize(events: list[dict[str, Any]], on_gpu: bool) -> dict[str, Any]:
-    """A profile from a Chrome trace of profiled calls (each a CALL annotation)."""
+def summarize(events: list[dict[str, Any]], on_gpu: bool, p50_ms: float | None = None) -> dict[str, Any]:
+    """A profile from a Chrome trace of profiled calls (each a CALL annotation on the CPU; Kineto mirrors it
+    on the GPU's timeline as a gpu_user_annotation, which is not a call of its own)."""
     windows = sorted(
-        (_interval(e) for e in events if e.get("name") == CALL and e.get("ph") == "X"), key=lambda w: w.start
+        (
+            _interval(e)
+            for e in events
+            if e.get("name") == CALL and e.get("ph") == "X" and e.get("cat") == "user_annotation"
+        ),
+        key=lambda w: w.start,
     )
     if not windows:
         return {"unavailable": "the profiler recorded no call"}
@@ -137,22 +145,34 @@ def summarize(events: list[dict[str, Any]], on_gpu: bool) -> dict[str, Any]:
         ops = [_interval(e) for e in events if e.get("cat") == "cpu_op"]
         per_call = [_self_time_by_op([o for o in ops if _inside(o, w) and o.tid == w.tid]) for w in windows]
         tool, unit = "torch.profiler: PyTorch operators on the CPU (self time)", "operators"
-    return _summary(per_call, [w.length for w in windows], tool, unit, on_gpu)
+    return _summary(per_call, [w.length for w in windows], tool, unit, on_gpu, p50_ms)
 
 
 Spent = dict[str, tuple[float, int]]  # name -> (µs, calls)
 
 
 def _summary(
-    per_call: list[tuple[Spent, int]], walls: list[float], tool: str, unit: str, on_gpu: bool
+    per_call: list[tuple[Spent, int]],
+    walls: list[float],
+    tool: str,
+    unit: str,
+    on_gpu: bool,
+    p50_ms: float | None = None,
 ) -> dict[str, Any]:
     """Per call: the time and count of each kernel or operator, the count of those doing work, and the call's
-    wall time (µs)."""
+    wall time (µs). The split is over the row's timed p50 where it is shorter than the profiled call: a
+    profiler slows the gaps between operators (it writes an event for each), not the operators, so profiled
+    wall time would overstate idle."""
     launched = sum(n for _, n in per_call)
     wall = sum(walls)
     if launched == 0 or wall <= 0:
-        seen = "no CUDA kernel" if on_gpu else "no PyTorch operator"
-        return {"unavailable": f"the profiler saw {seen} in this runtime's calls (it runs its own kernels)"}
+        seen = (
+            "no CUDA kernel"
+            if on_gpu
+            else ("no operator" if tool == ONNXRUNTIME_TOOL else "no PyTorch operator")
+        )
+        return {"unavailable": f"the profiler saw {seen} in this runtime's calls"}
+    timed = p50_ms * 1000 * len(walls) if p50_ms and math.isfinite(p50_ms) and p50_ms > 0 else wall
     by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     for times, _ in per_call:
         for name, (spent, count) in times.items():
@@ -160,10 +180,16 @@ def _summary(
             by_name[name][1] += count
     working = {n: v for n, v in by_name.items() if category(n, on_gpu) != "overhead"}
     busy = sum(spent for spent, _ in working.values())
+    if not on_gpu and tool != ONNXRUNTIME_TOOL and busy < SEEN_SHARE * wall:
+        return {
+            "unavailable": "the PyTorch profiler saw operators for under "
+            f"{SEEN_SHARE:.0%} of this runtime's calls (compiled kernels run outside its operators)"
+        }
+    basis = max(min(wall, timed), busy)  # the call as timed; never shorter than the work the profile saw
     split = {label: 0.0 for label in CATEGORIES}
     for name, (spent, _) in working.items():
-        split[category(name, on_gpu)] += spent / wall
-    split["idle"] = max(0.0, 1.0 - busy / wall)
+        split[category(name, on_gpu)] += spent / basis
+    split["idle"] = max(0.0, 1.0 - busy / basis)
     top = sorted(working.items(), key=lambda item: item[1][0], reverse=True)[:TOP]
     return {
         "tool": tool,

@@ -24,15 +24,18 @@ def test_overlapping_kernels_are_counted_once_and_the_gaps_are_idle() -> None:
     # one 100 µs call: a GEMM on one stream 10-50, an elementwise kernel on another 30-60, nothing else
     events = [
         _event(CALL, 0, 100, "user_annotation"),
+        _event(CALL, 8, 60, "gpu_user_annotation"),  # Kineto's mirror on the GPU timeline: not a second call
         _event("ampere_sgemm_128x64_tn", 10, 40, "kernel"),
         _event("elementwise_kernel", 30, 30, "kernel"),
     ]
     profile = summarize(events, on_gpu=True)
     split = profile["split"]
-    assert profile["kernels_per_call"] == 2
+    assert profile["calls"] == 1 and profile["kernels_per_call"] == 2
     assert abs(split["idle"] - 0.5) < 1e-6  # busy is the union, 10-60
     assert abs(split["gemm"] + split["elementwise"] - 0.5) < 1e-6 and split["gemm"] > split["elementwise"]
     assert profile["bound"] == "launch-bound"
+    timed = summarize(events, on_gpu=True, p50_ms=0.06)  # timed at 60 µs: the profiler's cost is not idle
+    assert abs(timed["split"]["idle"] - 1 / 6) < 1e-3 and timed["bound"] == "compute-bound"
 
 
 def test_nested_cpu_operators_count_their_self_time() -> None:
