@@ -255,7 +255,7 @@ def _list(args: argparse.Namespace, console: Console) -> Result:
                 "candidate": bool(manifest.get("recipe_changes")),
                 "recipe_changes": manifest.get("recipe_changes") or [],
                 "overrides": manifest.get("overrides") or [],
-                "promoted": bool(manifest.get("signed_off")) and was_promoted(store, version, manifest),
+                "promoted": was_promoted(store, version),
                 "bytes": folder_bytes(folder),
                 "damaged": damage,
             }
@@ -277,7 +277,7 @@ def _list(args: argparse.Namespace, console: Console) -> Result:
 
 
 def _release_marks(row: dict[str, Any]) -> str:
-    """latest, promoted (latest once), candidate (with the keys its --set changes), the overrides given."""
+    """latest, promoted (on purpose), candidate (with the keys its --set changes), the overrides given."""
     marks = ["latest"] if row["latest"] else []
     if row["promoted"] and not row["latest"]:
         marks.append("promoted")

@@ -58,9 +58,13 @@ def record(store: Store, version: str, by: str) -> None:
     write_json_atomic(store.base / PROMOTIONS, {"promotions": entries})
 
 
-def was_promoted(store: Store, version: str, manifest: dict[str, Any]) -> bool:
-    """Named by `latest` at some time: in the log, or published as `latest` by its deploy."""
-    return manifest.get("promoted") is True or any(e.get("version") == version for e in history(store))
+EXPLICIT = ("promote", "deploy --promote")  # who promoted: a person, not a plain deploy's automatic move
+
+
+def was_promoted(store: Store, version: str) -> bool:
+    """Promoted on purpose: by `promote` or `deploy --promote` (a plain deploy moving `latest` is not a
+    promotion: prune may remove such a version once newer ones replace it)."""
+    return any(e.get("version") == version and e.get("by") in EXPLICIT for e in history(store))
 
 
 def promote(store: Store, version: str, timeout_s: float) -> tuple[str | None, Path]:

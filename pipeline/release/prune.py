@@ -28,15 +28,15 @@ def folder_bytes(folder: Path) -> int:
 
 
 def plan(store: Store, keep: int) -> tuple[list[str], dict[str, str]]:
-    """(versions to remove, versions kept with why): the `keep` newest, every promoted one, latest."""
+    """(versions to remove, versions kept with why): the `keep` newest, every one promoted explicitly
+    (`promote`, `deploy --promote`), latest."""
     versions = store.versions()
     latest = store.latest()
     kept: dict[str, str] = {}
-    for version in versions[len(versions) - keep :] if keep else []:
+    for version in versions[max(0, len(versions) - keep) :] if keep else []:
         kept[version] = "newest"
     for version in versions:
-        manifest = read_or_none(store.base / version / MANIFEST) or {}
-        if manifest.get("signed_off") is True and was_promoted(store, version, manifest):
+        if was_promoted(store, version):
             kept.setdefault(version, "promoted")
     if latest is not None:
         kept[latest.name] = "latest"

@@ -164,9 +164,10 @@ class Store:
         os.replace(tmp, self.base / "latest")
 
     def recover_latest(self) -> str | None:
-        """A deploy killed between its version's rename and the `latest` swap left a complete signed-off,
-        promoted version newer than `latest`: move `latest` to the newest such version that verifies (under the
-        lock)."""
+        """A deploy killed between its version's rename and the `latest` swap left a complete signed-off
+        version newer than `latest` that its deploy meant to make latest (manifest `promoted`) and that never
+        was (not in promotions.json): move `latest` to the newest such version that verifies (under the lock).
+        A version latest named before is not one: moving back to it would undo a rollback."""
         latest = self.latest()
         floor = int(latest.name[1:]) if latest else 0
         for version in reversed(self.versions()):
@@ -175,8 +176,8 @@ class Store:
             manifest = read_json(self.base / version / MANIFEST)
             if not isinstance(manifest, dict) or manifest.get("signed_off") is not True:
                 continue
-            if manifest.get("promoted") is False:  # a candidate: its deploy never meant to move latest
-                continue
+            if manifest.get("promoted") is not True or self._logged(version):
+                continue  # a candidate, or a version latest has named before (a rollback is not undone)
             damage = self.verify(version)
             if damage:
                 warn(f"{self.base / version} is signed off but damaged ({damage[0]}); latest not moved to it")
@@ -184,6 +185,14 @@ class Store:
             self.point_latest(version)
             return version
         return None
+
+    def _logged(self, version: str) -> bool:
+        """Named in promotions.json: its move of latest completed once (pipeline/release/promotion.py)."""
+        found = read_json(self.base / "promotions.json")
+        entries = found.get("promotions") if isinstance(found, dict) else None
+        return isinstance(entries, list) and any(
+            isinstance(e, dict) and e.get("version") == version for e in entries
+        )
 
     @contextlib.contextmanager
     def temp_dir(self) -> Iterator[Path]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shlex
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -218,7 +219,7 @@ def run_deploy(
                     )
                 target = store.publish(work, version, promoted)
                 if promoted:
-                    record_promotion(store, version, "deploy")
+                    record_promotion(store, version, "deploy --promote" if changes else "deploy")
         except PipelineError:
             shutil.rmtree(work, ignore_errors=True)  # a user error found mid-run: nothing half-made stays
             raise
@@ -234,7 +235,7 @@ def run_deploy(
     if changes and verdict.signed_off and not promoted:
         console.print(
             f"candidate: {name}/{target.name} is not latest (--set changes {', '.join(changes)}); promote it "
-            f"with: python -m pipeline promote {loaded.path} {target.name}",
+            f"with: python -m pipeline promote {shlex.quote(str(loaded.path))} {target.name}{_where(loaded)}",
             highlight=False,
             soft_wrap=True,
         )
@@ -290,7 +291,8 @@ def _base(store: Store, loaded: LoadedRecipe, changes: list[str], console: Conso
     for version in reversed(store.versions()) if changes else []:
         folder = store.base / version
         manifest = read_or_none(folder / MANIFEST)
-        if manifest and same_recipe(manifest, loaded) and not store.verify(folder):
+        signed = bool(manifest) and manifest.get("signed_off") is True
+        if signed and same_recipe(manifest, loaded) and not store.verify(folder):
             return folder
     return _verified_latest(store, console)
 
@@ -312,6 +314,13 @@ def _verified_latest(store: Store, console: Console) -> Path | None:
         highlight=False,
     )
     return None
+
+
+def _where(loaded: LoadedRecipe) -> str:
+    """The overrides that say where the store is (output.*), as --set arguments: a command printed for the
+    user must find the same store."""
+    kept = [o for o in loaded.overrides if o.partition("=")[0].strip().startswith("output.")]
+    return "".join(f" --set {shlex.quote(o)}" for o in kept)
 
 
 def _promote_up_to_date(store: Store, version: Path, promote: bool, console: Console) -> None:

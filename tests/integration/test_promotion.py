@@ -28,6 +28,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     experiment = cli("deploy", str(TINY), *EXPERIMENT, root=root)
     assert experiment.returncode == 0, experiment.stderr[-2000:]
     assert "candidate: tiny/v0002 is not latest (--set changes benchmark.batch_sizes)" in experiment.stdout
+    # the command it prints finds this store
+    assert f"promote {TINY} v0002 --set output.root={root}" in experiment.stdout
     return root
 
 
@@ -39,7 +41,8 @@ def test_a_set_experiment_does_not_move_latest(store: Path) -> None:
     assert again.returncode == 0 and again.stdout.strip().endswith("up to date: tiny/v0002"), again.stdout
     rows = _list(store)
     assert sorted(rows) == ["v0001", "v0002"]
-    assert rows["v0001"]["latest"] and rows["v0001"]["promoted"] and not rows["v0001"]["candidate"]
+    assert rows["v0001"]["latest"] and not rows["v0001"]["candidate"]
+    assert not rows["v0001"]["promoted"]  # a plain deploy moving latest is not a promotion on purpose
     assert rows["v0002"]["candidate"] and not rows["v0002"]["latest"] and not rows["v0002"]["promoted"]
     assert rows["v0002"]["recipe_changes"] == ["benchmark.batch_sizes"]
     shown = cli("list", str(TINY), root=store).stdout
@@ -56,7 +59,7 @@ def test_promote_moves_latest_to_a_signed_off_intact_version_only(store: Path) -
     log = json.loads((store / "tiny" / "promotions.json").read_text())["promotions"]
     assert [(e["version"], e["by"]) for e in log] == [("v0001", "deploy"), ("v0002", "promote")]
     rows = _list(store)
-    assert rows["v0002"]["latest"] and rows["v0002"]["promoted"] and rows["v0001"]["promoted"]
+    assert rows["v0002"]["latest"] and rows["v0002"]["promoted"] and not rows["v0001"]["promoted"]
     model = store / "tiny" / "v0001" / "model.onnx"
     model.chmod(0o644)
     with model.open("r+b") as f:  # one damaged byte
@@ -126,3 +129,20 @@ def test_prune_keeps_the_newest_the_promoted_and_latest(tmp_path: Path) -> None:
         "deploy", str(TINY), root=root
     )  # the cache entries it dropped are not needed to be up to date
     assert again.returncode == 0 and again.stdout.strip().endswith("up to date: tiny/v0001")
+
+
+def test_a_rollback_stays_and_a_failed_candidate_is_never_up_to_date(tmp_path: Path) -> None:
+    """promote v0001 after v0002 was latest: the next deploy does not move latest forward again. A candidate
+    whose sign-off failed is built again when repeated, never called up to date (exit 1 both times)."""
+    root = tmp_path / "out"
+    assert cli("deploy", str(TINY), root=root).returncode == 0
+    assert cli("deploy", str(TINY), "--rebench", root=root).returncode == 0  # v0002, latest
+    assert cli("promote", str(TINY), "v0001", root=root).returncode == 0
+    again = cli("deploy", str(TINY), root=root)
+    assert again.returncode == 0 and "recovered" not in again.stdout, again.stdout
+    assert (root / "tiny" / "latest").readlink() == Path("v0001")
+    failing = ["--set", "selection.max_p99_ms=0.000001"]
+    first = cli("deploy", str(TINY), *failing, root=root)
+    assert first.returncode == 1, first.stdout[-2000:]
+    second = cli("deploy", str(TINY), *failing, root=root)
+    assert second.returncode == 1 and "up to date" not in second.stdout, second.stdout[-2000:]

@@ -143,6 +143,7 @@ def test_a_signed_off_version_newer_than_latest_is_recovered(tmp_path: Path) -> 
             {
                 "version": store.next_version(),
                 "signed_off": True,
+                "promoted": True,  # its deploy meant to make it latest
                 "artifacts": [{"path": "model.onnx", "sha256": sha256_file(work / "model.onnx")}],
                 "files": [],
             },
