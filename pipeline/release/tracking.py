@@ -101,7 +101,6 @@ def log_run(recipe: Recipe, version: Path, console: Console) -> dict[str, str] |
 
 def _log(cfg: MlflowTracking, name: str, version: Path) -> dict[str, str]:
     from mlflow import MlflowClient
-    from mlflow.entities import Metric, Param
 
     uri = tracking_uri(cfg.uri)
     if uri.startswith("file:"):
@@ -118,6 +117,19 @@ def _log(cfg: MlflowTracking, name: str, version: Path) -> dict[str, str]:
     )
     run = client.create_run(experiment_id, run_name=f"{name}/{version.name}", tags=tags(version))
     run_id = run.info.run_id
+    try:
+        model = _fill(client, run_id, version)
+    except BaseException:
+        client.set_terminated(run_id, status="FAILED")  # never left RUNNING by a failure half-way
+        raise
+    client.set_terminated(run_id, status="FINISHED")
+    return {"mlflow_run_id": run_id, "experiment": experiment_name, "uri": uri, "model": model}
+
+
+def _fill(client: Any, run_id: str, version: Path) -> str:
+    """Params, metrics, files and the winner's model into the run; returns what became of the model."""
+    from mlflow.entities import Metric, Param
+
     now = int(time.time() * 1000)
     recipe_params = flatten((_read(version / "manifest.json") or {}).get("recipe", {}))
     params = [Param(k, v) for k, v in recipe_params.items()]
@@ -131,9 +143,7 @@ def _log(cfg: MlflowTracking, name: str, version: Path) -> dict[str, str]:
     for rel in SIGNOFF_FILES:
         if (version / rel).is_file():
             client.log_artifact(run_id, str(version / rel))
-    model = log_winner(client, run_id, version) if (version / "winner.json").is_file() else "no winner to log"
-    client.set_terminated(run_id, status="FINISHED")
-    return {"mlflow_run_id": run_id, "experiment": experiment_name, "uri": uri, "model": model}
+    return log_winner(client, run_id, version) if (version / "winner.json").is_file() else "no winner to log"
 
 
 def _artifact_location(uri: str) -> str | None:

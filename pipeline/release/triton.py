@@ -1,7 +1,8 @@
 """Serving hand-off: with `export.triton: true`, the version folder holds a Triton Inference Server model
 repository of the winner, `triton/<name>/config.pbtxt` + `triton/<name>/<N>/model.onnx` (or `model.plan`, or
 `model.pt`), where N is the release number (v0003: 3), so that `tritonserver --model-repository=<version>/triton`
-serves what was signed off, and repositories of several releases merge without clashing.
+serves what was signed off under the version number of its release (one config.pbtxt per model: merging the
+folders of releases whose winners differ in backend or tensors would need a model name per release).
 
 The configuration comes from what was measured and exported, not from guesses: element types from the ONNX
 graph the served artifact was exported beside (itself, the graph an engine was built from, or the FP32 export of

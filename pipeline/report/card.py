@@ -35,7 +35,18 @@ def decision_card(header: Dict, accuracy: Dict | None, speed: Dict | None, winne
     else:
         facts.append(("ship", "nothing: no artifact was selected"))
     facts += _counts(header, accuracy, speed)
-    return Card(state, STATES[state], facts, load_snippet(header, winner) if winner else None)
+    return Card(
+        state, STATES[state], facts, load_snippet(header, winner, _inputs(winner, speed)) if winner else None
+    )
+
+
+def _inputs(winner: Dict, speed: Dict | None) -> list[str]:
+    """The model's input names: the winner's timed shapes, else any timed row's (a served-rate winner has
+    none of its own)."""
+    shapes = winner.get("shapes") or next(
+        (r.get("shapes") for r in (speed or {}).get("results") or [] if r.get("shapes")), {}
+    )
+    return list(shapes or {})
 
 
 def _state(header: Dict) -> str:
@@ -83,16 +94,21 @@ def _format(artifact: str) -> str | None:
         return None
 
 
-def load_snippet(header: Dict, winner: Dict) -> str | None:
-    """How to load the file to ship, in its own runtime's words, with the recipe's input names."""
+def load_snippet(header: Dict, winner: Dict, names: list[str]) -> str | None:
+    """How to load the file to ship, in the words of the runtime it won on, with the model's input names."""
     file = winner.get("file")
     entry = next((a for a in header.get("artifacts") or [] if a.get("name") == winner.get("artifact")), {})
     kind = entry.get("kind") or _format(str(winner.get("artifact")))
-    names = list((winner.get("shapes") or {}).keys())
     feeds = ", ".join(f'"{n}": {n}' for n in names)
     call = ", ".join(names)
     if not file or not kind:
         return None
+    if kind == "onnx" and str(winner.get("runtime")).startswith("openvino"):
+        return (
+            "import openvino as ov\n"
+            f'model = ov.Core().compile_model("{file}", "CPU")\n'
+            f"outputs = model({{{feeds}}})"
+        )
     if kind == "onnx":
         provider = "CUDAExecutionProvider" if "cuda" in str(winner.get("runtime")) else "CPUExecutionProvider"
         return (

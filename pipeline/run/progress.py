@@ -106,11 +106,14 @@ class StageProgress:
         if self._current is None:
             return
         self._last_message = message
+        step = self._step(self._current[0])
         if self.live and self._task is not None:
-            step = self._step(self._current[0])
             self._progress.update(self._task, description=escape(f"{step} {message}"))
-        elif self.every_message and not self.live:
-            self._line(f"{self._step(self._current[0])} {message}")
+        if self.every_message:
+            if self.live:  # above the live line, which keeps the latest
+                self._progress.console.print(escape(f"{step} {message}"), highlight=False)
+            else:
+                self._line(f"{step} {message}")
 
     def on_done(self, record: StageRecord) -> None:
         step = self._step(record.name)
