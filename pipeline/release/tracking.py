@@ -99,6 +99,47 @@ def log_run(recipe: Recipe, version: Path, console: Console) -> dict[str, str] |
     return where
 
 
+def ensure_logged(recipe: Recipe, version: Path, console: Console) -> dict[str, str] | None:
+    """For a deploy found up to date: the version's existing run, else the run logged now (an earlier deploy
+    may have failed to log it); None when the recipe does not track or tracking failed."""
+    cfg = recipe.tracking.mlflow
+    if cfg is None:
+        return None
+    try:
+        found = _existing_run(cfg, recipe.name, version)
+    except Exception as exc:  # noqa: BLE001 - a store that cannot be searched is a tracking failure
+        console.print(f"[yellow]tracking failed[/yellow] (the release stands): {type(exc).__name__}: {exc}")
+        return None
+    if found is not None:
+        console.print(
+            f"tracking: not logged: up to date (run {found['mlflow_run_id']} of {version.name} stands)",
+            highlight=False,
+        )
+        return found
+    return log_run(recipe, version, console)
+
+
+def _existing_run(cfg: MlflowTracking, name: str, version: Path) -> dict[str, str] | None:
+    from mlflow import MlflowClient
+
+    uri = tracking_uri(cfg.uri)
+    if uri.startswith("file:"):
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = MlflowClient(tracking_uri=uri)
+    experiment_name = cfg.experiment or name
+    experiment = client.get_experiment_by_name(experiment_name)
+    if experiment is None:
+        return None
+    runs = client.search_runs(
+        [experiment.experiment_id], filter_string=f"tags.`pipeline.version` = '{version.name}'"
+    )
+    path = str(version.resolve())
+    for run in runs:
+        if run.data.tags.get("pipeline.path") == path and run.info.status == "FINISHED":
+            return {"mlflow_run_id": run.info.run_id, "experiment": experiment_name, "uri": uri}
+    return None
+
+
 def _log(cfg: MlflowTracking, name: str, version: Path) -> dict[str, str]:
     from mlflow import MlflowClient
 

@@ -26,7 +26,7 @@ from pipeline.release.manifest import resolved_recipe, write_manifest
 from pipeline.release.promotion import recipe_changes, same_recipe
 from pipeline.release.promotion import record as record_promotion
 from pipeline.release.store import MANIFEST, Store
-from pipeline.release.tracking import log_run
+from pipeline.release.tracking import ensure_logged, log_run
 from pipeline.report.plots import settle_matplotlib_dirs
 from pipeline.run.executor import Executor
 from pipeline.run.freshness import Freshness
@@ -180,10 +180,10 @@ def run_deploy(
         if latest and all(v.fresh for _, v in verdicts):
             if changes:
                 _promote_up_to_date(store, latest, promote, console)
-            if loaded.recipe.tracking.mlflow is not None:
-                console.print(f"tracking: not logged: up to date (nothing changed since {latest.name})")
+            tracked = ensure_logged(loaded.recipe, latest, console)
             console.print(f"up to date: {name}/{latest.name}")
-            return Outcome(0, latest, up_to_date=True)
+            code = _tracking_code(0, tracked, loaded, [], console)
+            return Outcome(code, latest, up_to_date=True, tracking=tracked)
         changed = _signoff_changes(verdicts)
         if changed:
             console.print(f"every stage is fresh, but the sign-off changes ({changed}): a new version")
@@ -241,14 +241,20 @@ def run_deploy(
         )
     tracked = log_run(loaded.recipe, target, console)
     reasons = list(verdict.reasons)
-    code = 0 if verdict.signed_off else 1
-    if tracked is None and loaded.recipe.tracking.mlflow is not None and loaded.recipe.tracking.required:
-        reasons.append(
-            "the run could not be logged and tracking.required is true (the version stays published)"
-        )
-        console.print(f"[red]exit 1[/red]: {reasons[-1]}", highlight=False)
-        code = 1
+    code = _tracking_code(0 if verdict.signed_off else 1, tracked, loaded, reasons, console)
     return Outcome(code, target, False, verdict.signed_off, reasons, records, tracked)
+
+
+def _tracking_code(
+    code: int, tracked: dict[str, str] | None, loaded: LoadedRecipe, reasons: list[str], console: Console
+) -> int:
+    """Exit 1 when the run record the recipe requires is missing (the version stays published)."""
+    tracking = loaded.recipe.tracking
+    if tracked is not None or tracking.mlflow is None or not tracking.required:
+        return code
+    reasons.append("the run could not be logged and tracking.required is true (the version stays published)")
+    console.print(f"[red]exit 1[/red]: {reasons[-1]}", highlight=False)
+    return 1
 
 
 VERSION_FILES = ("stages.json", "recipe.yaml", "reproduce.sh", "manifest.json")

@@ -22,13 +22,17 @@ def test_a_required_record_that_fails_fails_the_exit_code(tmp_path: Path) -> Non
     assert "tracking failed (the release stands): NotADirectoryError" in failed.stdout
     assert "the run could not be logged and tracking.required is true" in failed.stdout
     assert (tmp_path / "out" / "tiny" / "latest").readlink() == Path("v0001")  # published all the same
-    again = cli("deploy", str(TINY), *store, root=tmp_path / "out")
-    assert again.returncode == 0
-    assert "tracking: not logged: up to date (nothing changed since v0001)" in again.stdout
+    again = cli("deploy", str(TINY), *store, "--set", "tracking.required=true", root=tmp_path / "out")
+    assert again.returncode == 1 and "up to date: tiny/v0001" in again.stdout  # still no record: not bypassed
     lenient = cli(
         "deploy", str(TINY), *store, "--set", "export.triton=true", "--promote", root=tmp_path / "out"
     )
     assert lenient.returncode == 0 and "tracking failed (the release stands)" in lenient.stdout
+    fixed = ["--set", f"tracking.mlflow.uri={tmp_path / 'mlruns'}", "--set", "tracking.required=true"]
+    logged = cli("deploy", str(TINY), *fixed, "--set", "export.triton=true", root=tmp_path / "out")
+    assert logged.returncode == 0 and "tracking: mlflow run " in logged.stdout  # the missing run, logged now
+    stands = cli("deploy", str(TINY), *fixed, "--set", "export.triton=true", root=tmp_path / "out")
+    assert stands.returncode == 0 and "tracking: not logged: up to date (run " in stands.stdout
 
 
 def test_a_local_sqlite_store_opens_with_mlflows_own_client(tmp_path: Path, monkeypatch) -> None:

@@ -98,7 +98,10 @@ def test_the_first_screen_is_one_card_that_decides(inputs):
     assert facts["not run here"] == "1: tensorrt-rtx-fp16" and facts["failed"] == "0"
     assert "ort.InferenceSession(&#34;model.int8-dynamic.onnx&#34;" in page
     # the winner carries no shapes of its own here (as under a served-rate objective): the timed rows name them
-    assert "session.run(None, {&#34;input_ids&#34;: input_ids, &#34;attention_mask&#34;: attention_mask})" in page
+    assert (
+        "session.run(None, {&#34;input_ids&#34;: input_ids, &#34;attention_mask&#34;: attention_mask})"
+        in page
+    )
 
 
 def test_a_provisional_sign_off_is_amber_not_green(inputs):
