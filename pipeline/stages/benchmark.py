@@ -94,7 +94,6 @@ class Candidate:
     memory: dict[str, Any] | None = None  # GPU candidates: peak device memory (pipeline/bench/device.py)
     throughput: dict[str, Any] | None = None
     load_s: float | None = None  # activation, preparation and the first call at this shape (outside timing)
-    profile: dict[str, Any] | None = None  # after the windows (pipeline/bench/profile.py)
 
     @property
     def key(self) -> Key:
@@ -135,6 +134,8 @@ def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, Artifac
     try:
         with frozen_heap():  # the collections after each shape walk only what the candidates made
             results, failed = _measure_all(ctx, config, inputs, candidates, shapes, policy, work)
+            if config.benchmark.profile:
+                profile_rows(ctx, config, candidates, shapes, results)
     finally:  # the compiled modules kept since validation (pipeline.runners.compiled)
         release_all()
         _free_memory()
@@ -297,13 +298,6 @@ def _measure_shape(
                 )
             except Exception as exc:  # the latency row stands; the throughput run says why it has none
                 c.throughput = {"error": one_line(f"{type(exc).__name__}: {exc}")}
-    if config.benchmark.profile:
-        for c in active:
-            if measured[c.key].error is None and _profiled_here(c, shape, config):
-                ctx.report(
-                    f"benchmark {c.runner.artifact} ({c.runner.runtime}, {c.runner.io}) {shape.label()}: profile"
-                )
-                c.profile = _profile(c, measured[c.key])
     rows = []
     for key, m in measured.items():
         c = by_key[key]
@@ -312,7 +306,6 @@ def _measure_shape(
         else:
             rows.append(
                 speed_row(c.runner, c.precision, c.timer, m, where, policy, c.memory, c.throughput, c.load_s)
-                | ({"profile": c.profile} if c.profile is not None else {})
             )
     for c in candidates:
         _release(c)
@@ -320,20 +313,46 @@ def _measure_shape(
     return rows, failures, measured
 
 
-def _profiled_here(c: Candidate, shape: BenchShape, config: BenchmarkStageConfig) -> bool:
-    """GPU rows at every shape (the profiler only records what runs); CPU rows at the objective's batch, the
-    shape the sign-off explains, since ONNX Runtime profiles a twin session built for the purpose (seconds for
-    a large graph, at every shape of every row otherwise)."""
+def profile_rows(
+    ctx: RunContext,
+    config: BenchmarkStageConfig,
+    candidates: list[Candidate],
+    shapes: list[BenchShape],
+    results: list[dict[str, Any]],
+) -> None:
+    """A profile for each row (pipeline/bench/profile.py), added to it: every GPU row, and the CPU rows at the
+    objective's batch (an ONNX Runtime profile builds a session of its own: seconds for a large graph). Run
+    after every timing window of the stage, since a profiler may leave tracing set up behind it, and no timed
+    call may run in that: each shape's candidates are loaded again, profiled and released."""
     objective = config.selection.objective.batch
-    return on_gpu(c.runner) or objective is None or shape.batch == objective
-
-
-def _profile(c: Candidate, m: Measurement) -> dict[str, Any]:
-    """The row stands without its profile: a profiler that fails says why in the row."""
-    try:
-        return profile_row(c.runner, m.wall_p50_ms(), on_gpu(c.runner))
-    except Exception as exc:
-        return {"unavailable": one_line(f"{type(exc).__name__}: {exc}")}
+    rows = {(r["artifact"], r["runtime"], r["io"], r["batch"], r.get("sequence_length")): r for r in results}
+    for shape in shapes:
+        chosen = [
+            (c, row)
+            for c in candidates
+            if (row := rows.get((*c.key, shape.batch, shape.sequence))) is not None
+            and (on_gpu(c.runner) or objective is None or shape.batch == objective)
+        ]
+        if not chosen:
+            continue
+        feeds = ctx.dataset(config.data).feeds_at(shape.dims(config.benchmark, config.data.dims))
+        for c, row in chosen:
+            ctx.report(
+                f"benchmark {c.runner.artifact} ({c.runner.runtime}, {c.runner.io}) {shape.label()}: profile"
+            )
+            try:
+                c.runner.activate()
+                c.runner.prepare(feeds)
+                c.runner.infer_prepared()  # the first call at this shape (a CUDA graph's capture) outside it
+                c.runner.synchronize()
+                row["profile"] = profile_row(
+                    c.runner, row.get("wall_p50_ms") or row.get("p50_ms"), on_gpu(c.runner)
+                )
+            except Exception as exc:  # the row stands without its profile, which says why
+                row["profile"] = {"unavailable": one_line(f"{type(exc).__name__}: {exc}")}
+            finally:
+                _release(c)
+        _free_memory()
 
 
 def _interleave_groups(active: list[Candidate]) -> list[list[Candidate]]:
@@ -350,7 +369,6 @@ def _release(c: Candidate) -> None:
     c.timer = None
     c.memory = c.throughput = None
     c.load_s = None
-    c.profile = None
 
 
 def _free_memory() -> None:
