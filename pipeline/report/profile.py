@@ -34,7 +34,8 @@ def profile_section(speed: Dict | None, winner: Dict | None) -> Section:
             "runtime's own overhead around its operators (views, the interpreter, session and padding-aware "
             "bookkeeping). A row is launch-bound (on a CPU, overhead-bound) when idle is half the call or more, "
             "else compute-bound when GEMMs and attention take half its busy time, else memory-bound. Shares, not "
-            "latencies: profiled calls carry the profiler's own cost."
+            "latencies: profiled calls carry the profiler's own cost, which lands in idle (most for many small "
+            "operators)."
         ),
         Table(
             ["row", "per call", *PARTS, "bound", "heaviest"],

@@ -34,8 +34,6 @@ def test_overlapping_kernels_are_counted_once_and_the_gaps_are_idle() -> None:
     assert abs(split["idle"] - 0.5) < 1e-6  # busy is the union, 10-60
     assert abs(split["gemm"] + split["elementwise"] - 0.5) < 1e-6 and split["gemm"] > split["elementwise"]
     assert profile["bound"] == "launch-bound"
-    timed = summarize(events, on_gpu=True, p50_ms=0.06)  # timed at 60 µs: the profiler's cost is not idle
-    assert abs(timed["split"]["idle"] - 1 / 6) < 1e-3 and timed["bound"] == "compute-bound"
 
 
 def test_nested_cpu_operators_count_their_self_time() -> None:
