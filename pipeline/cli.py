@@ -225,13 +225,14 @@ def _list(args: argparse.Namespace, console: Console) -> Result:
     """Every version with its verdict, each verified against its manifest first: a damaged version is marked
     damaged (with why), never shown as signed off, whatever its files say."""
     from pipeline.core.stored import Damaged, read_stored
-    from pipeline.release.promotion import was_promoted
+    from pipeline.release.promotion import promoted_versions
     from pipeline.release.prune import folder_bytes
     from pipeline.release.store import Store, verify_folder
 
     loaded = _load(args)
     store = Store(Path(loaded.recipe.output.root), loaded.recipe.name)
     latest = store.latest()
+    promoted = promoted_versions(store)
     rows = []
     for version in store.versions():
         folder = store.base / version
@@ -255,7 +256,7 @@ def _list(args: argparse.Namespace, console: Console) -> Result:
                 "candidate": bool(manifest.get("recipe_changes")),
                 "recipe_changes": manifest.get("recipe_changes") or [],
                 "overrides": manifest.get("overrides") or [],
-                "promoted": was_promoted(store, version),
+                "promoted": version in promoted,
                 "bytes": folder_bytes(folder),
                 "damaged": damage,
             }

@@ -14,12 +14,11 @@ from typing import Any
 
 from pipeline.core.errors import PipelineError, Problem
 from pipeline.core.files import write_json_atomic
-from pipeline.core.stored import Damaged, read_stored
+from pipeline.core.stored import read_stored
 from pipeline.recipe.loader import LoadedRecipe, load
 from pipeline.release.manifest import resolved_recipe
-from pipeline.release.store import MANIFEST, VERSION_RE, Store
+from pipeline.release.store import MANIFEST, PROMOTIONS, VERSION_RE, Store
 
-PROMOTIONS = "promotions.json"  # in the recipe's folder of the store: every move of latest, oldest first
 LOCATION_ONLY = ("output", "tracking")  # the recipe sections that say where, not what
 
 
@@ -30,9 +29,7 @@ def recipe_changes(loaded: LoadedRecipe) -> list[str]:
         return []
     try:
         alone = resolved_recipe(load(loaded.path, []))
-    except (
-        PipelineError
-    ):  # the file alone is not a valid recipe: every override that is not a location counts
+    except PipelineError:  # the file alone is no valid recipe: every override that is not a location counts
         return sorted(key for key in keys if key.split(".")[0] not in LOCATION_ONLY)
     return sorted(_differences(_what(alone), _what(resolved_recipe(loaded))))
 
@@ -43,17 +40,9 @@ def same_recipe(manifest: dict[str, Any], loaded: LoadedRecipe) -> bool:
     return isinstance(recipe, dict) and _what(recipe) == _what(resolved_recipe(loaded))
 
 
-def history(store: Store) -> list[dict[str, Any]]:
-    try:
-        found = (read_stored(store.base / PROMOTIONS) or {}).get("promotions")
-    except Damaged:
-        return []  # a damaged log loses who promoted what, never a version: `latest` itself still says
-    return [e for e in found if isinstance(e, dict)] if isinstance(found, list) else []
-
-
 def record(store: Store, version: str, by: str) -> None:
     """Append a move of `latest` to the log (under the deploy lock)."""
-    entries = history(store)
+    entries = store.promotions()
     entries.append({"version": version, "at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "by": by})
     write_json_atomic(store.base / PROMOTIONS, {"promotions": entries})
 
@@ -61,10 +50,10 @@ def record(store: Store, version: str, by: str) -> None:
 EXPLICIT = ("promote", "deploy --promote")  # who promoted: a person, not a plain deploy's automatic move
 
 
-def was_promoted(store: Store, version: str) -> bool:
-    """Promoted on purpose: by `promote` or `deploy --promote` (a plain deploy moving `latest` is not a
-    promotion: prune may remove such a version once newer ones replace it)."""
-    return any(e.get("version") == version and e.get("by") in EXPLICIT for e in history(store))
+def promoted_versions(store: Store) -> set[str]:
+    """The versions promoted on purpose: by `promote` or `deploy --promote` (a plain deploy moving `latest`
+    is not a promotion: prune may remove such a version once newer ones replace it)."""
+    return {str(e.get("version")) for e in store.promotions() if e.get("by") in EXPLICIT}
 
 
 def promote(store: Store, version: str, timeout_s: float) -> tuple[str | None, Path]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.core.stored import read_or_none
-from pipeline.release.promotion import was_promoted
+from pipeline.release.promotion import promoted_versions
 from pipeline.release.store import MANIFEST, Store
 
 
@@ -35,9 +35,8 @@ def plan(store: Store, keep: int) -> tuple[list[str], dict[str, str]]:
     kept: dict[str, str] = {}
     for version in versions[max(0, len(versions) - keep) :] if keep else []:
         kept[version] = "newest"
-    for version in versions:
-        if was_promoted(store, version):
-            kept.setdefault(version, "promoted")
+    for version in sorted(promoted_versions(store) & set(versions)):
+        kept.setdefault(version, "promoted")
     if latest is not None:
         kept[latest.name] = "latest"
     return [v for v in versions if v not in kept], kept

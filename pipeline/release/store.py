@@ -29,6 +29,7 @@ from pipeline.core.test_hooks import kill_point
 
 VERSION_RE = re.compile(r"^v(\d{4,})$")
 MANIFEST = "manifest.json"
+PROMOTIONS = "promotions.json"  # beside the versions: every move of latest, oldest first
 SEAL = "manifest_sha256"  # the manifest's own digest (canonical JSON without this key), added on publish
 _warned: set[str] = set()
 
@@ -186,13 +187,18 @@ class Store:
             return version
         return None
 
+    def promotions(self) -> list[dict[str, Any]]:
+        """Every move of `latest`, oldest first (promotions.json, written by pipeline/release/promotion.py); a
+        damaged log loses who promoted what, never a version: `latest` itself still says."""
+        try:
+            found = (read_stored(self.base / PROMOTIONS) or {}).get("promotions")
+        except Damaged:
+            return []
+        return [e for e in found if isinstance(e, dict)] if isinstance(found, list) else []
+
     def _logged(self, version: str) -> bool:
-        """Named in promotions.json: its move of latest completed once (pipeline/release/promotion.py)."""
-        found = read_json(self.base / "promotions.json")
-        entries = found.get("promotions") if isinstance(found, dict) else None
-        return isinstance(entries, list) and any(
-            isinstance(e, dict) and e.get("version") == version for e in entries
-        )
+        """Named in promotions.json: its move of latest completed once."""
+        return any(e.get("version") == version for e in self.promotions())
 
     @contextlib.contextmanager
     def temp_dir(self) -> Iterator[Path]:

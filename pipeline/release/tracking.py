@@ -119,14 +119,20 @@ def ensure_logged(recipe: Recipe, version: Path, console: Console) -> dict[str, 
     return log_run(recipe, version, console)
 
 
-def _existing_run(cfg: MlflowTracking, name: str, version: Path) -> dict[str, str] | None:
+def _store(cfg: MlflowTracking, name: str) -> tuple[Any, str, str]:
+    """An MLflow client of the recipe's store, its URI and the experiment's name."""
     from mlflow import MlflowClient
 
     uri = tracking_uri(cfg.uri)
     if uri.startswith("file:"):
+        # MLflow 3 keeps the file store in maintenance mode and refuses it unless opted in; a recipe that
+        # names a local path asks for exactly that store.
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-    client = MlflowClient(tracking_uri=uri)
-    experiment_name = cfg.experiment or name
+    return MlflowClient(tracking_uri=uri), uri, cfg.experiment or name
+
+
+def _existing_run(cfg: MlflowTracking, name: str, version: Path) -> dict[str, str] | None:
+    client, uri, experiment_name = _store(cfg, name)
     experiment = client.get_experiment_by_name(experiment_name)
     if experiment is None:
         return None
@@ -141,15 +147,7 @@ def _existing_run(cfg: MlflowTracking, name: str, version: Path) -> dict[str, st
 
 
 def _log(cfg: MlflowTracking, name: str, version: Path) -> dict[str, str]:
-    from mlflow import MlflowClient
-
-    uri = tracking_uri(cfg.uri)
-    if uri.startswith("file:"):
-        # MLflow 3 keeps the file store in maintenance mode and refuses it unless opted in; a recipe that
-        # names a local path asks for exactly that store.
-        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-    client = MlflowClient(tracking_uri=uri)
-    experiment_name = cfg.experiment or name
+    client, uri, experiment_name = _store(cfg, name)
     experiment = client.get_experiment_by_name(experiment_name)
     experiment_id = (
         experiment.experiment_id
