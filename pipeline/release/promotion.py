@@ -74,9 +74,14 @@ def promote(store: Store, version: str, timeout_s: float) -> tuple[str | None, P
                 problems=[Problem(str(folder), "", "not signed off: only a signed-off version can be latest")]
             )
         before = store.latest()
-        store.point_latest(version)
-        record(store, version, "promote")
+        make_latest(store, version, "promote")
     return (before.name if before else None), folder
+
+
+def make_latest(store: Store, version: str, by: str) -> None:
+    """Point `latest` at a version checked signed off and intact, and log who did (under the deploy lock)."""
+    store.point_latest(version)
+    record(store, version, by)
 
 
 def _what(recipe: dict[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from pipeline.decide.verdict import SignOff
 from pipeline.preflight import checks as preflight
 from pipeline.recipe.loader import LoadedRecipe
 from pipeline.release.manifest import resolved_recipe, write_manifest
-from pipeline.release.promotion import recipe_changes, same_recipe
+from pipeline.release.promotion import make_latest, recipe_changes, same_recipe
 from pipeline.release.promotion import record as record_promotion
 from pipeline.release.store import MANIFEST, Store
 from pipeline.release.tracking import ensure_logged, log_run
@@ -330,16 +330,12 @@ def _where(loaded: LoadedRecipe) -> str:
 
 
 def _promote_up_to_date(store: Store, version: Path, promote: bool, console: Console) -> None:
-    """A candidate found up to date is promoted where asked (under the deploy lock, which the caller holds)."""
+    """A candidate found up to date is promoted where asked (under the deploy lock, which the caller holds;
+    `_base` only returns a version that is signed off and intact)."""
     current = store.latest()
     if not promote or (current is not None and current.name == version.name):
         return
-    manifest = read_or_none(version / MANIFEST) or {}
-    if manifest.get("signed_off") is not True:
-        console.print(f"{version.name} is not signed off: not promoted", highlight=False)
-        return
-    store.point_latest(version.name)
-    record_promotion(store, version.name, "deploy --promote")
+    make_latest(store, version.name, "deploy --promote")
     console.print(f"promoted: {store.base.name}/latest -> {version.name}", highlight=False)
 
 

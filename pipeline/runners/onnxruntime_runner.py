@@ -10,6 +10,7 @@ CPUs), one inter-op thread, sequential execution, every graph optimization.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 import time
@@ -161,13 +162,16 @@ class OnnxRuntimeRunner(Runner):
         (on its bucketed path too), then this session is back."""
         if self._provider != CPU_PROVIDER or self.io != "host":
             return None  # the CUDA provider's kernels are the PyTorch profiler's
-        ort = load_onnxruntime()
         timed = self._session
         with tempfile.TemporaryDirectory(prefix="pipeline-ort-profile-") as folder:
-            options = self._load.options(self._load.threads)
-            options.enable_profiling = True
-            options.profile_file_prefix = str(Path(folder) / "run")
-            twin = ort.InferenceSession(str(self.path), options, providers=[CPU_PROVIDER])
+
+            def profiled(threads: int) -> Any:
+                options = self._load.options(threads)
+                options.enable_profiling = True
+                options.profile_file_prefix = str(Path(folder) / "run")
+                return options
+
+            twin = dataclasses.replace(self._load, options=profiled)([CPU_PROVIDER])
             walls: list[float] = []
             try:
                 self._session = twin
