@@ -244,7 +244,7 @@ def _inside(item: Interval, window: Interval) -> bool:
     return item.start >= window.start and item.end <= window.end
 
 
-def _busy_by_kernel(kernels: list[Interval], window: Interval) -> tuple[dict[str, tuple[float, int]], int]:
+def _busy_by_kernel(kernels: list[Interval], window: Interval) -> tuple[Spent, int]:
     """Each kernel name's share of the union of busy time (kernels on several streams overlap: the overlap
     is shared out in proportion), and the count."""
     if not kernels:
@@ -255,14 +255,10 @@ def _busy_by_kernel(kernels: list[Interval], window: Interval) -> tuple[dict[str
             union += k.end - max(k.start, edge)
             edge = k.end
     total = sum(k.length for k in kernels) or 1.0
-    out: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
-    for k in kernels:
-        out[k.name][0] += k.length * union / total
-        out[k.name][1] += 1
-    return {name: (spent, int(count)) for name, (spent, count) in out.items()}, len(kernels)
+    return _by_name([(k.name, k.length * union / total) for k in kernels]), len(kernels)
 
 
-def _self_time_by_op(ops: list[Interval]) -> tuple[dict[str, tuple[float, int]], int]:
+def _self_time_by_op(ops: list[Interval]) -> tuple[Spent, int]:
     """Each operator's self time (its time less its children's), so nested operators count once, and its
     calls; the total counts the leaf operators that do work."""
     roots: list[Interval] = []
@@ -272,20 +268,19 @@ def _self_time_by_op(ops: list[Interval]) -> tuple[dict[str, tuple[float, int]],
             stack.pop()
         (stack[-1].children if stack else roots).append(op)
         stack.append(op)
-    out: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    spans: list[tuple[str, float]] = []
     leaves = 0
 
     def visit(op: Interval) -> None:
         nonlocal leaves
-        out[op.name][0] += max(0.0, op.length - sum(c.length for c in op.children))
-        out[op.name][1] += 1
+        spans.append((op.name, max(0.0, op.length - sum(c.length for c in op.children))))
         leaves += not op.children and category(op.name, on_gpu=False) != "overhead"
         for child in op.children:
             visit(child)
 
     for root in roots:
         visit(root)
-    return {name: (spent, int(count)) for name, (spent, count) in out.items()}, leaves
+    return _by_name(spans), leaves
 
 
 @contextlib.contextmanager
