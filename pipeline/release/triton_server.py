@@ -10,6 +10,8 @@ import shutil
 import socket
 import sysconfig
 import tempfile
+import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,7 +103,7 @@ def triton_serving(
     failed = True
     try:
         _bind(triton, model, runner, sample, outputs, batching)
-        triton.run()
+        _start(triton, ports)
         yield Running(triton, scratch / "tritonserver.log")
         failed = False
     except KeyboardInterrupt:
@@ -111,6 +113,40 @@ def triton_serving(
         triton.stop()
         if not failed:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+STARTUP_S = 120.0  # the longest a live server may take to become ready (PyTriton's own bound)
+
+
+def _start(triton: Any, ports: Ports) -> None:
+    """Start the server and wait for it only while its process lives. PyTriton's run() polls the port for
+    two minutes even when the server died at once (a shared library it could not load): a server that exits
+    here is reported at once, with the last lines it printed."""
+    triton._run_server()  # PyTriton's run() is this start, then connect(): the wait between them is ours
+    server = triton._triton_server
+    deadline = time.monotonic() + STARTUP_S
+    while not _ready(ports.http):
+        if not server.is_alive():
+            raise PipelineError(f"the Triton server exited as it started: {_last_lines(server.logs())}")
+        if time.monotonic() > deadline:
+            raise PipelineError(
+                f"the Triton server was not ready after {STARTUP_S:g} s: {_last_lines(server.logs())}"
+            )
+        time.sleep(0.1)
+    triton.connect()
+
+
+def _ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{HOST}:{port}/v2/health/ready", timeout=1.0) as answer:
+            return bool(answer.status == 200)
+    except OSError:  # refused while it starts, 400 until its models are loaded
+        return False
+
+
+def _last_lines(log: str, count: int = 3) -> str:
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    return " | ".join(lines[-count:]) or "it printed nothing"
 
 
 def _bind(triton: Any, model: str, runner: Runner, sample: Feeds, outputs: Feeds, batching: Batching) -> None:
@@ -145,12 +181,23 @@ def _bind(triton: Any, model: str, runner: Runner, sample: Feeds, outputs: Feeds
 
 
 def _python_backend_env() -> None:
-    """Triton's Python backend stub links libpython dynamically; where the system has another build of this
+    """The libraries the server and its Python backend must find first.
+
+    Triton's Python backend stub links libpython dynamically; where the system has another build of this
     Python's version (a pyenv or venv interpreter beside Debian's), the stub would load that one with this
-    interpreter's standard library and fail to load the model. This interpreter's own library goes first."""
+    interpreter's standard library and fail to load the model: this interpreter's own library goes first.
+
+    PyTriton looks for the libraries it bundles (nvidia_pytriton.libs, libcudart among them) beside itself only
+    in a site-packages folder; installed elsewhere (pip --target, a PYTHONPATH folder) it takes itself for an
+    editable install, and the server dies at start for want of them: the folder beside the package goes
+    first too."""
+    import pytriton
+
+    bundled = Path(pytriton.__file__).parent.parent / "nvidia_pytriton.libs"
     libdir = sysconfig.get_config_var("LIBDIR")
     soname = sysconfig.get_config_var("INSTSONAME") or ""
+    first = [str(bundled)] if bundled.is_dir() else []
     if libdir and soname and os.path.exists(os.path.join(libdir, soname)):
-        current = os.environ.get("LD_LIBRARY_PATH", "")
-        if not current.startswith(libdir):
-            os.environ["LD_LIBRARY_PATH"] = libdir + (f":{current}" if current else "")
+        first.append(libdir)
+    current = [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p]
+    os.environ["LD_LIBRARY_PATH"] = ":".join([*first, *(p for p in current if p not in first)])

@@ -224,13 +224,13 @@ def _serve(
     started = time.perf_counter()
     stuck = False
     try:
-        if buckets is not None:
-            runner.keep_graphs(len(buckets))
-            ctx.report(f"load: {row.artifact} ({row.runtime}) capturing {len(buckets)} bucket shapes")
-        runner.activate()
         # the first call at each request shape (every bucket's capture), and LoadGen's start, stay out of the
         # search
         warm = pool.bucket_feeds(buckets) if buckets else [pool.collate([i]) for i in range(len(pool))]
+        if buckets is not None:
+            runner.keep_graphs(len(warm))
+            ctx.report(f"load: {row.artifact} ({row.runtime}) capturing {len(warm)} bucket shapes")
+        runner.activate()
         for feeds in warm:
             runner.infer(feeds)
         captured = runner.captures

@@ -55,9 +55,14 @@ class RequestPool:
         return self._batch([self.samples[i] for i in indices], buckets.batch_for(len(indices)), length)
 
     def bucket_feeds(self, buckets: ShapeBuckets) -> list[Feeds]:
-        """One batch at every bucket shape, from the shortest request: what a capture before the run needs."""
-        shortest = min(self.samples, key=self._length)
-        return [self._batch([shortest], batch, length) for batch, length in buckets.shapes()]
+        """One batch at every shape a bucketed run can send: what a capture before the run needs. Text is
+        padded to the bucket lengths (from the shortest request); requests that cannot be padded keep their own
+        shapes, so every distinct request shape is sent at every bucket batch."""
+        if self.pad is not None:
+            shortest = min(self.samples, key=self._length)
+            return [self._batch([shortest], batch, length) for batch, length in buckets.shapes()]
+        firsts = {self.key(i): self.samples[i] for i in range(len(self.samples))}
+        return [self._batch([sample], batch, None) for sample in firsts.values() for batch in buckets.batches]
 
     def longest(self) -> int | None:
         """The longest request's length (text), else None."""

@@ -31,6 +31,7 @@ from pipeline.bench.load.requests import RequestPool
 from pipeline.bench.load.search import Confirmation, search
 from pipeline.recipe.loader import load
 from tests.stage_env import StageEnv
+from tests.unit.stages.onnx_fixtures import TINY
 
 RECIPES = Path(__file__).resolve().parents[3] / "recipes"
 
@@ -94,6 +95,33 @@ def test_bucketed_text_batches_keep_every_real_row_and_reach_the_model_only_in_b
     batcher.close()
     assert sorted(answered) == list(range(11)) and batcher.error is None
     assert seen and set(seen) <= set(buckets.shapes())
+
+
+def test_requests_that_cannot_be_padded_reach_the_model_only_in_shapes_captured_before_the_run(
+    tmp_path: Path,
+) -> None:
+    """Synthetic token ids have no tokenizer to pad them: requests of each length batch only with their own
+    length, so a CUDA-graph runtime must capture every length at every bucket batch before LoadGen starts."""
+    ctx = StageEnv(load(TINY, []).recipe, TINY.parent, tmp_path)
+    pool = RequestPool.from_dataset(ctx.dataset())
+    lengths = {s["input_ids"].shape[1] for s in pool.samples}
+    assert pool.pad is None and len(lengths) > 1  # the case: several lengths, none paddable
+    buckets = ShapeBuckets.powers(4, pool.longest(), step=16)
+    warm = {tuple(f["input_ids"].shape) for f in pool.bucket_feeds(buckets)}
+    assert warm == {(b, n) for b in buckets.batches for n in lengths}
+    seen, answered = [], []
+    batcher = DynamicBatcher(
+        lambda feeds: seen.append(feeds["input_ids"].shape),
+        functools.partial(pool.collate, buckets=buckets),
+        pool.key,
+        answered.extend,
+        buckets.batches[-1],
+        max_delay_s=0.002,
+    )
+    batcher.submit([(i, i % len(pool)) for i in range(23)])
+    batcher.close()
+    assert sorted(answered) == list(range(23)) and batcher.error is None
+    assert seen and set(seen) <= warm
 
 
 class Recorder:
