@@ -6,8 +6,9 @@ TORCH_VERSION ?= 2.13.0
 RECIPE ?= bert.yaml
 ARGS ?=
 # optional extras: triton (tritonclient, for the Triton config test), mlflow (mlflow-skinny, run records),
-# openvino (the opt-in openvino-cpu runtime), load (MLPerf LoadGen, for the server scenario), serve (PyTriton)
-EXTRAS ?= cpu,dev,tensorrt-rtx,triton,mlflow,openvino,load,serve
+# openvino (the opt-in openvino-cpu runtime), load (MLPerf LoadGen, for the server scenario), serve (PyTriton),
+# fleet (Ray, for python -m pipeline fleet)
+EXTRAS ?= cpu,dev,tensorrt-rtx,triton,mlflow,openvino,load,serve,fleet
 
 .PHONY: setup deploy plan validate test test-quick test-gpu lint clean
 

@@ -112,6 +112,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     _json_argument(compare)
     _add_serve(sub)
+    fleet = sub.add_parser(
+        "fleet", help="deploy many recipes on many targets (CPU, GPU types) as Ray tasks, into one store"
+    )
+    fleet.add_argument("fleet", help="the fleet file (recipes, targets, the shared store's root)")
+    _json_argument(fleet)
     schema = sub.add_parser("schema", help="print the recipe's JSON Schema (for editors)")
     schema.add_argument("--output", metavar="FILE", help="write it to FILE instead of stdout")
     return parser
@@ -375,6 +380,17 @@ def _compare(args: argparse.Namespace, console: Console) -> Result:
     return compare_command(args.a, args.b, args.recipe, console)
 
 
+def _fleet(args: argparse.Namespace, console: Console) -> Result:
+    from pipeline.fleet.driver import run_fleet
+
+    outcome = run_fleet(Path(args.fleet), _progress_console(args))
+    verdict = "every deploy signed off" if outcome.exit_code == 0 else "not every deploy signed off"
+    console.print(
+        f"fleet {outcome.report.name}: {verdict}; report: {outcome.paths['markdown']}", highlight=False
+    )
+    return outcome.exit_code, outcome.report.to_json() | {"report": outcome.paths}
+
+
 def _schema(args: argparse.Namespace, console: Console) -> Result:
     from pipeline.recipe.json_schema import schema_text
     from pipeline.runners.registry import runtimes
@@ -398,6 +414,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Console], Result]] = {
     "prune": _prune,
     "compare": _compare,
     "serve": _serve,
+    "fleet": _fleet,
     "schema": _schema,
 }
 

@@ -27,16 +27,24 @@ from pipeline.core.files import write_bytes_atomic
 PR_SET_PDEATHSIG = 1
 
 
+STOPPING = {signal.SIGINT, signal.SIGTERM}
+
+
 def popen_tied(command: list[str], **kwargs: Any) -> subprocess.Popen:
-    """subprocess.Popen whose child is killed when this process dies (Linux); elsewhere a plain Popen."""
+    """subprocess.Popen whose child is killed when this process dies (Linux); elsewhere a plain Popen.
+
+    The child starts with SIGINT and SIGTERM unblocked: a signal mask survives fork and exec, and a thread
+    that blocks them (a Ray worker's task thread does) would start a child that a Ctrl-C can never stop."""
     if sys.platform.startswith("linux"):
         parent = os.getpid()
         prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before the fork, only called after it
 
-        # runs in the child between fork and exec: only a pre-resolved prctl, getppid and _exit, no lock a
-        # thread of the parent could hold at the fork (background stages launch children from a worker thread)
+        # runs in the child between fork and exec: only a pre-resolved prctl, the signal mask, getppid and
+        # _exit, no lock a thread of the parent could hold at the fork (background stages launch children
+        # from a worker thread)
         def die_with_parent() -> None:
             prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING)
             if os.getppid() != parent:  # the parent died before the request took effect
                 os._exit(1)
 

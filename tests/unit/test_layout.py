@@ -19,7 +19,7 @@ LAYERS = (  # lowest first; packages in one layer do not import each other
     ("release",),
     ("stages",),
     ("preflight",),
-    ("run",),
+    ("run", "fleet"),
     ("cli",),
     ("__main__",),
 )

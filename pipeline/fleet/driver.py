@@ -1,0 +1,181 @@
+"""`python -m pipeline fleet FLEET.yaml`: every (recipe, target) deploy as a Ray task on a node with the target's
+resources, each into its target's folder of the shared store, and one fleet report at the end.
+
+With no address the driver starts a local Ray instance (the same command on a laptop), and stops it at the end.
+A target no node can run is reported at once and its deploys are not submitted; a worker that dies mid-deploy
+is run again (`retries`); Ctrl-C stops every running deploy before it publishes."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from pipeline.core.errors import Interrupted, PipelineError
+from pipeline.fleet.placement import missing_node
+from pipeline.fleet.report import FleetReport, write_report
+from pipeline.fleet.spec import Fleet, Target, load_fleet
+from pipeline.fleet.task import STOP_S, Job, run_job
+
+HEARTBEAT_S = 30.0
+
+
+@dataclass
+class Outcome:
+    exit_code: int
+    report: FleetReport
+    paths: dict[str, str] = field(default_factory=dict)
+
+
+def run_fleet(path: Path, console: Console) -> Outcome:
+    fleet = load_fleet(path)
+    ray = _ray()
+    local = fleet.address is None
+    console.print(
+        f"fleet {fleet.name}: starting {'a local Ray instance' if local else 'at ' + fleet.address}"
+    )
+    ray.init(
+        address=fleet.address,
+        include_dashboard=False,
+        logging_level=logging.ERROR,
+        log_to_driver=False,
+        configure_logging=True,
+    )
+    state = Path(fleet.root) / ".fleet" / f"{fleet.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    try:
+        report = FleetReport(fleet.name, fleet.root, [e.path for e in fleet.entries()], fleet.targets)
+        runnable = []
+        for target in fleet.targets:
+            why = missing_node(target, ray.nodes())
+            if why:
+                console.print(
+                    f"[red]target {target.name}: {why}[/red]; its deploys are not run", highlight=False
+                )
+                report.unplaced[target.name] = why
+            else:
+                runnable.append(target)
+        jobs = [
+            _job(fleet, target, entry.path, entry.set, state)
+            for target in runnable
+            for entry in fleet.entries()
+        ]
+        results = _run(ray, fleet, jobs, console)
+        for result in results:
+            report.add(result)
+    finally:
+        if local:
+            ray.shutdown()
+        shutil.rmtree(state, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            state.parent.rmdir()  # the last fleet run's state gone: no empty folder left in the store
+    paths = write_report(report)
+    console.print(f"fleet report: {paths['markdown']}", highlight=False)
+    return Outcome(0 if report.all_signed_off() else 1, report, paths)
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise PipelineError(
+            "fleet needs Ray: pip install 'deploy-pipeline[fleet]' (or pip install ray)"
+        ) from None
+    return ray
+
+
+def _job(fleet: Fleet, target: Target, recipe: str, sets: list[str], state: Path) -> Job:
+    root = Path(fleet.root) / target.name
+    overrides = (*sets, *target.set, f"output.root={root}")
+    return Job(target.name, recipe, overrides, fleet.promote, os.getcwd(), fleet.timeout_s, str(state))
+
+
+def _run(ray: Any, fleet: Fleet, jobs: list[Job], console: Console) -> list[dict[str, Any]]:
+    """Submit every job, print each as it ends, and return their results in the jobs' order."""
+    targets = {t.name: t for t in fleet.targets}
+    remote = ray.remote(run_job)
+    refs = {}
+    for job in jobs:
+        target = targets[job.target]
+        options: dict[str, Any] = {
+            "num_cpus": target.cpu,
+            "max_retries": fleet.retries,
+            "retry_exceptions": False,
+        }
+        if target.gpu is not None:
+            options["num_gpus"] = target.gpu.count
+            if target.gpu.type:
+                options["accelerator_type"] = target.gpu.type
+        refs[remote.options(**options).remote(job)] = job
+    console.print(f"fleet: {len(jobs)} deploys submitted", highlight=False)
+    results: dict[Any, dict[str, Any]] = {}
+    pending = list(refs)
+    last = time.monotonic()
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1, timeout=1.0)
+            for ref in done:
+                results[ref] = _result(ray, ref, refs[ref])
+                console.print(_line(results[ref]), highlight=False)
+            if time.monotonic() - last > HEARTBEAT_S:
+                last = time.monotonic()
+                running = ", ".join(f"{refs[r].target}/{Path(refs[r].recipe).stem}" for r in pending)
+                console.print(f"fleet: {len(pending)} deploys running ({running})", highlight=False)
+    except KeyboardInterrupt:
+        stopped = _cancel(ray, pending, console)
+        finished = len(refs) - stopped
+        raise Interrupted(
+            f"interrupted: the {stopped} running deploys were stopped before publishing; "
+            f"{finished} finished (their versions stand)"
+        ) from None
+    return [results[ref] for ref in refs]
+
+
+def _result(ray: Any, ref: Any, job: Job) -> dict[str, Any]:
+    try:
+        return dict(ray.get(ref))
+    except Exception as exc:  # noqa: BLE001 - a worker that died after its retries, a node lost: the row says so
+        return {
+            "target": job.target,
+            "recipe": job.recipe,
+            "exit_code": None,
+            "document": None,
+            "stderr_tail": [],
+            "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            "attempt": None,
+        }
+
+
+def _line(result: dict[str, Any]) -> str:
+    recipe = Path(result["recipe"]).stem
+    doc = result.get("document") or {}
+    attempt = f", attempt {result['attempt']}" if (result.get("attempt") or 1) > 1 else ""
+    if doc.get("signed_off"):
+        status = doc["status"].replace("_", " ")
+        return f"done: {recipe} on {result['target']}: {status} {doc['version']}{attempt}"
+    why = result.get("error") or "; ".join(doc.get("reasons") or result.get("stderr_tail", [])[-1:])
+    return f"done: {recipe} on {result['target']}: not signed off ({why}){attempt}"
+
+
+def _cancel(ray: Any, pending: list[Any], console: Console) -> int:
+    """Ask every running deploy to stop as at a Ctrl-C (it publishes nothing), then force what is left; how
+    many were stopped (a deploy that ended on its own meanwhile published its version)."""
+    console.print(f"fleet: stopping {len(pending)} running deploys", highlight=False)
+    for ref in pending:
+        ray.cancel(ref, force=False)
+    done, left = ray.wait(pending, num_returns=len(pending), timeout=STOP_S + 5) if pending else ([], [])
+    for ref in left:
+        ray.cancel(ref, force=True)
+    stopped = len(left)
+    for ref in done:
+        try:
+            ray.get(ref, timeout=5)
+        except Exception:  # noqa: BLE001 - TaskCancelledError (or the worker lost as it stopped): not published
+            stopped += 1
+    return stopped

@@ -1,0 +1,64 @@
+"""The fleet file's problems are located like a recipe's, and a target no node offers is named by what it
+lacks (the nodes as `ray.nodes()` lists them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.core.errors import PipelineError
+from pipeline.fleet.placement import missing_node
+from pipeline.fleet.spec import Target, load_fleet
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _problems(tmp_path: Path, text: str) -> list[str]:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(text)
+    with pytest.raises(PipelineError) as caught:
+        load_fleet(path)
+    return caught.value.lines()
+
+
+def test_a_valid_fleet_file_resolves_its_paths_from_its_folder(tmp_path: Path) -> None:
+    (tmp_path / "r.yaml").write_text("name: r\n")
+    path = tmp_path / "fleet.yaml"
+    path.write_text("name: f\nroot: out\nrecipes: [r.yaml]\ntargets: [{name: cpu}]\n")
+    fleet = load_fleet(path)
+    assert fleet.root == str(tmp_path / "out")
+    assert [e.path for e in fleet.entries()] == [str(tmp_path / "r.yaml")]
+    assert fleet.targets[0].resources() == {"CPU": 1.0} and fleet.retries == 1
+
+
+def test_fleet_file_problems_name_their_line_and_key(tmp_path: Path) -> None:
+    (tmp_path / "r.yaml").write_text("name: r\n")
+    lines = _problems(
+        tmp_path,
+        "name: f\nrecipes: [r.yaml]\ntargets:\n  - {name: cpu, cpus: 2}\n",
+    )
+    assert any(
+        line.startswith(f"{tmp_path}/fleet.yaml:4:") and "unknown key 'cpus'" in line for line in lines
+    ), lines
+    twice = _problems(tmp_path, "name: f\nrecipes: [r.yaml]\ntargets:\n  - {name: cpu}\n  - {name: cpu}\n")
+    assert twice == [f"{tmp_path}/fleet.yaml:4:3: targets: target names must be unique: cpu more than once"]
+    missing = _problems(tmp_path, "name: f\nrecipes: [r.yaml, nowhere.yaml]\ntargets: [{name: cpu}]\n")
+    assert missing == [f"{tmp_path}/fleet.yaml:2:1: recipes.1: no recipe file at {tmp_path / 'nowhere.yaml'}"]
+
+
+CPU_NODE = {"Alive": True, "Resources": {"CPU": 2.0, "memory": 1e10}}
+GPU_NODE = {"Alive": True, "Resources": {"CPU": 16.0, "GPU": 1.0, "accelerator_type:H100": 1.0}}
+
+
+def test_a_target_no_node_offers_is_named_by_what_it_lacks() -> None:
+    h200 = Target(name="h200", gpu={"type": "H200"})
+    assert missing_node(h200, [CPU_NODE, GPU_NODE]) == "no node with gpu:H200 (the cluster has: H100)"
+    assert missing_node(Target(name="h100", gpu={"type": "H100"}), [CPU_NODE, GPU_NODE]) is None
+    assert missing_node(Target(name="any", gpu={}), [CPU_NODE]) == "no node with gpu"
+    assert (
+        missing_node(Target(name="big", cpu=4), [CPU_NODE])
+        == "no node with 4 CPUs for cpu (the largest offers 2)"
+    )
+    dead = {**GPU_NODE, "Alive": False}
+    assert missing_node(Target(name="h100", gpu={"type": "H100"}), [CPU_NODE, dead]) is not None
