@@ -6,6 +6,14 @@
 # ROOT is the output root (the reports are read from there: not --set output.root).
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD
+# Triton's Python backend stub imports from the environment of the interpreter that starts it (found through
+# PATH), not from PYTHONPATH: the staged packages reach it through a venv that sees the system's packages and,
+# by a .pth file, /tmp/site (docs/gpu.md, the H100 sitting).
+py=/tmp/venv/bin/python3
+if [ ! -x "$py" ]; then
+  python3 -m venv --system-site-packages /tmp/venv
+  echo /tmp/site > "$(/tmp/venv/bin/python3 -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/staged.pth"
+fi
 # The GPU host sets PYTHONDONTWRITEBYTECODE=1 and its staged packages are installed without byte code, so every
 # Python process compiled again the sources it imports that had none (the imports took 15.1 s, 12.1 s with byte
 # code): let Python keep the byte code, as an installed environment has it.
@@ -15,7 +23,7 @@ root=${ROOT:-/tmp/gpu-artifacts}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
 if [ -z "${SKIP_TESTS:-}" ]; then
-  python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tail -15 | tee "$out/pytest-gpu.txt"
+  "$py" -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tail -15 | tee "$out/pytest-gpu.txt"
 fi
 # ONNX graphs ONNX Runtime's CUDA provider runs (the dynamic INT8 graph's ops are CPU-only), TorchScript traced
 # on the GPU, and the compiled PyTorch artifacts (variants.gpu of the recipe adds exported-fp16 and aoti-fp16).
@@ -24,13 +32,13 @@ fi
 variants=${VARIANTS:-'[torchscript-fp32, onnx-fp32, onnx-fp16, onnx-int8, onnx-optimized-fp32, onnx-optimized-fp16, exported-fp16, aoti-fp16]'}
 batches=${BATCHES:-'[1,32,256]'}
 start=$(date +%s)
-timeout "${DEPLOY_TIMEOUT:-900}" python3 -m pipeline deploy recipes/bert.yaml --set output.root=$root \
+timeout "${DEPLOY_TIMEOUT:-900}" "$py" -m pipeline deploy recipes/bert.yaml --set output.root=$root \
   --set "variants.build=$variants" --set "benchmark.batch_sizes=$batches" --set dims.batch.max=256 "$@" 2>&1 \
   | grep -v '^W[0-9]' | tee "$out/deploy.txt"
 echo "exit ${PIPESTATUS[0]} after $(( $(date +%s) - start )) s" | tee -a "$out/deploy.txt"
 # the newest version, signed off or not (its reports say why)
 latest=$(ls -d $root/bert/v* | sort | tail -1)
-python3 scripts/speed_table.py "$latest/reports/speed.json" --accuracy "$latest/reports/accuracy.json" \
+"$py" scripts/speed_table.py "$latest/reports/speed.json" --accuracy "$latest/reports/accuracy.json" \
   | tee "$out/speed_table.md"
 # the device tool brings back at most 8 files: keep the ones a reader needs
 cp "$latest"/reports/speed.json "$latest"/reports/accuracy.json "$latest"/reports/signoff.md "$out/" 2>/dev/null

@@ -5,12 +5,16 @@ and its dynamic batcher on localhost, the Python backend handing each batch to t
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
+import site
 import socket
+import sys
 import sysconfig
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -104,6 +108,7 @@ def triton_serving(
     try:
         _bind(triton, model, runner, sample, outputs, batching)
         _start(triton, ports)
+        _require_loaded(model, ports)
         yield Running(triton, scratch / "tritonserver.log")
         failed = False
     except KeyboardInterrupt:
@@ -133,7 +138,60 @@ def _start(triton: Any, ports: Ports) -> None:
                 f"the Triton server was not ready after {STARTUP_S:g} s: {_last_lines(server.logs())}"
             )
         time.sleep(0.1)
-    triton.connect()
+    try:
+        triton.connect()  # PyTriton loads the bound model here
+    except Exception as exc:  # noqa: BLE001 - tritonclient's InferenceServerException: the load failed
+        text = " ".join(str(exc).split()).split(" At: ")[0]  # the backend's Python traceback follows "At:"
+        raise PipelineError(
+            f"the Triton server could not load the model: {text}{_environment_hint()}"
+        ) from None
+
+
+def _require_loaded(model: str, ports: Ports) -> None:
+    """The server is up, but its Python backend may have failed to load the model (PyTriton only warns, and
+    every request then fails): say why at start."""
+    if _get(f"http://{HOST}:{ports.http}/v2/models/{model}/ready") == 200:
+        return
+    reason = _load_failure(model, ports.http) or "no reason given"
+    raise PipelineError(f"the Triton server could not load the model: {reason}{_environment_hint()}")
+
+
+def _load_failure(model: str, port: int) -> str | None:
+    request = urllib.request.Request(f"http://{HOST}:{port}/v2/repository/index", data=b"{}", method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=5.0) as answer:
+            index = json.loads(answer.read())
+    except (OSError, ValueError):
+        return None
+    found = [m for m in index if isinstance(m, dict) and m.get("name") == model]
+    return next((str(m["reason"]) for m in found if m.get("reason")), None)
+
+
+def _environment_hint() -> str:
+    """Triton's Python backend imports PyTriton's proxy from the environment of the interpreter that started
+    the server (found through PATH), never from PYTHONPATH: where PyTriton sits outside that environment, say
+    so."""
+    import pytriton
+
+    here = Path(pytriton.__file__).resolve().parent.parent
+    environment = [Path(p).resolve() for p in site.getsitepackages()]
+    if here in environment:
+        return ""
+    return (
+        f" (PyTriton is installed at {here}, outside this interpreter's environment {sys.prefix}: Triton's "
+        "Python backend does not read PYTHONPATH; install the serve extra into a virtual environment, or "
+        "make one with --system-site-packages and a .pth file naming that folder)"
+    )
+
+
+def _get(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2.0) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except OSError:
+        return None
 
 
 def _ready(port: int) -> bool:

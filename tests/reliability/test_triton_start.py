@@ -100,3 +100,29 @@ def test_a_server_that_dies_as_it_starts_is_reported_at_once_with_its_reason(tmp
     assert line.startswith("error: the Triton server exited as it started:"), line
     assert "shared librar" in line, line
     assert seconds < 60, seconds
+
+
+def test_pytriton_seen_only_through_pythonpath_is_refused_at_start_with_the_way_out(tmp_path: Path) -> None:
+    """The interpreter's own environment lacks PyTriton and its proxy's modules (zmq), which only PYTHONPATH
+    reaches: Triton's Python backend cannot load the model (it never reads PYTHONPATH). The error comes at
+    start, with the backend's reason and what to do, not from every request."""
+    import pytriton
+
+    site_packages = Path(pytriton.__file__).resolve().parent.parent
+    base = Path(sys.base_prefix) / "bin" / "python3"
+    if Path(sys.prefix) == Path(sys.base_prefix) or not base.exists():
+        pytest.skip("needs a virtual environment over a base interpreter without the serve extra")
+    env = {**os.environ, "PYTHONPATH": f"{site_packages}:{ROOT}"}
+    done = subprocess.run(
+        [str(base), "-c", CHILD, str(site_packages), str(tmp_path / "mm.onnx")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=200,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("served", "error:"))]
+    assert done.returncode == 0 and len(lines) == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert lines[0].startswith("error: the Triton server could not load the model:"), lines[0]
+    assert "No module named 'zmq'" in lines[0] and "does not read PYTHONPATH" in lines[0], lines[0]
+    assert " At: " not in lines[0]
