@@ -12,7 +12,7 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from pipeline.fleet.placement import missing_node
 from pipeline.fleet.report import FleetReport, write_report
 from pipeline.fleet.spec import Fleet, Target, load_fleet
 from pipeline.fleet.task import STOP_S, Job, run_job
+from pipeline.recipe.loader import load
 
 HEARTBEAT_S = 30.0
 
@@ -36,6 +37,7 @@ class Outcome:
 
 def run_fleet(path: Path, console: Console) -> Outcome:
     fleet = load_fleet(path)
+    _check_recipes(fleet)
     ray = _ray()
     local = fleet.address is None
     console.print(
@@ -78,6 +80,21 @@ def run_fleet(path: Path, console: Console) -> Outcome:
     paths = write_report(report)
     console.print(f"fleet report: {paths['markdown']}", highlight=False)
     return Outcome(0 if report.all_signed_off() else 1, report, paths)
+
+
+def _check_recipes(fleet: Fleet) -> None:
+    """Every recipe with its own and each target's overrides, validated here before Ray starts: a typo is one
+    located error now, not a failed deploy per target later (what a node has is its deploy's pre-flight)."""
+    problems = []
+    for target in fleet.targets:
+        for entry in fleet.entries():
+            try:
+                load(entry.path, [*entry.set, *target.set])
+            except PipelineError as exc:
+                where = f" (recipe {Path(entry.path).name} on target {target.name})"
+                problems += [replace(p, message=p.message + where) for p in exc.problems]
+    if problems:
+        raise PipelineError(problems=list(dict.fromkeys(problems)))
 
 
 def _ray() -> Any:

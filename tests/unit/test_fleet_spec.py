@@ -3,9 +3,11 @@ lacks (the nodes as `ray.nodes()` lists them)."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from pipeline.core.errors import PipelineError
 from pipeline.fleet.placement import missing_node
@@ -62,3 +64,21 @@ def test_a_target_no_node_offers_is_named_by_what_it_lacks() -> None:
     )
     dead = {**GPU_NODE, "Alive": False}
     assert missing_node(Target(name="h100", gpu={"type": "H100"}), [CPU_NODE, dead]) is not None
+
+
+def test_a_recipe_a_target_breaks_is_refused_before_ray_starts(tmp_path: Path) -> None:
+    from pipeline.fleet.driver import run_fleet
+
+    tiny = ROOT / "tests/recipes/tiny.yaml"
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        f"name: f\nrecipes: [{tiny}]\ntargets:\n  - {{name: ok}}\n"
+        "  - {name: typo, set: ['benchmark.batch_sizes=[0]']}\n"
+    )
+    with pytest.raises(PipelineError) as caught:
+        run_fleet(path, Console(file=io.StringIO()))
+    lines = caught.value.lines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "--set benchmark.batch_sizes=[0]: benchmark.batch_sizes.0"
+    ), lines
+    assert lines[0].endswith("(recipe tiny.yaml on target typo)"), lines
