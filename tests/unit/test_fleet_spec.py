@@ -79,6 +79,6 @@ def test_a_recipe_a_target_breaks_is_refused_before_ray_starts(tmp_path: Path) -
         run_fleet(path, Console(file=io.StringIO()))
     lines = caught.value.lines()
     assert len(lines) == 1 and lines[0].startswith(
-        "--set benchmark.batch_sizes=[0]: benchmark.batch_sizes.0"
+        "--set benchmark.batch_sizes=[0]: benchmark.batch_sizes[0]: must be a positive"
     ), lines
     assert lines[0].endswith("(recipe tiny.yaml on target typo)"), lines
