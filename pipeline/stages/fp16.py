@@ -16,7 +16,7 @@ from pipeline.core.errors import StageError
 from pipeline.core.variants import Variant, parse
 from pipeline.recipe import Fp16Export, Recipe
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
-from pipeline.toolchain import onnx_tools
+from pipeline.toolchain import onnx_tools, ort_probe
 
 FILE = parse("onnx-fp16").file
 
@@ -54,14 +54,12 @@ def convert(model: onnx.ModelProto, cfg: Fp16Export) -> onnx.ModelProto:
 
 def onnxruntime_check(path: Path) -> str:
     """'ok' when ONNX Runtime (CPU) can load the graph, else its message: recorded, not fatal, since an FP16
-    graph can be meant for TensorRT alone (the runners say what can run it)."""
-    import onnxruntime as ort
-
+    graph can be meant for TensorRT alone (the runners say what can run it). A graph that crashes the runtime
+    as it loads fails the variant: no runner may load it in the deploy's process."""
     try:
-        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    except Exception as exc:  # noqa: BLE001 - any load failure is reported as such
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-    return "ok"
+        return ort_probe.load_problem(path) or "ok"
+    except ort_probe.Crashed as exc:
+        raise StageError(f"fp16: {exc}; the FP16 graph is not kept") from None
 
 
 def _run(ctx: RunContext, config: Fp16Config, inputs: dict[str, ArtifactRecord]) -> StageResult:
@@ -92,7 +90,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="fp16",
-            version=1,
+            version=2,
             config=Fp16Config.from_recipe(recipe),
             run=_run,
             environment=onnx_tools.onnx_environment,

@@ -1,0 +1,51 @@
+"""Whether ONNX Runtime can load a graph, asked in a child process: a graph a converter produced can crash the
+runtime natively as it loads (ONNX Runtime 1.2x's CPU session segfaults on some FP16 recurrent graphs), and a
+crash in the deploy's own process would end the deploy with no message. In a child it is one variant's
+failure, with the signal named."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from pipeline.core.children import child_env, exit_text, popen_tied
+
+PROBE = (
+    "import sys, onnxruntime as ort\n"
+    "try:\n"
+    "    ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])\n"
+    "except Exception as exc:\n"
+    "    print(f'{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else \"\"}')\n"
+    "    sys.exit(1)\n"
+)
+TIMEOUT_S = 300.0  # loading is seconds even for big graphs; past this the runtime hangs
+
+
+class Crashed(Exception):
+    """ONNX Runtime died (or hung) loading the graph: nothing in this process may load it."""
+
+
+def load_problem(path: Path, timeout_s: float = TIMEOUT_S) -> str | None:
+    """None when ONNX Runtime's CPU session loads the graph, else its error message; raises Crashed when the
+    runtime crashes or hangs loading it."""
+    proc = popen_tied(
+        [sys.executable, "-c", PROBE, str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=child_env(),
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise Crashed(f"ONNX Runtime did not finish loading {path.name} within {timeout_s:g} s") from None
+    if proc.returncode == 0:
+        return None
+    lines = [line for line in out.splitlines() if line.strip()]
+    if proc.returncode == 1 and lines:
+        return lines[-1]
+    raise Crashed(f"ONNX Runtime crashed loading {path.name} ({exit_text(proc.returncode)})")
