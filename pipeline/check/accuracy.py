@@ -362,10 +362,13 @@ def neighbour_agreement(reference: np.ndarray, actual: np.ndarray, k: int) -> fl
 def neighbour_check(
     output: str, ref_batches: list[Outputs], got: list[Outputs], tolerance: Tolerance, k: int
 ) -> Check | None:
-    """The neighbour-agreement check of an embedding output (2-D: one vector per sample) over one input set's
-    batches taken together; None when the output is not an embedding or the batches cannot be compared."""
+    """The neighbour-agreement check of an embedding output (2-D: one vector of a fixed width per sample) over
+    one input set's batches taken together; None when the output is not an embedding (a width that follows the
+    input's length is per-token scores, a width of 1 a score) or the batches cannot be compared."""
     refs = [np.asarray(b[output]) for b in ref_batches]
     if not refs or any(r.ndim != 2 for r in refs) or len(got) != len(refs):
+        return None
+    if len({r.shape[1] for r in refs}) != 1 or refs[0].shape[1] < 2:
         return None
     acts = [b.get(output) for b in got]
     if any(a is None or np.asarray(a).shape != r.shape for a, r in zip(acts, refs, strict=True)):

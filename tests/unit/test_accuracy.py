@@ -264,6 +264,19 @@ def test_neighbour_check_is_informational_unless_a_threshold_is_set() -> None:
     assert not gated and "neighbours" in gated.reason
 
 
+def test_per_token_scores_and_single_scores_get_no_neighbour_check() -> None:
+    """2-D outputs that are no embedding: per-token scores whose width follows each batch's length (the data
+    split's batches differ in it: concatenating them crashed the deploy), and one score per sample."""
+    rng = np.random.default_rng(2)
+    ref = {"data": [{"scores": rng.normal(size=(4, 13))}, {"scores": rng.normal(size=(4, 2))}]}
+    info = evaluate(ArtifactAccuracy("a", "fp16", "x"), ref, ref, ["scores"], Tolerance(max_abs=1.0))
+    assert info and {c.metric for c in info.checks} >= {"max_abs", "cosine"}
+    assert not [c for c in info.checks if c.metric == "neighbours"]
+    one = {"data": [{"score": rng.normal(size=(8, 1))}]}
+    info = evaluate(ArtifactAccuracy("a", "fp16", "x"), one, one, ["score"], Tolerance(max_abs=1.0))
+    assert not [c for c in info.checks if c.metric == "neighbours"]
+
+
 def test_artifact_entry_keeps_a_verdict_per_runtime() -> None:
     good = ArtifactAccuracy(
         "a", "fp16", "onnxruntime-cpu", [Check("y", "opt", "cosine", 1.0, 0.9, True, False)]
