@@ -40,6 +40,7 @@ def convert(model: onnx.ModelProto, cfg: Fp16Export) -> onnx.ModelProto:
         ) from exc
     model = onnx.ModelProto.FromString(model.SerializeToString())
     onnx_tools.drop_initializer_value_info(model)
+    onnx_tools.outputs_from_nodes(model)
     converted = convert_float_to_float16(
         model,
         keep_io_types=cfg.keep_io_types,
@@ -90,7 +91,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="fp16",
-            version=2,
+            version=3,
             config=Fp16Config.from_recipe(recipe),
             run=_run,
             environment=onnx_tools.onnx_environment,

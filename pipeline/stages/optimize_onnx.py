@@ -189,6 +189,7 @@ def _finish(model: onnx.ModelProto, fp16: Fp16Export | None) -> onnx.ModelProto:
     if fp16 is not None:
         from onnxruntime.transformers.onnx_model import OnnxModel
 
+        onnx_tools.outputs_from_nodes(model)
         wrapped = OnnxModel(model)
         wrapped.convert_float_to_float16(
             keep_io_types=fp16.keep_io_types, op_block_list=onnx_tools.fp16_block_list(fp16.block_ops)
@@ -242,7 +243,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name=f"optimize_onnx_{variant.precision}",
-            version=3,  # CHANGELOG.md, "Stage versions"
+            version=4,  # CHANGELOG.md, "Stage versions"
             config=OptimizeConfig.from_recipe(recipe, recipe_dir, variant),
             run=_run,
             environment=onnx_tools.onnx_environment,

@@ -304,6 +304,25 @@ def select_nodes(
     return selection
 
 
+def outputs_from_nodes(model: onnx.ModelProto) -> None:
+    """Give every constant graph output a producing node: an output that is an initializer (a batch-independent
+    constant the exporter folded, such as a learned temperature) gets an Identity in front.
+    The FP16 converters wrap each output in a Cast and then find that Cast fed by nothing they sorted (ONNX
+    Runtime's converter: "nodes must be topologically sorted")."""
+    graph = model.graph
+    sources = {i.name for i in graph.initializer}
+    for output in graph.output:
+        if output.name not in sources:
+            continue
+        held = f"{output.name}__value"
+        for initializer in graph.initializer:
+            if initializer.name == output.name:
+                initializer.name = held
+        for node in graph.node:
+            node.input[:] = [held if name == output.name else name for name in node.input]
+        graph.node.append(onnx.helper.make_node("Identity", [held], [output.name], name=f"{held}_identity"))
+
+
 def drop_initializer_value_info(model: onnx.ModelProto) -> None:
     """Remove value_info entries that restate an initializer's type (the dynamo exporter writes them): the
     FP16 converter retypes every float value_info, also those of initializers it keeps FP32 for blocked ops,

@@ -105,3 +105,36 @@ def test_recipe_block_list_is_honoured(source: ArtifactRecord, tmp_path: Path) -
     types = onnx_tools.value_types(model)
     assert all(types[n.output[0]] == FLOAT for n in model.graph.node if n.op_type == "MatMul")
     assert result.outputs[0].details["blocked_ops"] == ["MatMul"]
+
+
+def test_a_constant_output_is_converted_with_the_rest(tmp_path: Path) -> None:
+    """A batch-independent output the exporter folded into an initializer (a learned temperature): the FP16
+    graph keeps it, as float at the graph's edge, and ONNX Runtime runs it."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from pipeline.recipe import Fp16Export
+    from pipeline.stages.fp16 import convert
+
+    weights = np.eye(4, dtype=np.float32) * 0.5
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "constant-output",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4]),
+            helper.make_tensor_value_info("temperature", TensorProto.FLOAT, [1]),
+        ],
+        [
+            helper.make_tensor("w", TensorProto.FLOAT, weights.shape, weights.ravel()),
+            helper.make_tensor("temperature", TensorProto.FLOAT, [1], [0.7]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "model.fp16.onnx"
+    onnx.save(convert(model, Fp16Export()), path)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    y, temperature = session.run(["y", "temperature"], {"x": np.ones((2, 4), np.float32)})
+    assert y.dtype == np.float32 and np.allclose(y, 0.5)
+    assert temperature.dtype == np.float32 and np.allclose(temperature, [0.7], atol=1e-3)
