@@ -101,9 +101,14 @@ def test_small_sample_widening_uses_students_t() -> None:
     assert small_sample_factor(1000) == pytest.approx(1.0, abs=0.01)
 
 
-def test_a_latency_interval_never_reaches_below_zero() -> None:
-    """Two windows far apart widen by t(1) = 12.7: the p99 interval reached [-93.9–678] ms."""
+def test_a_latency_interval_stays_within_the_calls_measured() -> None:
+    """Two windows far apart widen by t(1) = 12.7: the p99 interval reached [-93.9–678] ms, and a p50 interval
+    once reached 162 ms where no call took more than 63: the widening stops at the fastest and slowest call."""
     samples = [1.0] * 20 + [5.0, 6.0, 300.0, 600.0] * 5
     intervals, method = bootstrap_intervals(samples, window_sizes=[20, 20])
     assert method == "block-bootstrap"
-    assert all(low >= 0.0 for low, _ in intervals.values()), intervals
+    assert all(1.0 <= low <= high <= 600.0 for low, high in intervals.values()), intervals
+    fast, slow = [0.16] * 30, [0.16] * 10 + [17.0] * 15 + [63.0] * 5
+    intervals, _ = bootstrap_intervals(fast + slow, window_sizes=[30, 30])
+    low, high = intervals["p50"]
+    assert 0.16 <= low <= high <= 63.0, intervals
