@@ -6,12 +6,15 @@ dropped so that the bytes do not depend on where the code lives."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
+import numpy as np
 import onnx
 import torch
 
 from pipeline.core.artifacts import ArtifactRecord
+from pipeline.core.errors import StageError
 from pipeline.core.packages import package_version
 from pipeline.core.variants import Variant, parse
 from pipeline.decide.verdict import WEIGHTS
@@ -20,6 +23,7 @@ from pipeline.inputs.models import positional
 from pipeline.inputs.specs import DataSpec, ModelSpec
 from pipeline.recipe import InputSpec, OnnxExport, Recipe
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
+from pipeline.toolchain import ort_probe
 from pipeline.toolchain.onnx_tools import captured, drop_initializer_value_info
 
 _DROPPED_NODE_METADATA = ("pkg.torch.onnx.stack_trace",)
@@ -64,6 +68,29 @@ def _dynamo_export(ctx: RunContext, config: OnnxExportConfig, path: Path) -> Non
         verbose=False,
     )
     program.save(str(path), external_data=False)
+
+
+def _corner_problem(ctx: RunContext, config: OnnxExportConfig, path: Path) -> str | None:
+    """Why the exported graph does not run at the smallest or the largest shape the recipe allows, or None.
+    The dynamo exporter may specialize a dim it was told is dynamic (an LSTM's sequence length was baked into
+    a Reshape); the graph then fails only at another length, so it is run at both corners, in a child."""
+    names = {i.name for i in onnx.load(str(path), load_external_data=False).graph.input}
+    spec, dataset = config.model, ctx.dataset(config.data)
+    batch_dim = config.data.batch_dim
+    batches = {"min": None, "max": None}
+    if batch_dim in spec.dims:
+        batches = {"min": spec.dims[batch_dim].min, "max": min(spec.dims[batch_dim].max, 2)}
+    with tempfile.TemporaryDirectory(prefix="onnx-corners-") as tmp:
+        files = []
+        for corner, batch in batches.items():
+            feeds = {k: v for k, v in dataset.corner_feeds(corner, batch).items() if k in names}
+            files.append(Path(tmp) / f"{corner}.npz")
+            np.savez(files[-1], **feeds)
+        try:
+            problem = ort_probe.load_problem(path, feeds=tuple(files))
+        except ort_probe.Crashed as exc:
+            return str(exc)
+    return f"at the min or max shape: {problem}" if problem else None
 
 
 def _legacy_export(ctx: RunContext, config: OnnxExportConfig, path: Path) -> None:
@@ -118,12 +145,15 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
             ctx.report("onnx: exporting with the dynamo exporter")
             try:
                 _dynamo_export(ctx, config, target)
+                why = _corner_problem(ctx, config, target)
             except Exception as exc:  # noqa: BLE001 - any exporter failure is a reason to fall back
+                why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:500]}"
+            if why:
                 if not cfg.fallback:
-                    raise
+                    raise StageError(f"onnx: the dynamo export failed: {why}")
                 details["exporter"] = "legacy"
-                details["fallback_reason"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:500]}"
-                ctx.report("onnx: dynamo export failed, falling back to the legacy exporter")
+                details["fallback_reason"] = why
+                ctx.report(f"onnx: dynamo export failed ({why[:200]}), falling back to the legacy exporter")
                 _legacy_export(ctx, config, target)
         else:
             ctx.report("onnx: exporting with the legacy exporter")
@@ -157,7 +187,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="export_onnx",
-            version=3,  # CHANGELOG.md, "Stage versions"
+            version=4,  # CHANGELOG.md, "Stage versions"
             config=OnnxExportConfig.from_recipe(recipe, recipe_dir),
             run=_run,
             environment=lambda: {

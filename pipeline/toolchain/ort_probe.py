@@ -1,4 +1,4 @@
-"""Whether ONNX Runtime can load a graph, asked in a child process: a graph a converter produced can crash the
+"""Whether ONNX Runtime can load a graph (and run it at given feeds), asked in a child process: a graph a converter produced can crash the
 runtime natively as it loads (ONNX Runtime 1.2x's CPU session segfaults on some FP16 recurrent graphs), and a
 crash in the deploy's own process would end the deploy with no message. In a child it is one variant's
 failure, with the signal named."""
@@ -12,9 +12,12 @@ from pathlib import Path
 from pipeline.core.children import child_env, exit_text, popen_tied
 
 PROBE = (
-    "import sys, onnxruntime as ort\n"
+    "import sys, numpy as np, onnxruntime as ort\n"
     "try:\n"
-    "    ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])\n"
+    "    session = ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])\n"
+    "    for path in sys.argv[2:]:\n"
+    "        with np.load(path) as feeds:\n"
+    "            session.run(None, dict(feeds))\n"
     "except Exception as exc:\n"
     "    print(f'{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else \"\"}')\n"
     "    sys.exit(1)\n"
@@ -26,11 +29,11 @@ class Crashed(Exception):
     """ONNX Runtime died (or hung) loading the graph: nothing in this process may load it."""
 
 
-def load_problem(path: Path, timeout_s: float = TIMEOUT_S) -> str | None:
-    """None when ONNX Runtime's CPU session loads the graph, else its error message; raises Crashed when the
-    runtime crashes or hangs loading it."""
+def load_problem(path: Path, timeout_s: float = TIMEOUT_S, feeds: tuple[Path, ...] = ()) -> str | None:
+    """None when ONNX Runtime's CPU session loads the graph (and runs it at each `.npz` of feeds), else its
+    error message; raises Crashed when the runtime crashes or hangs."""
     proc = popen_tied(
-        [sys.executable, "-c", PROBE, str(path)],
+        [sys.executable, "-c", PROBE, str(path), *map(str, feeds)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,

@@ -235,6 +235,30 @@ class DictOutput(nn.Module):
         return {"hidden": hidden, "logits": logits, "probabilities": logits.softmax(-1)}
 
 
+class RecurrentTagger(nn.Module):
+    """A recurrent sequence tagger: a bidirectional LSTM and a GRU over float features, returning per-step tag
+    logits, one score per step ([batch, sequence]: 2-D, but no embedding) and a learned temperature that does
+    not depend on the batch (the exporters fold it into a constant output). The dynamo exporter bakes the
+    example's sequence length into a Reshape of this graph: the export must notice and fall back."""
+
+    def __init__(self, features: int = 12, hidden: int = 24, tags: int = 7):
+        super().__init__()
+        self.rnn = nn.LSTM(features, hidden, num_layers=2, batch_first=True, bidirectional=True)
+        self.gru = nn.GRU(2 * hidden, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, tags)
+        self.temperature = nn.Parameter(torch.tensor([0.7]))
+
+    def forward(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        states, _ = self.rnn(features)
+        out, _ = self.gru(states)
+        tags = self.head(out)
+        return tags, tags.logsumexp(-1), self.temperature * 1.0
+
+
+def recurrent_tagger(**kwargs: int) -> nn.Module:
+    return RecurrentTagger(**kwargs)
+
+
 def tokens_and_features(**kwargs: int) -> nn.Module:
     return TokensAndFeatures(**kwargs)
 
