@@ -105,6 +105,7 @@ class Measure:
     nonfinite: int = 0
     problem: str | None = None  # not comparable: missing output, shape mismatch, non-finite reference
     scale: float = 1.0  # output_scale of the reference: absolute thresholds are multiplied by it
+    directionless: bool = False  # one value per sample, or integer/boolean values: cosine sees only signs
 
 
 def measure(reference: np.ndarray, actual: np.ndarray | None, mask: np.ndarray | None = None) -> Measure:
@@ -131,7 +132,13 @@ def measure(reference: np.ndarray, actual: np.ndarray | None, mask: np.ndarray |
         return Measure({}, 0, problem=f"the reference itself has {ref_nonfinite} NaN/inf values")
     if keep is None:
         values = {name: fn(reference, actual) for name, fn in METRICS.items()}
-        return Measure(values, int(actual.size), _nonfinite(actual), scale=output_scale(reference))
+        return Measure(
+            values,
+            int(actual.size),
+            _nonfinite(actual),
+            scale=output_scale(reference),
+            directionless=directionless(reference),
+        )
     keep = np.broadcast_to(keep, reference.shape)
     ref_kept, act_kept = reference[keep], actual[keep]
     values = {
@@ -141,6 +148,18 @@ def measure(reference: np.ndarray, actual: np.ndarray | None, mask: np.ndarray |
         "cosine": cosine(reference, actual),  # padded positions are zero in both: they add nothing
     }
     return Measure(values, int(act_kept.size), _nonfinite(act_kept), scale=output_scale(ref_kept))
+
+
+DIRECTIONLESS = "one value per sample or integer values: cosine sees only signs, max_abs gates instead"
+
+
+def directionless(reference: np.ndarray) -> bool:
+    """Whether cosine cannot judge this output: one value per sample (a score, a class index: the cosine of
+    two single numbers is only whether their signs agree, so a score off by 20% or a class changed from 3 to 4
+    has cosine 1), or integer or boolean values (labels, ids, flags: equal or not)."""
+    if reference.dtype.kind in "biu":
+        return True
+    return reference.ndim <= 1 or reference.size <= reference.shape[0]
 
 
 def per_token_mask(output: np.ndarray, mask: np.ndarray | None) -> np.ndarray | None:
@@ -172,7 +191,8 @@ def combine(measures: list[Measure]) -> Measure:
         "mean_abs": sum(m.values["mean_abs"] * m.elements for m in measures) / elements if elements else 0.0,
     }
     scale = max(m.scale for m in measures)
-    return Measure(values, elements, sum(m.nonfinite for m in measures), scale=scale)
+    flat = any(m.directionless for m in measures)
+    return Measure(values, elements, sum(m.nonfinite for m in measures), scale=scale, directionless=flat)
 
 
 # ---------------------------------------------------------------- tolerances and checks
@@ -271,9 +291,14 @@ def checks_for(output: str, inputs: str, m: Measure, tolerance: Tolerance) -> li
         return [Check(output, inputs, COMPARABLE, None, None, False, False, m.problem)]
     finite_reason = f"{m.nonfinite} NaN/inf values in the output" if m.nonfinite else None
     checks = [Check(output, inputs, FINITE, m.nonfinite, 0, m.nonfinite == 0, False, finite_reason)]
-    for metric, (tolerance_value, informational) in thresholds_for(tolerance, output).items():
+    resolved = thresholds_for(tolerance, output)
+    swapped = m.directionless and output not in tolerance.outputs and resolved["max_abs"][0] is not None
+    for metric, (tolerance_value, informational) in resolved.items():
         if metric not in METRIC_NAMES:
             continue  # measured over a whole input set, not per batch (neighbours)
+        if swapped and metric in ("cosine", "max_abs"):
+            # cosine cannot judge this output (see directionless): the absolute bound gates in its place
+            informational = metric == "cosine"
         scale = m.scale if metric in SCALED and tolerance_value is not None else 1.0
         threshold = None if tolerance_value is None else tolerance_value * scale
         value = m.values.get(metric)
@@ -284,7 +309,8 @@ def checks_for(output: str, inputs: str, m: Measure, tolerance: Tolerance) -> li
             )
             continue
         passed = True if threshold is None else _passes(metric, value, threshold)
-        checks.append(Check(output, inputs, metric, value, threshold, passed, informational, scale=scale))
+        reason = DIRECTIONLESS if swapped and metric == "cosine" else None
+        checks.append(Check(output, inputs, metric, value, threshold, passed, informational, reason, scale))
     return checks
 
 

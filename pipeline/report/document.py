@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
+from pipeline.check.accuracy import DIRECTIONLESS
 from pipeline.check.speed import figure_text, fmt_qps, fmt_rate
 from pipeline.check.timings import Throughput, is_winner_row
 from pipeline.check.verdicts import AccuracyRecord, Verdict, records
@@ -264,6 +265,15 @@ def _accuracy(accuracy: Dict | None, image: str | None) -> Section:
         ),
         Table(headers, rows, tones),
     ]
+    flat = sorted({c.output for e in entries.values() for c in e.checks if c.reason == DIRECTIONLESS})
+    if flat:
+        blocks.append(
+            Para(
+                f"{', '.join(flat)}: one value per sample or integer values, which cosine cannot judge (the cosine "
+                "of two single numbers only says whether their signs agree): max_abs gates "
+                f"{'it' if len(flat) == 1 else 'them'} in its place, at every precision."
+            )
+        )
     failures = [
         f"{name}{f' on {runtime}' if runtime else ''}: {where(c)}: {check_text(c, with_metric=True)}"
         for name, runtime, entry in _accuracy_lines(entries)

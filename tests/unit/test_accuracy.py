@@ -277,6 +277,31 @@ def test_per_token_scores_and_single_scores_get_no_neighbour_check() -> None:
     assert not [c for c in info.checks if c.metric == "neighbours"]
 
 
+def test_a_score_or_a_label_is_gated_by_its_absolute_error_not_its_sign() -> None:
+    """One value per sample ([batch, 1] scores) and integer labels: per-sample cosine is 1 whenever the signs
+    agree, so an FP16 graph 2.0 off on every score and flipping labels passed. max_abs gates them instead."""
+    fp16 = Tolerance(max_abs=5e-2, cosine=0.999, informational=["max_abs"])
+    score = np.array([[10.05], [9.8], [10.3], [9.9]], np.float32)
+    label = np.array([3, 1, 0, 2], np.int64)
+    ref = {"data": [{"score": score, "label": label}]}
+    got = {"data": [{"score": score - 2.0, "label": np.array([4, 1, 0, 2], np.int64)}]}
+    info = evaluate(ArtifactAccuracy("a", "fp16", "x"), ref, got, ["score", "label"], fp16)
+    assert not info
+    failing = {(c.output, c.metric) for c in info.failures()}
+    assert failing == {("score", "max_abs"), ("label", "max_abs")}, info.reason
+    cosines = [c for c in info.checks if c.metric == "cosine"]
+    assert cosines and all(c.informational and c.value == 1.0 for c in cosines)
+    same = evaluate(ArtifactAccuracy("a", "fp16", "x"), ref, ref, ["score", "label"], fp16)
+    assert same
+    # an embedding keeps its cosine gate, and max_abs stays informational for it
+    emb = np.random.default_rng(3).normal(size=(4, 8))
+    info = evaluate(
+        ArtifactAccuracy("a", "fp16", "x"), {"opt": [{"e": emb}]}, {"opt": [{"e": emb + 0.2}]}, ["e"], fp16
+    )
+    gates = {c.metric: c.informational for c in info.checks if c.metric in ("cosine", "max_abs")}
+    assert gates == {"cosine": False, "max_abs": True}
+
+
 def test_artifact_entry_keeps_a_verdict_per_runtime() -> None:
     good = ArtifactAccuracy(
         "a", "fp16", "onnxruntime-cpu", [Check("y", "opt", "cosine", 1.0, 0.9, True, False)]
