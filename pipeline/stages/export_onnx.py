@@ -81,13 +81,15 @@ def _corner_problem(ctx: RunContext, config: OnnxExportConfig, path: Path) -> st
     if batch_dim in spec.dims:
         batches = {"min": spec.dims[batch_dim].min, "max": min(spec.dims[batch_dim].max, 2)}
     with tempfile.TemporaryDirectory(prefix="onnx-corners-") as tmp:
-        files = []
+        folders = []
         for corner, batch in batches.items():
-            feeds = {k: v for k, v in dataset.corner_feeds(corner, batch).items() if k in names}
-            files.append(Path(tmp) / f"{corner}.npz")
-            np.savez(files[-1], **feeds)
+            folders.append(Path(tmp) / corner)
+            folders[-1].mkdir()
+            for name, value in dataset.corner_feeds(corner, batch).items():
+                if name in names:
+                    np.save(folders[-1] / f"{name}.npy", value)
         try:
-            problem = ort_probe.load_problem(path, feeds=tuple(files))
+            problem = ort_probe.load_problem(path, feeds=tuple(folders))
         except ort_probe.Crashed as exc:
             return str(exc)
     return f"at the min or max shape: {problem}" if problem else None
@@ -145,9 +147,12 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
             ctx.report("onnx: exporting with the dynamo exporter")
             try:
                 _dynamo_export(ctx, config, target)
-                why = _corner_problem(ctx, config, target)
+                why = None
             except Exception as exc:  # noqa: BLE001 - any exporter failure is a reason to fall back
                 why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:500]}"
+            why = why or _corner_problem(
+                ctx, config, target
+            )  # a full disk here is the deploy's, not dynamo's
             if why:
                 if not cfg.fallback:
                     raise StageError(f"onnx: the dynamo export failed: {why}")

@@ -13,11 +13,11 @@ from pipeline.core.children import child_env, exit_text, popen_tied
 
 PROBE = (
     "import sys, numpy as np, onnxruntime as ort\n"
+    "from pathlib import Path\n"
     "try:\n"
     "    session = ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])\n"
-    "    for path in sys.argv[2:]:\n"
-    "        with np.load(path) as feeds:\n"
-    "            session.run(None, dict(feeds))\n"
+    "    for folder in map(Path, sys.argv[2:]):\n"
+    "        session.run(None, {f.stem: np.load(f) for f in sorted(folder.glob('*.npy'))})\n"
     "except Exception as exc:\n"
     "    print(f'{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else \"\"}')\n"
     "    sys.exit(1)\n"
@@ -30,8 +30,8 @@ class Crashed(Exception):
 
 
 def load_problem(path: Path, timeout_s: float = TIMEOUT_S, feeds: tuple[Path, ...] = ()) -> str | None:
-    """None when ONNX Runtime's CPU session loads the graph (and runs it at each `.npz` of feeds), else its
-    error message; raises Crashed when the runtime crashes or hangs."""
+    """None when ONNX Runtime's CPU session loads the graph (and runs it at each folder of feeds, one `.npy`
+    per input named like it), else its error message; raises Crashed when the runtime crashes or hangs."""
     proc = popen_tied(
         [sys.executable, "-c", PROBE, str(path), *map(str, feeds)],
         stdout=subprocess.PIPE,

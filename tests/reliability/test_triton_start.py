@@ -60,7 +60,8 @@ except PipelineError as exc:
 def _serve_from(folder: Path, tmp_path: Path) -> tuple[str, float]:
     """The child's verdict line (the server prints lines of its own) and its seconds, with `folder` first on
     PYTHONPATH."""
-    env = {**os.environ, "PYTHONPATH": f"{folder}:{ROOT}"}
+    # without the library path an earlier server of this test process left in the environment
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"} | {"PYTHONPATH": f"{folder}:{ROOT}"}
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(folder), str(tmp_path / "mm.onnx")],
@@ -112,7 +113,9 @@ def test_pytriton_seen_only_through_pythonpath_is_refused_at_start_with_the_way_
     base = Path(sys.base_prefix) / "bin" / "python3"
     if Path(sys.prefix) == Path(sys.base_prefix) or not base.exists():
         pytest.skip("needs a virtual environment over a base interpreter without the serve extra")
-    env = {**os.environ, "PYTHONPATH": f"{site_packages}:{ROOT}"}
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"} | {
+        "PYTHONPATH": f"{site_packages}:{ROOT}"
+    }
     done = subprocess.run(
         [str(base), "-c", CHILD, str(site_packages), str(tmp_path / "mm.onnx")],
         capture_output=True,
