@@ -214,6 +214,7 @@ def _peer(row: Timing | None, metric: str, entries: dict[str, AccuracyRecord]) -
         "io": row.io,
         "value": row.value(metric),
         "interval": list(row.interval_or_point(metric)),
+        "stable": row.settled(metric),
         "accuracy": accuracy_record(entries.get(row.artifact), row.artifact, row.runtime)["figures"],
     }
 

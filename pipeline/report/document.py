@@ -176,6 +176,8 @@ def _cost_line(winner: Dict, baseline: Dict | None) -> str | None:
     text = f"{speed[0].upper()}{speed[1:]} {baseline.get('artifact')} ({baseline.get('runtime')})"
     if metric:
         text += f" at {metric} {fmt_metric(metric, mine[metric])} vs {fmt_metric(metric, theirs[metric])}"
+    if baseline.get("stable") is False and not speed.startswith("within"):
+        text += f"; {baseline.get('artifact')}'s timing did not settle, so the ratio is rough"
     return text + "."
 
 
@@ -210,9 +212,10 @@ def _ratio(winner: Dict, runner_up: Dict) -> str:
         return " (within noise of the winner: 95% intervals overlap; see Why)"
     if (winner.get("unit") or "ms") != "ms":
         return f" (the winner has {compared.split('×')[0]}× its {_rate_word(winner)})"
+    rough = "; that row's timing did not settle" if runner_up.get("stable") is False else ""
     if compared.endswith("slower than"):  # only a simpler winner chosen from a tie is slower (see Why)
-        return f" (the winner is {compared.removesuffix(' than')} by p50; see Why)"
-    return f" (the winner is {compared.removesuffix(' than')})"
+        return f" (the winner is {compared.removesuffix(' than')} by p50{rough}; see Why)"
+    return f" (the winner is {compared.removesuffix(' than')}{rough})"
 
 
 # ------------------------------------------------------------------ accuracy

@@ -212,6 +212,21 @@ def test_a_speed_ratio_is_claimed_only_where_the_intervals_separate(inputs):
     assert "1.28× faster than onnx-fp32 (onnxruntime-cpu)" in winner
 
 
+def test_a_ratio_against_a_row_that_did_not_settle_says_so(inputs):
+    """A hold-out sign-off read '470.80× faster than torchscript-fp32' against a row whose windows never
+    agreed (measured alone, 1.6×): a ratio against an unsettled row is marked rough."""
+    inputs["winner"]["baseline"]["stable"] = False
+    inputs["winner"]["runner_up"] |= {"value": 11.5, "interval": [11.2, 11.9], "stable": False}
+    winner = _section(render_markdown(**inputs), "Winner")
+    assert "2.93× faster than onnx-fp32 (onnxruntime-cpu)" in winner
+    assert "onnx-fp32's timing did not settle, so the ratio is rough" in winner, winner
+    assert "that row's timing did not settle)" in winner, winner
+    inputs["winner"]["baseline"]["stable"] = True
+    inputs["winner"]["runner_up"]["stable"] = True
+    winner = _section(render_markdown(**inputs), "Winner")
+    assert "did not settle" not in winner
+
+
 def test_not_run_sits_under_the_verdict_and_flags_are_grouped(inputs):
     text = render_markdown(**inputs)
     titles = [line for line in text.splitlines() if line.startswith("## ")]
