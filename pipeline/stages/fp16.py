@@ -68,11 +68,17 @@ def _run(ctx: RunContext, config: Fp16Config, inputs: dict[str, ArtifactRecord])
     ctx.report("fp16: converting the FP32 graph to float16")
     model = onnx_tools.load(inputs["onnx-fp32"].path)
     converted = convert(model, cfg)
+    share = onnx_tools.fp16_node_share(converted)
+    if share == 0:  # a float64 (or integer) graph: the copy computes nothing in float16
+        raise StageError(
+            "fp16: no node of the converted graph computes in float16 (the converter changes float32 only; "
+            "this graph computes in another type)"
+        )
     target = ctx.path(FILE)
     onnx_tools.save(converted, target)
     blocked = set(cfg.block_ops)
     details = {
-        "fp16_node_share": onnx_tools.fp16_node_share(converted),
+        "fp16_node_share": share,
         "blocked_ops": sorted(blocked),
         "blocked_nodes": sum(n.op_type in blocked for n in converted.graph.node),
         "keep_io_types": cfg.keep_io_types,
@@ -91,7 +97,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="fp16",
-            version=3,
+            version=4,
             config=Fp16Config.from_recipe(recipe),
             run=_run,
             environment=onnx_tools.onnx_environment,

@@ -186,6 +186,11 @@ def _run(ctx: RunContext, config: Int8Config, inputs: dict[str, ArtifactRecord])
             check_graph(result)
         except GraphRejected as exc:
             raise StageError(f"int8: the quantized graph is unusable: {exc}") from exc
+        if not quantized_nodes(result, cfg.op_types):  # its FP32 graph, which would be timed as INT8
+            raise StageError(
+                f"int8: the quantizer quantized none of the {len(selection.quantize)} nodes selected "
+                f"({', '.join(sorted(set(cfg.op_types)))} with float32 weights are what it takes)"
+            )
     onnx_tools.save(result, target)
     details = _details(dataset, result, selection, cfg, feeds, pre)
     return StageResult(
@@ -233,7 +238,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="int8",
-            version=2,  # CHANGELOG.md, "Stage versions"
+            version=3,  # CHANGELOG.md, "Stage versions"
             config=Int8Config.from_recipe(recipe, recipe_dir),
             run=_run,
             environment=onnx_tools.onnx_environment,

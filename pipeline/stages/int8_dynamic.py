@@ -70,12 +70,18 @@ def _run(ctx: RunContext, config: Int8DynamicConfig, inputs: dict[str, ArtifactR
             check_graph(model)
         except GraphRejected as exc:
             raise StageError(f"int8_dynamic: the quantized graph is unusable: {exc}") from exc
-    onnx_tools.save(model, target)
     counts = onnx_tools.op_counts(model)
+    quantized = counts.get("MatMulInteger", 0) + counts.get("com.microsoft.DynamicQuantizeMatMul", 0)
+    if not quantized:  # an "INT8" artifact that is its FP32 graph would be timed and chosen as INT8
+        floats = counts.get("MatMul", 0) + counts.get("Gemm", 0)
+        raise StageError(
+            f"int8_dynamic: nothing was quantized: ONNX Runtime's dynamic quantizer takes float32 MatMul and "
+            f"Gemm weights, and this graph's {floats} MatMul/Gemm nodes have none it could take"
+        )
+    onnx_tools.save(model, target)
     details = {
         "target": "onnxruntime",
-        "quantized_count": counts.get("MatMulInteger", 0)
-        + counts.get("com.microsoft.DynamicQuantizeMatMul", 0),
+        "quantized_count": quantized,
         "dynamic_quantize_linear": counts.get("DynamicQuantizeLinear", 0),
         "float_matmuls": counts.get("MatMul", 0) + counts.get("Gemm", 0),
         "op_counts": counts,
@@ -93,7 +99,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="int8_dynamic",
-            version=2,  # CHANGELOG.md, "Stage versions"
+            version=3,  # CHANGELOG.md, "Stage versions"
             config=Int8DynamicConfig(settings=SETTINGS),
             run=_run,
             environment=onnx_tools.onnx_environment,
