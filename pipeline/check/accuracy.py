@@ -224,7 +224,7 @@ class Check:
 
     def severity(self) -> float:
         """How far past its threshold (1.0 = at it); problems and non-finite values rank worst."""
-        if self.reason is not None or self.metric in (FINITE, COMPARABLE):
+        if (self.reason is not None and self.reason != DIRECTIONLESS) or self.metric in (FINITE, COMPARABLE):
             return math.inf
         share = tolerance_share(self.metric, self.value, self.threshold)
         return math.inf if share is None else share
@@ -233,7 +233,7 @@ class Check:
         """One line naming output, metric and input set, e.g. 'pooled cosine 0.91 < 0.98 at opt'."""
         if self.metric == FINITE and self.value:
             return f"{self.output} has {self.value} NaN/inf values at {self.inputs}"
-        if self.reason is not None:
+        if self.reason is not None and self.reason != DIRECTIONLESS:
             return f"{self.output} {self.metric} at {self.inputs}: {self.reason}"
         if self.value is None or self.threshold is None:
             return f"{self.output} {self.metric} at {self.inputs}: no value"
@@ -274,9 +274,9 @@ def tolerance_share(metric: str, value: Any, threshold: Any) -> float | None:
 
 def _distinct(a: float, b: float) -> tuple[str, str]:
     """Format two numbers with just enough digits that they do not print the same (0.99995 vs 0.9999)."""
-    for digits in range(3, 10):
-        sa, sb = f"{a:.{digits}g}", f"{b:.{digits}g}"
-        if sa != sb:
+    for digits in range(3, 10):  # a threshold as written (0.9999, not 1), the value as short as it can be
+        sa, sb = f"{a:.{digits}g}", f"{b:.{max(digits, 6)}g}"
+        if sa != sb and (float(sa) < float(sb)) == (a < b):  # rounding must not turn the comparison over
             return sa, sb
     return repr(a), repr(b)
 

@@ -19,11 +19,20 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
     return close[0] if close else None
 
 
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # a terminal's colour and cursor codes (torch.export's messages)
+
+
+def plain(text: str) -> str:
+    """Text without terminal colour codes: a tool's message quoted in a report or a record."""
+    return ANSI.sub("", text)
+
+
 def one_line(text: str) -> str:
-    """Control characters (a newline in a --set value, in a path, in a quoted value) written as escapes: a
-    problem is one line on stderr, whatever the user's text held."""
+    """Control characters (a newline in a --set value, in a path, in a quoted value) written as escapes, and
+    terminal colour codes dropped: a problem is one line on stderr, whatever the user's text held."""
     return "".join(
-        ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) == "Cc" else ch for ch in text
+        ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch) == "Cc" else ch
+        for ch in plain(text)
     )
 
 

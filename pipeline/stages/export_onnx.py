@@ -14,7 +14,7 @@ import onnx
 import torch
 
 from pipeline.core.artifacts import ArtifactRecord
-from pipeline.core.errors import StageError
+from pipeline.core.errors import StageError, plain
 from pipeline.core.packages import package_version
 from pipeline.core.variants import Variant, parse
 from pipeline.decide.verdict import WEIGHTS
@@ -149,7 +149,9 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
                 _dynamo_export(ctx, config, target)
                 why = None
             except Exception as exc:  # noqa: BLE001 - any exporter failure is a reason to fall back
-                why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:500]}"
+                # torch.export's first line is a generic banner: its cause follows on the next lines
+                lines = [line.strip() for line in plain(str(exc)).splitlines() if line.strip()]
+                why = f"{type(exc).__name__}: {' '.join(lines)[:500]}"
             why = why or _corner_problem(
                 ctx, config, target
             )  # a full disk here is the deploy's, not dynamo's

@@ -316,3 +316,11 @@ def test_artifact_entry_keeps_a_verdict_per_runtime() -> None:
     assert not record.passed_on("tensorrt") and record.passed_anywhere and not record.passed
     assert [c.runtime for c in record.on("onnxruntime-cuda").checks] == ["onnxruntime-cuda"]
     assert {c["runtime"] for c in entry["checks"]} == {"onnxruntime-cpu", "onnxruntime-cuda"}
+
+
+def test_a_failing_check_states_its_threshold_as_written() -> None:
+    """'y cosine -0.73 < 1' was printed for a 0.9999 gate (three digits rounded it to 1)."""
+    check = Check("y", "data", "cosine", -0.73, 0.9999, False, False)
+    assert check.describe() == "y cosine -0.73 < 0.9999 at data"
+    close = Check("y", "opt", "cosine", 0.99985, 0.9999, False, False)
+    assert close.describe() == "y cosine 0.99985 < 0.9999 at opt"
