@@ -172,6 +172,30 @@ def per_token_mask(output: np.ndarray, mask: np.ndarray | None) -> np.ndarray | 
     return keep.reshape(keep.shape + (1,) * (output.ndim - 2))
 
 
+def reference_nonfinite(
+    reference: Mapping[str, list[Outputs]], outputs: Iterable[str], masks: Masks
+) -> list[str]:
+    """'y at min: 6 NaN/inf values', per output and input set where the reference's own output is not finite
+    on real positions (padding aside, as measure() sees it): no artifact can be judged against those."""
+    found = []
+    for inputs, batches in reference.items():
+        batch_masks = masks.get(inputs) or [None] * len(batches)
+        for output in outputs:
+            count = 0
+            for batch, mask in zip(batches, batch_masks, strict=False):
+                if output not in batch:
+                    continue
+                value = np.asarray(batch[output])
+                keep = per_token_mask(value, mask)
+                if value.dtype.kind in "fc":
+                    count += _nonfinite(
+                        value[np.broadcast_to(keep, value.shape)] if keep is not None else value
+                    )
+            if count:
+                found.append(f"{output} at {inputs}: {count} NaN/inf values")
+    return found
+
+
 def _nonfinite(a: np.ndarray) -> int:
     return int(a.size - np.count_nonzero(np.isfinite(a.astype(np.float64, copy=False))))
 

@@ -17,10 +17,11 @@ import numpy as np
 
 from pipeline.bench import hosts
 from pipeline.bench.matrix import ArtifactPlan, Matrix
-from pipeline.check.accuracy import ArtifactAccuracy, evaluate
+from pipeline.check.accuracy import ArtifactAccuracy, evaluate, reference_nonfinite
 from pipeline.check.results import REPORTS, AccuracyReport, artifact_entry
 from pipeline.core import host
 from pipeline.core.artifacts import ArtifactRecord
+from pipeline.core.errors import PipelineError
 from pipeline.core.files import write_report
 from pipeline.core.heap import frozen_heap
 from pipeline.core.packages import package_version
@@ -375,6 +376,17 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
         reference_weights = ctx.model(config.model).weights_digest()
         reference_runtime = reference_runner.runtime
         reference = run_batches(ctx, config.runners, reference_runner, batches, REFERENCE)
+        broken = reference_nonfinite(
+            _by_inputs(reference, batches),
+            config.runners.outputs,
+            padding_masks(config.validation.padding_mask, batches),
+        )
+        if broken:  # every artifact would fail against it: the model, not the artifacts, is what to fix
+            raise PipelineError(
+                f"model: the model's own outputs are not finite on the recipe's validation inputs "
+                f"({'; '.join(broken[:4])}): no artifact can be checked against them; fix the model or "
+                "the inputs' ranges (inputs[].low/high, data)"
+            )
         pending = {item.name: item for item in late}
         built: dict[str, ArtifactRecord | None] = {}
 

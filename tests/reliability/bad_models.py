@@ -185,3 +185,13 @@ def chatty(**kwargs: int) -> nn.Module:
     ctypes.CDLL(None).puts(b"chatty: C stdio")
     atexit.register(print, "chatty: atexit")
     return _Chatty()
+
+
+class _NotFinite(_Wrapping):
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        hidden, pooled = self.inner(input_ids, attention_mask)
+        return hidden, torch.log(pooled - pooled.max() - 1.0)  # the log of a negative number: NaN
+
+
+def not_finite(**kwargs: int) -> nn.Module:
+    return _NotFinite()

@@ -130,6 +130,19 @@ def test_ctrl_c_still_stops_the_deploy_and_its_model_check(tmp_path: Path) -> No
 # ---------------------------------------------------------------- stages: the model's code in the deploy
 
 
+def test_a_model_whose_own_output_is_not_finite_is_the_error_not_every_artifact(tmp_path: Path) -> None:
+    """The reference itself gives NaN on the recipe's inputs: every artifact would "fail" against it (the
+    sign-off said "2 of 2 requested variants failed"); the deploy says the model is what to fix."""
+    result = deploy(tmp_path, f"{BAD}:not_finite")
+    assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
+    (line,) = document(result)["errors"]
+    assert line.startswith("model: the model's own outputs are not finite on the recipe's validation inputs")
+    assert "pooled at min:" in line and "NaN/inf values" in line and "hidden" not in line, line
+    assert "Traceback" not in result.stderr
+    base = tmp_path / "out" / "tiny"
+    assert not list(base.glob("v*")) and not (base / "latest").exists()
+
+
 @pytest.mark.slow
 def test_sys_exit_while_a_stage_runs_the_model_fails_that_stage(tmp_path: Path) -> None:
     """The model exits only while TorchScript traces it: that variant fails with the reason, the others are
