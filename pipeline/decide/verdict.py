@@ -112,6 +112,30 @@ def shape_warnings(records: Iterable[RunRecord], artifacts: Iterable[str]) -> li
     return warnings
 
 
+TRACER_WARNING = "TracerWarning"  # the tracer's warning that a Python value (a branch, a size) was baked in
+
+
+def branch_warnings(records: Iterable[RunRecord], failures: Iterable[VariantFailure]) -> list[str]:
+    """Exports failing validation where the tracer warned that forward turns a tensor into a Python value (an
+    `if` on tensor values): each export recorded the one path the example took, and the data that takes the
+    other path disagrees. Said once beside the verdict, since the failures themselves only show cosines."""
+    failed = sorted({f.artifact for f in failures if f.stage == "validate"})
+    if not failed:
+        return []
+    for record in records:
+        if record.details.get(SHAPE_DEPENDENT):
+            return []  # shape_warnings says it already
+        found = [w for w in record.details.get("tracer_warnings") or [] if str(w).startswith(TRACER_WARNING)]
+        if found:
+            return [
+                f"{record.name}: the tracer warned that the model's forward turns a tensor into a Python value "
+                f"({first_line(found[0], 120)}): an `if` on tensor values is exported as the one path the "
+                f"example took, so {', '.join(failed)} may fail where the data takes the other path; express "
+                "the branch with tensor operations (torch.where) to export both"
+            ]
+    return []
+
+
 STAGE_WARNINGS = "warnings"  # a stage's details key: what it did short of what it meant to, in sentences
 
 

@@ -149,8 +149,9 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
                 _dynamo_export(ctx, config, target)
                 why = None
             except Exception as exc:  # noqa: BLE001 - any exporter failure is a reason to fall back
-                # torch.export's first line is a generic banner: its cause follows on the next lines
-                lines = [line.strip() for line in plain(str(exc)).splitlines() if line.strip()]
+                # torch.export's message opens with a generic banner: its cause is under "Exception summary"
+                text = plain(str(exc)).split("## Exception summary", 1)[-1]
+                lines = [line.strip() for line in text.splitlines() if line.strip()]
                 why = f"{type(exc).__name__}: {' '.join(lines)[:500]}"
             why = why or _corner_problem(
                 ctx, config, target

@@ -18,7 +18,15 @@ from pipeline.check.results import REPORTS, AccuracyReport, Selection, SpeedRepo
 from pipeline.core.artifacts import ArtifactRecord
 from pipeline.core.files import write_json_atomic, write_text_atomic
 from pipeline.core.variants import FORMATS
-from pipeline.decide.verdict import SignOff, Verdict, decide, shape_warnings, stage_warnings, variant_failures
+from pipeline.decide.verdict import (
+    SignOff,
+    Verdict,
+    branch_warnings,
+    decide,
+    shape_warnings,
+    stage_warnings,
+    variant_failures,
+)
 from pipeline.inputs.specs import resolved_variant
 from pipeline.recipe import Recipe
 from pipeline.release.store import read_json, verify_folder
@@ -81,6 +89,7 @@ def judge(
     warnings = [
         *((accuracy or {}).get("warnings") or []),
         *shape_warnings(records, built),
+        *branch_warnings(records, failures),
         *stage_warnings(records),
     ]
     chosen = selection or {"reasons": ["selection did not run"], "winner": None}

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pipeline.decide.verdict import SHAPE_DEPENDENT, decide, shape_warnings, stage_warnings, variant_failures
+from pipeline.decide.verdict import (
+    SHAPE_DEPENDENT,
+    VariantFailure,
+    branch_warnings,
+    decide,
+    shape_warnings,
+    stage_warnings,
+    variant_failures,
+)
 
 
 @dataclass
@@ -92,6 +100,31 @@ def test_a_shape_dependent_trace_warns_for_every_other_export() -> None:
     ]
     [warning] = shape_warnings(records, ["onnx-fp32", "onnx-fp16"])
     assert "depends on the input shape" in warning and warning.endswith("onnx-fp32, onnx-fp16")
+
+
+def test_exports_failing_where_the_tracer_warned_of_a_branch_name_it() -> None:
+    """A model that branches on its data (`if x.mean() > 0`) fails every export at the held-out data while the
+    trace check passed at the corners: the failures showed only cosines; the tracer's warning says why."""
+    warned = [
+        "DeprecationWarning: torch.jit.trace is deprecated",
+        "TracerWarning: Converting a tensor to a Python boolean",
+    ]
+    records = [
+        Record(
+            "export_torchscript", "ran", produces=["torchscript-fp32"], details={"tracer_warnings": warned}
+        )
+    ]
+    failures = [
+        VariantFailure("torchscript-fp32", "validate", "y cosine -0.73 < 0.9999 at data"),
+        VariantFailure("onnx-fp32", "validate", "y cosine -0.73 < 0.9999 at data"),
+        VariantFailure("onnx-fp16", "fp16", "no node computes in float16"),
+    ]
+    [warning] = branch_warnings(records, failures)
+    assert "Converting a tensor to a Python boolean" in warning
+    assert "so onnx-fp32, torchscript-fp32 may fail where the data takes the other path" in warning
+    assert branch_warnings(records, failures[2:]) == []  # nothing failed validation: nothing to explain
+    quiet = [Record("export_torchscript", "ran", details={"tracer_warnings": warned[:1]})]
+    assert branch_warnings(quiet, failures) == []
 
 
 def test_stage_warnings_come_from_stages_that_ran_or_were_reused() -> None:
