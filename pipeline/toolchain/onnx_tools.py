@@ -104,11 +104,20 @@ def captured(log_path: Path) -> Iterator[None]:
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     own = {name: logging.getLogger(name) for name in _SELF_HANDLED_LOGGERS}
+    own |= {  # torch's artifact loggers (graph code, symbolic shapes) carry stderr handlers of their own
+        name: logger
+        for name, logger in list(logging.Logger.manager.loggerDict.items())
+        if isinstance(logger, logging.Logger) and name.split(".")[0] == "torch" and logger.handlers
+    }
     saved = {name: list(logger.handlers) for name, logger in own.items()}
     root.addHandler(handler)
     for logger in own.values():
         logger.handlers = [handler]
-    with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(stream):
+    with (
+        warnings.catch_warnings(record=True) as caught,
+        contextlib.redirect_stdout(stream),
+        contextlib.redirect_stderr(stream),  # torch.export prints the graph it failed on to sys.stderr
+    ):
         warnings.simplefilter("always")
         try:
             yield
