@@ -136,7 +136,7 @@ def measure(reference: np.ndarray, actual: np.ndarray | None, mask: np.ndarray |
             values,
             int(actual.size),
             _nonfinite(actual),
-            scale=output_scale(reference),
+            scale=_scale(reference),
             directionless=directionless(reference),
         )
     keep = np.broadcast_to(keep, reference.shape)
@@ -147,10 +147,22 @@ def measure(reference: np.ndarray, actual: np.ndarray | None, mask: np.ndarray |
         "max_rel": max_rel(ref_kept, act_kept),
         "cosine": cosine(reference, actual),  # padded positions are zero in both: they add nothing
     }
-    return Measure(values, int(act_kept.size), _nonfinite(act_kept), scale=output_scale(ref_kept))
+    return Measure(
+        values,
+        int(act_kept.size),
+        _nonfinite(act_kept),
+        scale=_scale(ref_kept),
+        directionless=directionless(reference),
+    )
 
 
-DIRECTIONLESS = "one value per sample or integer values: cosine sees only signs, max_abs gates instead"
+DIRECTIONLESS = "one value per sample or integer values: cosine sees only signs, max_abs gates as well"
+
+
+def _scale(reference: np.ndarray) -> float:
+    """The output's scale for absolute thresholds; 1 for integer and boolean outputs, whose values are labels
+    and ids, not magnitudes (class 20 against 21 is as wrong as 2 against 3)."""
+    return 1.0 if reference.dtype.kind in "biu" else output_scale(reference)
 
 
 def directionless(reference: np.ndarray) -> bool:
@@ -300,7 +312,7 @@ def _distinct(a: float, b: float) -> tuple[str, str]:
     """Format two numbers with just enough digits that they do not print the same (0.99995 vs 0.9999)."""
     for digits in range(3, 10):  # a threshold as written (0.9999, not 1), the value as short as it can be
         sa, sb = f"{a:.{digits}g}", f"{b:.{max(digits, 6)}g}"
-        if sa != sb and (float(sa) < float(sb)) == (a < b):  # rounding must not turn the comparison over
+        if float(sa) != float(sb) and (float(sa) < float(sb)) == (a < b):  # rounding keeps the comparison
             return sa, sb
     return repr(a), repr(b)
 
@@ -320,9 +332,9 @@ def checks_for(output: str, inputs: str, m: Measure, tolerance: Tolerance) -> li
     for metric, (tolerance_value, informational) in resolved.items():
         if metric not in METRIC_NAMES:
             continue  # measured over a whole input set, not per batch (neighbours)
-        if swapped and metric in ("cosine", "max_abs"):
-            # cosine cannot judge this output (see directionless): the absolute bound gates in its place
-            informational = metric == "cosine"
+        if swapped and metric == "max_abs":
+            # cosine alone cannot judge this output (see directionless): the absolute bound gates beside it
+            informational = False
         scale = m.scale if metric in SCALED and tolerance_value is not None else 1.0
         threshold = None if tolerance_value is None else tolerance_value * scale
         value = m.values.get(metric)
@@ -333,7 +345,7 @@ def checks_for(output: str, inputs: str, m: Measure, tolerance: Tolerance) -> li
             )
             continue
         passed = True if threshold is None else _passes(metric, value, threshold)
-        reason = DIRECTIONLESS if swapped and metric == "cosine" else None
+        reason = DIRECTIONLESS if swapped and metric == "max_abs" else None
         checks.append(Check(output, inputs, metric, value, threshold, passed, informational, reason, scale))
     return checks
 

@@ -8,6 +8,7 @@ is run again (`retries`); Ctrl-C stops every running deploy before it publishes.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -109,7 +110,7 @@ def _ray() -> Any:
 
 def _job(fleet: Fleet, target: Target, recipe: str, sets: list[str], state: Path) -> Job:
     root = Path(fleet.root) / target.name
-    overrides = (*sets, *target.set, f"output.root={root}")
+    overrides = (*sets, *target.set, f"output.root={json.dumps(str(root))}")  # quoted: a YAML value
     return Job(target.name, recipe, overrides, fleet.promote, os.getcwd(), fleet.timeout_s, str(state))
 
 

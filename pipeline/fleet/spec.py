@@ -77,6 +77,15 @@ class Fleet(Strict):
             raise ValueError(f"target names must be unique: {', '.join(twice)} more than once")
         return targets
 
+    @field_validator("recipes")
+    @classmethod
+    def _unique_recipes(cls, recipes: list[str | RecipeEntry]) -> list[str | RecipeEntry]:
+        paths = [r if isinstance(r, str) else r.path for r in recipes]
+        twice = sorted({p for p in paths if paths.count(p) > 1})
+        if twice:  # one store per recipe name and target: two entries would deploy into the same folder
+            raise ValueError(f"a recipe may be listed once: {', '.join(twice)} more than once")
+        return recipes
+
     def entries(self) -> list[RecipeEntry]:
         return [RecipeEntry(path=r) if isinstance(r, str) else r for r in self.recipes]
 

@@ -50,9 +50,9 @@ def run_job(job: Job) -> dict[str, Any]:
     started = time.monotonic()
     with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
         proc = popen_tied(job.command(), cwd=job.cwd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)
-        _note(job, attempt, deploy_pid=proc.pid)
         timed_out = False
         try:
+            _note(job, attempt, deploy_pid=proc.pid)
             # short waits: ray.cancel raises KeyboardInterrupt here between two of them (a single long wait
             # would not see it until the deploy ended)
             while proc.poll() is None:
@@ -62,7 +62,9 @@ def run_job(job: Job) -> dict[str, Any]:
                     break
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=WAIT_S)
-        except KeyboardInterrupt:  # ray.cancel: the deploy stops as at a Ctrl-C, and publishes nothing
+        except (
+            BaseException
+        ):  # ray.cancel's KeyboardInterrupt, or a failure here: the deploy publishes nothing
             _stop(proc)
             raise
         out = _read(stdout)
@@ -75,6 +77,9 @@ def run_job(job: Job) -> dict[str, Any]:
         "recipe": job.recipe,
         "exit_code": proc.returncode,
         "timed_out": timed_out,
+        "error": f"the deploy ran past the fleet's timeout_s ({job.timeout_s:g} s) and was stopped"
+        if timed_out
+        else None,
         "document": document,
         "stderr_tail": tail,
         "attempt": attempt,

@@ -272,9 +272,9 @@ def _accuracy(accuracy: Dict | None, image: str | None) -> Section:
     if flat:
         blocks.append(
             Para(
-                f"{', '.join(flat)}: one value per sample or integer values, which cosine cannot judge (the cosine "
-                "of two single numbers only says whether their signs agree): max_abs gates "
-                f"{'it' if len(flat) == 1 else 'them'} in its place, at every precision."
+                f"{', '.join(flat)}: one value per sample or integer values, which cosine alone cannot judge (the "
+                "cosine of two single numbers only says whether their signs agree): max_abs gates "
+                f"{'it' if len(flat) == 1 else 'them'} as well, unscaled for integer values."
             )
         )
     failures = [

@@ -79,7 +79,8 @@ def _corner_problem(ctx: RunContext, config: OnnxExportConfig, path: Path) -> st
     batch_dim = config.data.batch_dim
     batches = {"min": None, "max": None}
     if batch_dim in spec.dims:
-        batches = {"min": spec.dims[batch_dim].min, "max": min(spec.dims[batch_dim].max, 2)}
+        dim = spec.dims[batch_dim]
+        batches = {"min": dim.min, "max": max(dim.min, min(dim.max, 2))}
     with tempfile.TemporaryDirectory(prefix="onnx-corners-") as tmp:
         folders = []
         for corner, batch in batches.items():

@@ -75,8 +75,8 @@ def _run(ctx: RunContext, config: Int8DynamicConfig, inputs: dict[str, ArtifactR
     if not quantized:  # an "INT8" artifact that is its FP32 graph would be timed and chosen as INT8
         floats = counts.get("MatMul", 0) + counts.get("Gemm", 0)
         raise StageError(
-            f"int8_dynamic: nothing was quantized: ONNX Runtime's dynamic quantizer takes float32 MatMul and "
-            f"Gemm weights, and this graph's {floats} MatMul/Gemm nodes have none it could take"
+            f"int8_dynamic: nothing was quantized: ONNX Runtime's dynamic quantizer takes MatMul nodes with "
+            f"float32 weights, and none of this graph's {floats} MatMul/Gemm nodes is one"
         )
     onnx_tools.save(model, target)
     details = {

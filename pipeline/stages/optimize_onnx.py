@@ -232,6 +232,11 @@ def _run(ctx: RunContext, config: OptimizeConfig, inputs: dict[str, ArtifactReco
     }
     if config.fp16 is not None:
         details["fp16_node_share"] = onnx_tools.fp16_node_share(model)
+        if details["fp16_node_share"] == 0:  # its FP32 graph (a model computing in float64), timed as FP16
+            raise StageError(
+                f"{name}: no node of the optimized graph computes in float16 (the converter changes float32 "
+                "only; this graph computes in another type)"
+            )
     return StageResult(
         outputs=[Output(variant.file, "onnx", variant.name, variant.precision, details), Output(log, "log")],
         details=details,

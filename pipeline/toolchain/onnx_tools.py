@@ -319,7 +319,7 @@ def outputs_from_nodes(model: onnx.ModelProto) -> None:
     The FP16 converters wrap each output in a Cast and then find that Cast fed by nothing they sorted (ONNX
     Runtime's converter: "nodes must be topologically sorted")."""
     graph = model.graph
-    sources = {i.name for i in graph.initializer}
+    sources = {i.name for i in graph.initializer} - {i.name for i in graph.input}  # an input stays an input
     for output in graph.output:
         if output.name not in sources:
             continue

@@ -22,7 +22,7 @@ PROBE = (
     "    print(f'{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else \"\"}')\n"
     "    sys.exit(1)\n"
 )
-TIMEOUT_S = 300.0  # loading is seconds even for big graphs; past this the runtime hangs
+TIMEOUT_S = 600.0  # loading (and a run at each shape asked for) takes seconds even for big graphs
 
 
 class Crashed(Exception):
@@ -45,7 +45,9 @@ def load_problem(path: Path, timeout_s: float = TIMEOUT_S, feeds: tuple[Path, ..
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-        raise Crashed(f"ONNX Runtime did not finish loading {path.name} within {timeout_s:g} s") from None
+        raise Crashed(
+            f"ONNX Runtime did not finish loading and running {path.name} within {timeout_s:g} s"
+        ) from None
     if proc.returncode == 0:
         return None
     lines = [line for line in out.splitlines() if line.strip()]

@@ -21,12 +21,13 @@ pytest.importorskip("ray", reason="the fleet extra: pip install 'deploy-pipeline
 
 CNN = ROOT / "recipes/examples/cnn/cnn.yaml"
 FAST = ["benchmark.min_s=0.1", "benchmark.max_s=0.3", "benchmark.window_s=0.05"]
+STORE = "store #1"  # a YAML comment sign in the path: the store's root reaches each deploy quoted
 
 
 def _fleet_file(tmp_path: Path, recipes: list[Path], targets: list[dict], **extra: object) -> Path:
     spec = {
         "name": "release",
-        "root": "store",
+        "root": STORE,
         "recipes": [{"path": str(r), "set": FAST} for r in recipes],
         "targets": targets,
         **extra,
@@ -100,7 +101,7 @@ def test_two_recipes_on_two_cpu_targets_land_in_one_store_and_a_missing_gpu_is_s
     assert err.index("target h200: no node with gpu:H200") < err.index("4 deploys submitted"), err
     doc = json.loads(out)
     assert doc["command"] == "fleet" and doc["signed_off"] is False
-    store = tmp_path / "store"
+    store = tmp_path / STORE
     for recipe, name in ((str(TINY), "tiny"), (str(CNN), "cnn")):
         cells = doc["recipes"][recipe]
         assert cells["h200"] == {"status": "not_run", "why": "no node with gpu:H200"}
@@ -135,7 +136,7 @@ def test_two_recipes_on_two_cpu_targets_land_in_one_store_and_a_missing_gpu_is_s
 def test_a_worker_killed_mid_deploy_publishes_nothing_and_the_retry_signs_off(tmp_path: Path) -> None:
     path = _fleet_file(tmp_path, [TINY], [{"name": "cpu", "cpu": 1}], retries=1)
     proc = _start(path, "--json")
-    store = tmp_path / "store"
+    store = tmp_path / STORE
     first = _attempt(store / ".fleet", "cpu__tiny", 1)
     _wait_for(lambda: list((store / "cpu/tiny/.work").glob("*/*")), 60, "the deploy's first work")
     assert _versions(store) == []
@@ -154,7 +155,7 @@ def test_a_worker_killed_mid_deploy_publishes_nothing_and_the_retry_signs_off(tm
 def test_ctrl_c_on_the_driver_stops_every_deploy_before_it_publishes(tmp_path: Path) -> None:
     path = _fleet_file(tmp_path, [TINY, CNN], [{"name": "cpu", "cpu": 1}])
     proc = _start(path)
-    store = tmp_path / "store"
+    store = tmp_path / STORE
     notes = [_attempt(store / ".fleet", key, 1) for key in ("cpu__tiny", "cpu__cnn")]
     assert _versions(store) == []
     proc.send_signal(signal.SIGINT)
@@ -165,3 +166,15 @@ def test_ctrl_c_on_the_driver_stops_every_deploy_before_it_publishes(tmp_path: P
         assert _gone(note["deploy_pid"]) and _gone(note["worker_pid"])
     assert _versions(store) == []
     assert not (store / "fleet-release.json").exists() and not (store / "fleet-release.md").exists()
+
+
+def test_a_deploy_past_the_fleet_timeout_is_stopped_and_said_so(tmp_path: Path) -> None:
+    path = _fleet_file(tmp_path, [TINY], [{"name": "cpu", "cpu": 1}], timeout_s=2)
+    proc = _start(path, "--json")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, err[-3000:]
+    cell = json.loads(out)["recipes"][str(TINY)]["cpu"]
+    assert cell["status"] != "signed_off" and cell["why"].startswith(
+        "the deploy ran past the fleet's timeout_s (2 s)"
+    )
+    assert _versions(tmp_path / STORE) == []

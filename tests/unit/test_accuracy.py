@@ -279,20 +279,28 @@ def test_per_token_scores_and_single_scores_get_no_neighbour_check() -> None:
 
 def test_a_score_or_a_label_is_gated_by_its_absolute_error_not_its_sign() -> None:
     """One value per sample ([batch, 1] scores) and integer labels: per-sample cosine is 1 whenever the signs
-    agree, so an FP16 graph 2.0 off on every score and flipping labels passed. max_abs gates them instead."""
+    agree, so an FP16 graph 2.0 off on every score and flipping labels passed. max_abs gates them as well
+    (cosine still gates: a flag flipped from 0 to 1 has cosine 0), unscaled for integer values."""
     fp16 = Tolerance(max_abs=5e-2, cosine=0.999, informational=["max_abs"])
+    int8 = Tolerance(max_abs=1.0, cosine=0.98, informational=["max_abs"])
     score = np.array([[10.05], [9.8], [10.3], [9.9]], np.float32)
-    label = np.array([3, 1, 0, 2], np.int64)
+    label = np.array([30, 1, 0, 2], np.int64)
     ref = {"data": [{"score": score, "label": label}]}
-    got = {"data": [{"score": score - 2.0, "label": np.array([4, 1, 0, 2], np.int64)}]}
+    got = {"data": [{"score": score - 2.0, "label": np.array([31, 1, 0, 2], np.int64)}]}
     info = evaluate(ArtifactAccuracy("a", "fp16", "x"), ref, got, ["score", "label"], fp16)
     assert not info
     failing = {(c.output, c.metric) for c in info.failures()}
     assert failing == {("score", "max_abs"), ("label", "max_abs")}, info.reason
-    cosines = [c for c in info.checks if c.metric == "cosine"]
-    assert cosines and all(c.informational and c.value == 1.0 for c in cosines)
-    same = evaluate(ArtifactAccuracy("a", "fp16", "x"), ref, ref, ["score", "label"], fp16)
-    assert same
+    (label_check,) = [c for c in info.checks if (c.output, c.metric) == ("label", "max_abs")]
+    assert label_check.threshold == 5e-2  # not 5e-2 x 30: a class id is no magnitude
+    assert all(not c.informational for c in info.checks if c.metric == "cosine")
+    assert evaluate(ArtifactAccuracy("a", "fp16", "x"), ref, ref, ["score", "label"], fp16)
+    # a flag flipped at INT8: its max_abs of 1 is within INT8's bound, and its cosine of 0 still fails it
+    flag = np.array([0, 1, 1, 0, 1], np.int64)
+    info = evaluate(
+        ArtifactAccuracy("a", "int8", "x"), {"opt": [{"f": flag}]}, {"opt": [{"f": 1 - flag}]}, ["f"], int8
+    )
+    assert not info and {(c.output, c.metric) for c in info.failures()} == {("f", "cosine")}
     # an embedding keeps its cosine gate, and max_abs stays informational for it
     emb = np.random.default_rng(3).normal(size=(4, 8))
     info = evaluate(
@@ -300,6 +308,21 @@ def test_a_score_or_a_label_is_gated_by_its_absolute_error_not_its_sign() -> Non
     )
     gates = {c.metric: c.informational for c in info.checks if c.metric in ("cosine", "max_abs")}
     assert gates == {"cosine": False, "max_abs": True}
+
+
+def test_per_token_integer_outputs_are_judged_like_other_integer_outputs() -> None:
+    ids = np.arange(24, dtype=np.int64).reshape(2, 4, 3)
+    mask = np.array([[1, 1, 1, 0], [1, 1, 0, 0]])
+    fp16 = Tolerance(max_abs=5e-2, cosine=0.999, informational=["max_abs"])
+    info = evaluate(
+        ArtifactAccuracy("a", "fp16", "x"),
+        {"opt": [{"ids": ids}]},
+        {"opt": [{"ids": ids + 1}]},
+        ["ids"],
+        fp16,
+        {"opt": [mask]},
+    )
+    assert ("ids", "max_abs") in {(c.output, c.metric) for c in info.failures()}
 
 
 def test_artifact_entry_keeps_a_verdict_per_runtime() -> None:
@@ -324,3 +347,5 @@ def test_a_failing_check_states_its_threshold_as_written() -> None:
     assert check.describe() == "y cosine -0.73 < 0.9999 at data"
     close = Check("y", "opt", "cosine", 0.99985, 0.9999, False, False)
     assert close.describe() == "y cosine 0.99985 < 0.9999 at opt"
+    big = Check("y", "opt", "max_abs", 1000.2, 1000.0, False, False)
+    assert big.describe() == "y max_abs 1000.2 > 1000 at opt"

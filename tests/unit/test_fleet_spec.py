@@ -45,6 +45,12 @@ def test_fleet_file_problems_name_their_line_and_key(tmp_path: Path) -> None:
     ), lines
     twice = _problems(tmp_path, "name: f\nrecipes: [r.yaml]\ntargets:\n  - {name: cpu}\n  - {name: cpu}\n")
     assert twice == [f"{tmp_path}/fleet.yaml:4:3: targets: target names must be unique: cpu more than once"]
+    again = _problems(
+        tmp_path, "name: f\nrecipes: [r.yaml, {path: r.yaml, set: [a=1]}]\ntargets: [{name: cpu}]\n"
+    )
+    assert again == [
+        f"{tmp_path}/fleet.yaml:2:10: recipes: a recipe may be listed once: r.yaml more than once"
+    ]
     missing = _problems(tmp_path, "name: f\nrecipes: [r.yaml, nowhere.yaml]\ntargets: [{name: cpu}]\n")
     assert missing == [f"{tmp_path}/fleet.yaml:2:1: recipes.1: no recipe file at {tmp_path / 'nowhere.yaml'}"]
 
