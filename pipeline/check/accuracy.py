@@ -132,27 +132,19 @@ def measure(reference: np.ndarray, actual: np.ndarray | None, mask: np.ndarray |
         return Measure({}, 0, problem=f"the reference itself has {ref_nonfinite} NaN/inf values")
     if keep is None:
         values = {name: fn(reference, actual) for name, fn in METRICS.items()}
-        return Measure(
-            values,
-            int(actual.size),
-            _nonfinite(actual),
-            scale=_scale(reference),
-            directionless=directionless(reference),
-        )
-    keep = np.broadcast_to(keep, reference.shape)
-    ref_kept, act_kept = reference[keep], actual[keep]
-    values = {
-        "max_abs": max_abs(ref_kept, act_kept),
-        "mean_abs": mean_abs(ref_kept, act_kept),
-        "max_rel": max_rel(ref_kept, act_kept),
-        "cosine": cosine(reference, actual),  # padded positions are zero in both: they add nothing
-    }
+        ref_kept, act_kept = reference, actual
+    else:
+        keep = np.broadcast_to(keep, reference.shape)
+        ref_kept, act_kept = reference[keep], actual[keep]
+        values = {
+            "max_abs": max_abs(ref_kept, act_kept),
+            "mean_abs": mean_abs(ref_kept, act_kept),
+            "max_rel": max_rel(ref_kept, act_kept),
+            "cosine": cosine(reference, actual),  # padded positions are zero in both: they add nothing
+        }
+    flat = directionless(reference)
     return Measure(
-        values,
-        int(act_kept.size),
-        _nonfinite(act_kept),
-        scale=_scale(ref_kept),
-        directionless=directionless(reference),
+        values, int(act_kept.size), _nonfinite(act_kept), scale=_scale(ref_kept), directionless=flat
     )
 
 
