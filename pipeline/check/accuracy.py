@@ -124,9 +124,7 @@ def measure(reference: np.ndarray, actual: np.ndarray | None, mask: np.ndarray |
             {}, 0, problem=f"shape {list(actual.shape)} differs from the reference {list(reference.shape)}"
         )
     keep = per_token_mask(reference, mask)
-    if keep is not None:
-        reference = np.where(keep, reference, 0)
-        actual = np.where(keep, actual, 0)
+    reference, actual = on_real_tokens(reference, keep), on_real_tokens(actual, keep)
     ref_nonfinite = _nonfinite(reference)
     if ref_nonfinite:
         return Measure({}, 0, problem=f"the reference itself has {ref_nonfinite} NaN/inf values")
@@ -166,6 +164,11 @@ def directionless(reference: np.ndarray) -> bool:
     return reference.ndim <= 1 or reference.size <= reference.shape[0]
 
 
+def on_real_tokens(value: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
+    """A per-token output with its padded positions zeroed (`keep` from per_token_mask; None: as it is)."""
+    return value if keep is None else np.where(keep, value, 0)
+
+
 def per_token_mask(output: np.ndarray, mask: np.ndarray | None) -> np.ndarray | None:
     """The mask broadcastable to a per-token output (True on real tokens), or None when the output is not per
     token: it must have at least 3 dims whose first two are the mask's (a 2-D output such as a pooled
@@ -187,14 +190,9 @@ def reference_nonfinite(
         for output in outputs:
             count = 0
             for batch, mask in zip(batches, batch_masks, strict=False):
-                if output not in batch:
-                    continue
-                value = np.asarray(batch[output])
-                keep = per_token_mask(value, mask)
-                if value.dtype.kind in "fc":
-                    count += _nonfinite(
-                        value[np.broadcast_to(keep, value.shape)] if keep is not None else value
-                    )
+                if output in batch:
+                    value = np.asarray(batch[output])
+                    count += _nonfinite(on_real_tokens(value, per_token_mask(value, mask)))
             if count:
                 found.append(f"{output} at {inputs}: {count} NaN/inf values")
     return found

@@ -21,7 +21,7 @@ from rich.console import Console
 
 from pipeline.core.errors import Interrupted, PipelineError
 from pipeline.fleet.placement import missing_node
-from pipeline.fleet.report import FleetReport, write_report
+from pipeline.fleet.report import FleetReport, why_not, write_report
 from pipeline.fleet.spec import Fleet, Target, load_fleet
 from pipeline.fleet.task import STOP_S, Job, run_job
 from pipeline.recipe.loader import load
@@ -54,9 +54,9 @@ def run_fleet(path: Path, console: Console) -> Outcome:
     state = Path(fleet.root) / ".fleet" / f"{fleet.name}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     try:
         report = FleetReport(fleet.name, fleet.root, [e.path for e in fleet.entries()], fleet.targets)
-        runnable = []
+        runnable, nodes = [], ray.nodes()
         for target in fleet.targets:
-            why = missing_node(target, ray.nodes())
+            why = missing_node(target, nodes)
             if why:
                 console.print(
                     f"[red]target {target.name}: {why}[/red]; its deploys are not run", highlight=False
@@ -69,9 +69,7 @@ def run_fleet(path: Path, console: Console) -> Outcome:
             for target in runnable
             for entry in fleet.entries()
         ]
-        results = _run(ray, fleet, jobs, console)
-        for result in results:
-            report.add(result)
+        report.results = _run(ray, fleet, jobs, console)
     finally:
         if local:
             ray.shutdown()
@@ -177,8 +175,7 @@ def _line(result: dict[str, Any]) -> str:
     if doc.get("signed_off"):
         status = doc["status"].replace("_", " ")
         return f"done: {recipe} on {result['target']}: {status} {doc['version']}{attempt}"
-    why = result.get("error") or "; ".join(doc.get("reasons") or result.get("stderr_tail", [])[-1:])
-    return f"done: {recipe} on {result['target']}: not signed off ({why}){attempt}"
+    return f"done: {recipe} on {result['target']}: not signed off ({why_not(result)}){attempt}"
 
 
 def _cancel(ray: Any, pending: list[Any], console: Console) -> int:

@@ -22,9 +22,6 @@ class FleetReport:
     unplaced: dict[str, str] = field(default_factory=dict)  # target -> why no node runs it
     results: list[dict[str, Any]] = field(default_factory=list)
 
-    def add(self, result: dict[str, Any]) -> None:
-        self.results.append(result)
-
     def cell(self, recipe: str, target: str) -> dict[str, Any]:
         """One (recipe, target): its status, version, winner, accuracy and speed, or why there is none."""
         if target in self.unplaced:
@@ -35,8 +32,11 @@ class FleetReport:
         doc = found.get("document") or {}
         base = {"attempts": found.get("attempt"), "seconds": found.get("seconds"), "node": found.get("node")}
         if not doc.get("signed_off"):
-            why = found.get("error") or "; ".join(doc.get("reasons") or []) or _tail(found)
-            return base | {"status": doc.get("status", "failed"), "why": why, "version": doc.get("version")}
+            return base | {
+                "status": doc.get("status", "failed"),
+                "why": why_not(found),
+                "version": doc.get("version"),
+            }
         winner = doc.get("winner") or {}
         return base | {
             "status": doc["status"],
@@ -68,10 +68,17 @@ class FleetReport:
         }
 
 
-def _tail(result: dict[str, Any]) -> str:
+def why_not(result: dict[str, Any]) -> str:
+    """Why a deploy signed nothing off: the task's own error (a timeout, a lost worker), the deploy's reasons,
+    else its last line on stderr or its exit code."""
+    doc = result.get("document") or {}
     lines = result.get("stderr_tail") or []
-    code = result.get("exit_code")
-    return (lines[-1] if lines else "") or f"the deploy exited with {code}"
+    return (
+        result.get("error")
+        or "; ".join(doc.get("reasons") or [])
+        or (lines[-1] if lines else "")
+        or f"the deploy exited with {result.get('exit_code')}"
+    )
 
 
 def _accuracy(winner: dict[str, Any]) -> str:

@@ -7,12 +7,11 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-import yaml
 from pydantic import Field, ValidationError, field_validator
 
 from pipeline.core.errors import PipelineError, Problem
 from pipeline.recipe.base import Strict
-from pipeline.recipe.yaml_source import parse, read_text, yaml_problem
+from pipeline.recipe.yaml_source import read_mapping
 
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"  # a folder name on every file system, and a Ray label
 
@@ -92,19 +91,9 @@ class Fleet(Strict):
 
 def load_fleet(path: Path) -> Fleet:
     """The fleet file, validated; paths in it are made absolute from its folder."""
-    shown = str(path)
-    try:
-        text = read_text(path, shown, "(file)")
-    except OSError as exc:
-        raise PipelineError(
-            problems=[Problem(shown, "", f"cannot read the fleet file: {exc.strerror}")]
-        ) from None
-    try:
-        raw, positions = parse(text)
-    except yaml.YAMLError as exc:
-        raise PipelineError(problems=[yaml_problem(exc, shown, text)]) from None
-    if not isinstance(raw, dict):
-        raise PipelineError(problems=[Problem(f"{shown}:1:1", "(root)", "a fleet file is a mapping of keys")])
+    raw, positions, shown = read_mapping(
+        path, PipelineError, "cannot read the fleet file", "a fleet file is a mapping of keys"
+    )
     try:
         fleet = Fleet.model_validate(raw)
     except ValidationError as exc:

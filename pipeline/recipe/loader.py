@@ -23,7 +23,7 @@ from pipeline.recipe import (
     dotted,
     split_dotted,
 )
-from pipeline.recipe.yaml_source import YamlLimit, not_a_file, parse, parse_value, read_text, yaml_problem
+from pipeline.recipe.yaml_source import YamlLimit, not_a_file, parse_value, read_mapping
 
 Loc = tuple
 
@@ -207,17 +207,9 @@ def load(
     defer_cross_field: keep cross-field problems in `LoadedRecipe.deferred` instead of raising them, so that
     the pre-flight check reports them together with its own (one pass, not one layer at a time)."""
     path = Path(path)
-    shown = str(path)
-    try:
-        text = read_text(path, shown, "(file)")
-    except OSError as exc:
-        raise RecipeError(problems=[Problem(shown, "", f"cannot read recipe: {exc.strerror}")]) from None
-    try:
-        raw, positions = parse(text)
-    except yaml.YAMLError as exc:
-        raise RecipeError(problems=[yaml_problem(exc, shown, text)]) from None
-    if not isinstance(raw, dict):
-        raise RecipeError(problems=[Problem(f"{shown}:1:1", "(root)", "a recipe must be a mapping of keys")])
+    raw, positions, shown = read_mapping(
+        path, RecipeError, "cannot read recipe", "a recipe must be a mapping of keys"
+    )
     applied = [_apply_override(raw, o) for o in overrides]
 
     def locate(loc: Loc, key: bool = False) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.core.errors import Problem, RecipeError
+from pipeline.core.errors import PipelineError, Problem, RecipeError
 from pipeline.recipe.keys import dotted
 
 Loc = tuple
@@ -265,6 +265,26 @@ def read_text(path: Path, shown: str, key: str = "") -> str:
                 )
             ]
         ) from None
+
+
+def read_mapping(
+    path: Path, error: type[PipelineError], unreadable: str, not_mapping: str
+) -> tuple[dict, Positions, str]:
+    """A YAML file that must be a mapping (a recipe, a fleet file), with the place of every key, and the path
+    as problems show it; any failure is `error` with one located problem, `unreadable` or `not_mapping` its
+    words for an unreadable file or another kind of document."""
+    shown = str(path)
+    try:
+        text = read_text(path, shown, "(file)")
+    except OSError as exc:
+        raise error(problems=[Problem(shown, "", f"{unreadable}: {exc.strerror}")]) from None
+    try:
+        raw, positions = parse(text)
+    except yaml.YAMLError as exc:
+        raise error(problems=[yaml_problem(exc, shown, text)]) from None
+    if not isinstance(raw, dict):
+        raise error(problems=[Problem(f"{shown}:1:1", "(root)", not_mapping)])
+    return raw, positions, shown
 
 
 def yaml_problem(exc: yaml.YAMLError, shown: str, text: str) -> Problem:

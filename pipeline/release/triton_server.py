@@ -130,7 +130,7 @@ def _start(triton: Any, ports: Ports) -> None:
     triton._run_server()  # PyTriton's run() is this start, then connect(): the wait between them is ours
     server = triton._triton_server
     deadline = time.monotonic() + STARTUP_S
-    while not _ready(ports.http):
+    while _get(f"http://{HOST}:{ports.http}/v2/health/ready") != 200:  # 400 until its models load
         if not server.is_alive():
             raise PipelineError(f"the Triton server exited as it started: {_last_lines(server.logs())}")
         if time.monotonic() > deadline:
@@ -192,14 +192,6 @@ def _get(url: str) -> int | None:
         return int(exc.code)
     except OSError:
         return None
-
-
-def _ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{HOST}:{port}/v2/health/ready", timeout=1.0) as answer:
-            return bool(answer.status == 200)
-    except OSError:  # refused while it starts, 400 until its models are loaded
-        return False
 
 
 def _last_lines(log: str, count: int = 3) -> str:

@@ -57,14 +57,14 @@ except PipelineError as exc:
 """
 
 
-def _serve_from(folder: Path, tmp_path: Path) -> tuple[str, float]:
+def _serve_from(folder: Path, tmp_path: Path, python: str = sys.executable) -> tuple[str, float]:
     """The child's verdict line (the server prints lines of its own) and its seconds, with `folder` first on
     PYTHONPATH."""
     # without the library path an earlier server of this test process left in the environment
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"} | {"PYTHONPATH": f"{folder}:{ROOT}"}
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(folder), str(tmp_path / "mm.onnx")],
+        [python, "-c", CHILD, str(folder), str(tmp_path / "mm.onnx")],
         capture_output=True,
         text=True,
         env=env,
@@ -113,19 +113,7 @@ def test_pytriton_seen_only_through_pythonpath_is_refused_at_start_with_the_way_
     base = Path(sys.base_prefix) / "bin" / "python3"
     if Path(sys.prefix) == Path(sys.base_prefix) or not base.exists():
         pytest.skip("needs a virtual environment over a base interpreter without the serve extra")
-    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"} | {
-        "PYTHONPATH": f"{site_packages}:{ROOT}"
-    }
-    done = subprocess.run(
-        [str(base), "-c", CHILD, str(site_packages), str(tmp_path / "mm.onnx")],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=200,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith(("served", "error:"))]
-    assert done.returncode == 0 and len(lines) == 1, done.stdout[-2000:] + done.stderr[-2000:]
-    assert lines[0].startswith("error: the Triton server could not load the model:"), lines[0]
-    assert "No module named 'zmq'" in lines[0] and "does not read PYTHONPATH" in lines[0], lines[0]
-    assert " At: " not in lines[0]
+    line, _ = _serve_from(site_packages, tmp_path, str(base))
+    assert line.startswith("error: the Triton server could not load the model:"), line
+    assert "No module named 'zmq'" in line and "does not read PYTHONPATH" in line, line
+    assert " At: " not in line

@@ -82,19 +82,28 @@ def test_bucketed_text_batches_keep_every_real_row_and_reach_the_model_only_in_b
         assert (padded[name][:3, width:] == (pool.pad or {}).get(name, 0)).all()
         np.testing.assert_array_equal(padded[name][3], padded[name][0])
     assert {tuple(f["input_ids"].shape) for f in pool.bucket_feeds(buckets)} == set(buckets.shapes())
+    seen = _bucketed_shapes(pool, buckets, None, 11)
+    assert seen and set(seen) <= set(buckets.shapes())
+
+
+def _bucketed_shapes(
+    pool: RequestPool, buckets: ShapeBuckets, key: object, requests: int
+) -> list[tuple[int, ...]]:
+    """The input_ids shapes a real batcher hands the model for `requests` requests padded to `buckets` (every
+    request answered, no error)."""
     seen, answered = [], []
     batcher = DynamicBatcher(
         lambda feeds: seen.append(feeds["input_ids"].shape),
         functools.partial(pool.collate, buckets=buckets),
-        None,
+        key,
         answered.extend,
         buckets.batches[-1],
         max_delay_s=0.002,
     )
-    batcher.submit([(i, i % len(pool)) for i in range(11)])
+    batcher.submit([(i, i % len(pool)) for i in range(requests)])
     batcher.close()
-    assert sorted(answered) == list(range(11)) and batcher.error is None
-    assert seen and set(seen) <= set(buckets.shapes())
+    assert sorted(answered) == list(range(requests)) and batcher.error is None
+    return seen
 
 
 def test_requests_that_cannot_be_padded_reach_the_model_only_in_shapes_captured_before_the_run(
@@ -109,18 +118,7 @@ def test_requests_that_cannot_be_padded_reach_the_model_only_in_shapes_captured_
     buckets = ShapeBuckets.powers(4, pool.longest(), step=16)
     warm = {tuple(f["input_ids"].shape) for f in pool.bucket_feeds(buckets)}
     assert warm == {(b, n) for b in buckets.batches for n in lengths}
-    seen, answered = [], []
-    batcher = DynamicBatcher(
-        lambda feeds: seen.append(feeds["input_ids"].shape),
-        functools.partial(pool.collate, buckets=buckets),
-        pool.key,
-        answered.extend,
-        buckets.batches[-1],
-        max_delay_s=0.002,
-    )
-    batcher.submit([(i, i % len(pool)) for i in range(23)])
-    batcher.close()
-    assert sorted(answered) == list(range(23)) and batcher.error is None
+    seen = _bucketed_shapes(pool, buckets, pool.key, 23)
     assert seen and set(seen) <= warm
 
 
