@@ -7,6 +7,7 @@ folder is set)."""
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 
@@ -25,7 +26,16 @@ def has_ort_provider(provider: str) -> bool:
     its CUDA provider on GPU-less hosts too)."""
     if provider not in ort_providers():
         return False
-    return provider == "CPUExecutionProvider" or Path("/dev/nvidia0").exists() or has_cuda()
+    return (
+        provider == "CPUExecutionProvider" or has_cuda() or (gpus_visible() and Path("/dev/nvidia0").exists())
+    )
+
+
+def gpus_visible() -> bool:
+    """False where CUDA_VISIBLE_DEVICES hides every GPU (empty, or -1): a CPU target's deploy on a GPU node
+    must not time a GPU provider because the device file exists."""
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return hidden is None or hidden.strip() not in ("", "-1")
 
 
 @functools.cache

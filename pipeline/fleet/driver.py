@@ -109,7 +109,16 @@ def _ray() -> Any:
 def _job(fleet: Fleet, target: Target, recipe: str, sets: list[str], state: Path) -> Job:
     root = Path(fleet.root) / target.name
     overrides = (*sets, *target.set, f"output.root={json.dumps(str(root))}")  # quoted: a YAML value
-    return Job(target.name, recipe, overrides, fleet.promote, os.getcwd(), fleet.timeout_s, str(state))
+    return Job(
+        target.name,
+        recipe,
+        overrides,
+        fleet.promote,
+        os.getcwd(),
+        fleet.timeout_s,
+        str(state),
+        target.gpu is not None,
+    )
 
 
 def _run(ray: Any, fleet: Fleet, jobs: list[Job], console: Console) -> list[dict[str, Any]]:

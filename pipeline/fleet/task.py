@@ -32,6 +32,16 @@ class Job:
     cwd: str  # where the driver runs: model entrypoints are imported from there, as for a local deploy
     timeout_s: float
     state: str  # the fleet run's folder for attempt files (the test that kills a worker reads them)
+    gpu: bool = False  # the target asks for a GPU; a CPU target's deploy sees none, even on a GPU node
+
+    def environment(self) -> dict[str, str]:
+        """The deploy's environment: the worker's, with every GPU hidden from a CPU target (Ray leaves
+        CUDA_VISIBLE_DEVICES alone for a task that holds no GPU, so its deploy would otherwise build and time
+        GPU variants and sign off the GPU's figures under a CPU label)."""
+        env = dict(os.environ)
+        if not self.gpu:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        return env
 
     @property
     def key(self) -> str:
@@ -49,7 +59,14 @@ def run_job(job: Job) -> dict[str, Any]:
     attempt = _attempt(job)
     started = time.monotonic()
     with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
-        proc = popen_tied(job.command(), cwd=job.cwd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)
+        proc = popen_tied(
+            job.command(),
+            cwd=job.cwd,
+            env=job.environment(),
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+        )
         timed_out = False
         try:
             _note(job, attempt, deploy_pid=proc.pid)

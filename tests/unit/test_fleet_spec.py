@@ -88,3 +88,22 @@ def test_a_recipe_a_target_breaks_is_refused_before_ray_starts(tmp_path: Path) -
         "--set benchmark.batch_sizes=[0]: benchmark.batch_sizes[0]: must be a positive"
     ), lines
     assert lines[0].endswith("(recipe tiny.yaml on target typo)"), lines
+
+
+def test_a_cpu_target_deploy_sees_no_gpu_and_a_gpu_target_keeps_its_own(monkeypatch):
+    """Ray leaves CUDA_VISIBLE_DEVICES alone for a task that holds no GPU: without hiding, a CPU target's deploy
+    on a GPU node would time the GPU and sign it off under the CPU label."""
+    from pipeline.core import host
+    from pipeline.fleet.task import Job
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    cpu = Job("cpu", "r.yaml", (), False, ".", 60.0, "/tmp/state")
+    gpu = Job("h200", "r.yaml", (), False, ".", 60.0, "/tmp/state", gpu=True)
+    assert cpu.environment()["CUDA_VISIBLE_DEVICES"] == ""
+    assert gpu.environment()["CUDA_VISIBLE_DEVICES"] == "3"  # Ray's own pinning stays
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", cpu.environment()["CUDA_VISIBLE_DEVICES"])
+    assert not host.gpus_visible()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    assert not host.gpus_visible()
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert host.gpus_visible()
