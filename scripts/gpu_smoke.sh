@@ -10,10 +10,10 @@ export PYTHONPATH=/tmp/site:$PWD
 # PATH), not from PYTHONPATH: the staged packages reach it through a venv that sees the system's packages and,
 # by a .pth file, /tmp/site (docs/gpu.md, the H100 sitting).
 py=/tmp/venv/bin/python3
-if [ ! -x "$py" ]; then
-  python3 -m venv --system-site-packages /tmp/venv
-  echo /tmp/site > "$(/tmp/venv/bin/python3 -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/staged.pth"
-fi
+[ -x "$py" ] || python3 -m venv --system-site-packages /tmp/venv
+# /tmp/site, then every package folder the host's python3 sees (its user site too, which a venv leaves out)
+{ echo /tmp/site; python3 -c 'import sys; print("\n".join(p for p in sys.path if p.endswith("-packages")))'; } \
+  > "$("$py" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/staged.pth"
 # The GPU host sets PYTHONDONTWRITEBYTECODE=1 and its staged packages are installed without byte code, so every
 # Python process compiled again the sources it imports that had none (the imports took 15.1 s, 12.1 s with byte
 # code): let Python keep the byte code, as an installed environment has it.
@@ -42,6 +42,10 @@ latest=$(ls -d $root/bert/v* | sort | tail -1)
   | tee "$out/speed_table.md"
 # the device tool brings back at most 8 files: keep the ones a reader needs
 cp "$latest"/reports/speed.json "$latest"/reports/accuracy.json "$latest"/reports/signoff.md "$out/" 2>/dev/null
-cp "$latest"/reports/load.json "$out/" 2>/dev/null  # with the server scenario
+if [ -f "$latest/reports/load.json" ]; then  # with the server scenario
+  through=$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['through'])" "$latest/reports/load.json")
+  cp "$latest/reports/load.json" "$out/load-$through.json"
+  "$py" scripts/load_table.py "$through=$latest/reports/load.json" | tee "$out/load_table-$through.md"
+fi
 cp "$latest"/winner.json "$latest"/manifest.json "$out/" 2>/dev/null
 ls -la "$out"

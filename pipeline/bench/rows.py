@@ -11,6 +11,7 @@ from pipeline.bench.timer import CudaEventTimer, Timer, on_gpu
 from pipeline.bench.windows import Measurement, WindowPolicy
 from pipeline.check.speed import overlap
 from pipeline.check.timings import Timing
+from pipeline.core.errors import plain
 from pipeline.runners.base import Runner
 
 HOST_BOUND_RATIO = 0.5  # GPU time below half the wall time: the host, not the GPU, sets the pace
@@ -18,7 +19,7 @@ HOST_BOUND_RATIO = 0.5  # GPU time below half the wall time: the host, not the G
 
 def one_line(message: str, limit: int = 400) -> str:
     """A reason fit for a report: the first line and, for tracebacks (TorchScript), the last one."""
-    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    lines = [line.strip() for line in plain(message).strip().splitlines() if line.strip()]
     text = lines[0] if len(lines) < 2 else f"{lines[0]} ... {lines[-1]}"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

@@ -22,6 +22,39 @@ class LoadPoint:
 
 
 @dataclass(frozen=True)
+class ServerSplit:
+    """Where a request's time went in the run at the lowest rate tried (the least queueing: the serving path's
+    own cost), mean ms per request: from the in-process batcher's clocks, or through Triton from its counters
+    (which also split the compute step from the whole request inside the server)."""
+
+    target_qps: float
+    p50_ms: float | None  # LoadGen's, from issue to answer
+    queue_ms: float
+    runner_ms: float | None
+    compute_infer_ms: float | None = None  # Triton only
+    server_ms: float | None = None  # Triton only
+
+    @classmethod
+    def lowest(cls, runs: list[Row]) -> ServerSplit | None:
+        split = [r for r in runs if isinstance(r.get("time_split"), dict)]
+        if not split:
+            return None
+        run = min(split, key=lambda r: as_number(r.get("target_qps")) or 0.0)
+        t = run["time_split"]
+        queue = as_number(t.get("queue_ms"))
+        if queue is None:
+            return None
+        return cls(
+            target_qps=as_number(run.get("target_qps")) or 0.0,
+            p50_ms=as_number(run.get("p50_ms")),
+            queue_ms=queue,
+            runner_ms=as_number(t.get("runner_ms")),
+            compute_infer_ms=as_number(t.get("compute_infer_ms")),
+            server_ms=as_number(t.get("server_ms")),
+        )
+
+
+@dataclass(frozen=True)
 class ServedRate:
     """One candidate's row of reports/load.json: the highest rate it serves within the p99 target."""
 
@@ -39,6 +72,7 @@ class ServedRate:
     bounded: bool  # no run failed: the candidate may serve more than the search asked
     loadgen_result: str | None  # VALID / INVALID of the run whose logs are kept
     points: tuple[LoadPoint, ...] = ()
+    split: ServerSplit | None = None
 
     @classmethod
     def read(cls, row: Row) -> ServedRate:
@@ -73,6 +107,7 @@ class ServedRate:
             bounded=bool(row.get("bounded")),
             loadgen_result=as_text(row.get("loadgen_result")),
             points=points,
+            split=ServerSplit.lowest([r for r in row.get("runs") or [] if isinstance(r, dict)]),
         )
 
     @property

@@ -22,9 +22,17 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # a terminal's colour and cursor codes (torch.export's messages)
 
 
+# ONNX Runtime's C++ throw sites ("/onnxruntime_src/….cc:154 std::conditional_t<…> onnxruntime::CudaCall(…)
+# [with …]"), and the GPU, host and source fields of its CUDA failures: what fills a report's line before the
+# reason ("CUDA failure 900: operation not permitted when stream is capturing ; expr=…")
+ORT_FRAME = re.compile(r"/onnxruntime_src/\S+:\d+ (?:[^\[\n]*?\[with [^\]]*\] ?)?")
+ORT_FIELDS = re.compile(r"\s*;\s*(?:GPU|hostname|file|line)=[^;]*")
+
+
 def plain(text: str) -> str:
-    """Text without terminal colour codes: a tool's message quoted in a report or a record."""
-    return ANSI.sub("", text)
+    """A tool's message as a report or a record quotes it: without terminal colour codes, and without ONNX
+    Runtime's C++ throw sites, which would fill the quoted line before its reason."""
+    return ORT_FIELDS.sub("", ORT_FRAME.sub("", ANSI.sub("", text)))
 
 
 def one_line(text: str) -> str:

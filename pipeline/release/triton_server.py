@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.bench.load.triton_counters import RunnerClock, metric_values
 from pipeline.core.errors import PipelineError
 from pipeline.recipe import Recipe
 from pipeline.runners.base import Feeds, Runner
@@ -77,9 +78,24 @@ def free_port(wanted: int | None, what: str) -> int:
 class Running:
     triton: Any  # PyTriton's Triton
     log: Path  # kept only when serving failed
+    model: str
+    ports: Ports
+    clock: RunnerClock
 
     def alive(self) -> bool:
         return bool(self.triton.is_alive())
+
+    def counters(self) -> dict[str, float]:
+        """Triton's counters for the model now, and the runner's own time ({} when the endpoint is silent)."""
+        try:
+            with urllib.request.urlopen(f"http://{HOST}:{self.ports.metrics}/metrics", timeout=2.0) as answer:
+                text = answer.read().decode(errors="replace")
+        except OSError:
+            return {}
+        found = metric_values(text, self.model)
+        if not found:
+            return {}
+        return {**found, "runner_rows": self.clock.rows, "runner_row_s": self.clock.row_seconds}
 
 
 @contextlib.contextmanager
@@ -104,12 +120,13 @@ def triton_serving(
         exit_timeout_secs=10,
     )
     triton = Triton(config=config, workspace=scratch / "workspace")
+    clock = RunnerClock()
     failed = True
     try:
-        _bind(triton, model, runner, sample, outputs, batching)
+        _bind(triton, model, runner, sample, outputs, batching, clock)
         _start(triton, ports)
         _require_loaded(model, ports)
-        yield Running(triton, scratch / "tritonserver.log")
+        yield Running(triton, scratch / "tritonserver.log", model, ports, clock)
         failed = False
     except KeyboardInterrupt:
         failed = False
@@ -199,15 +216,27 @@ def _last_lines(log: str, count: int = 3) -> str:
     return " | ".join(lines[-count:]) or "it printed nothing"
 
 
-def _bind(triton: Any, model: str, runner: Runner, sample: Feeds, outputs: Feeds, batching: Batching) -> None:
+def _bind(
+    triton: Any,
+    model: str,
+    runner: Runner,
+    sample: Feeds,
+    outputs: Feeds,
+    batching: Batching,
+    clock: RunnerClock,
+) -> None:
     from pytriton.decorators import batch
     from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 
     names, batched = list(sample), batching.max_batch > 0
 
     def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        started = time.perf_counter()
         found = runner.infer({name: feeds[name] for name in names})
-        return {name: np.ascontiguousarray(found[name]) for name in outputs}
+        answer = {name: np.ascontiguousarray(found[name]) for name in outputs}
+        rows = len(feeds[names[0]]) if batched and names else 1
+        clock.add(rows, time.perf_counter() - started)
+        return answer
 
     def each(requests: list[Any]) -> list[dict[str, np.ndarray]]:
         return [run(request) for request in requests]

@@ -32,6 +32,7 @@ def load_section(load: Dict | None, winner: Dict | None, image: str | None) -> S
     sentence = _winner_sentence(rows, winner)
     if sentence:
         blocks.append(Para(sentence, strong=True))
+    blocks += [Para(text) for row in rows if (text := _split_sentence(row))]
     blocks.append(
         Para(
             "LoadGen's own verdict (VALID/INVALID) is kept with each candidate's logs under reports/loadgen/: short "
@@ -75,6 +76,41 @@ def _cells(row: ServedRate) -> list[Text]:
     figure: Text = shown if row.max_qps is not None else Cell("none met", "bad")
     through = "Triton" if row.through == "triton" else "in process"
     return [row.artifact, row.runtime, through, figure, span, held, row.loadgen_result or "—", note]
+
+
+def _split_sentence(row: ServedRate) -> str | None:
+    """Where a request's time went at the lowest rate tried (the serving path's own cost): in the deploy's
+    batcher, or through Triton by its own counters, so that a served figure far from the in-process one says
+    which step took the difference."""
+    split = row.split
+    if split is None:
+        return None
+    p50 = (
+        f"; LoadGen's p50 from issue to answer was {fmt_ms(split.p50_ms)} ms"
+        if split.p50_ms is not None
+        else ""
+    )
+    where = f"for {row.label} at {fmt_qps(split.target_qps)} requests/s (the lowest rate tried)"
+    if split.compute_infer_ms is None or split.server_ms is None:
+        call = f" and {fmt_ms(split.runner_ms)} ms in its batch's call" if split.runner_ms is not None else ""
+        return (
+            f"In the deploy's batcher, {where}, a request waited on average {fmt_ms(split.queue_ms)} ms in the "
+            f"queue (the batch wait included){call}{p50}."
+        )
+    parts = [f"{fmt_ms(split.queue_ms)} ms in Triton's queue (its batcher's wait included)"]
+    if split.runner_ms is not None:
+        handoff = max(split.compute_infer_ms - split.runner_ms, 0.0)
+        parts.append(
+            f"{fmt_ms(split.compute_infer_ms)} ms in the compute step: {fmt_ms(split.runner_ms)} ms in the runner "
+            f"itself, {fmt_ms(handoff)} ms in the Python backend's hand-off to the deploy's process and back"
+        )
+    else:
+        parts.append(f"{fmt_ms(split.compute_infer_ms)} ms in the compute step")
+    rest = f"{p50} (the client and gRPC take the rest)" if p50 else ""
+    return (
+        f"Inside the server, {where}, a request spent on average {'; '.join(parts)}; "
+        f"{fmt_ms(split.server_ms)} ms in the server in all{rest}."
+    )
 
 
 def _winner_sentence(rows: list[ServedRate], winner: Dict | None) -> str | None:

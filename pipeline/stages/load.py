@@ -36,6 +36,7 @@ from pipeline.bench.load.loadgen_run import (
 )
 from pipeline.bench.load.requests import RequestPool
 from pipeline.bench.load.search import search
+from pipeline.bench.load.serving_thread import ServingThread
 from pipeline.bench.rows import one_line
 from pipeline.check.results import REPORTS, Row
 from pipeline.check.speed import SERVED, THROUGHPUT
@@ -88,7 +89,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage | Non
     served = recipe.selection.objective.metric == SERVED
     return Stage(
         name=NAME,
-        version=1,  # CHANGELOG.md, "Stage versions"
+        version=2,  # CHANGELOG.md, "Stage versions"
         config=LoadStageConfig.from_recipe(recipe, recipe_dir),
         run=run,
         consumes=("report:speed", "report:accuracy"),
@@ -223,6 +224,8 @@ def _serve(
     slug = f"{row.artifact}__{row.runtime}"
     started = time.perf_counter()
     stuck = False
+    # in process, the runner's every call under load (warm-up included) is on one thread, as a server's worker
+    thread = ServingThread(f"serving {row.artifact}") if server.through == "in_process" else None
     try:
         # the first call at each request shape (every bucket's capture), and LoadGen's start, stay out of the
         # search
@@ -232,9 +235,12 @@ def _serve(
             ctx.report(f"load: {row.artifact} ({row.runtime}) capturing {len(warm)} bucket shapes")
         runner.activate()
         for feeds in warm:
-            runner.infer(feeds)
+            if thread is not None:
+                thread.call(runner.infer, feeds)
+            else:
+                runner.infer(feeds)
         captured = runner.captures
-        with _target(config, runner, pool, settings, buckets) as connect:
+        with _target(config, runner, pool, settings, buckets, thread) as connect:
             count = 0
 
             def run_at(qps: float) -> ServerRun:
@@ -252,6 +258,8 @@ def _serve(
     except Exception as exc:
         return _row(config, row, error=one_line(f"{type(exc).__name__}: {exc}")), []
     finally:
+        if thread is not None:
+            thread.stop(timeout_s=0.0 if stuck else 30.0)
         if not stuck:
             runner.deactivate()
     files = _keep_logs(ctx, (found.repeats or found.runs)[-1], slug) if found.runs else []
@@ -284,11 +292,13 @@ def _target(
     pool: RequestPool,
     settings: RunSettings,
     buckets: ShapeBuckets | None = None,
+    thread: ServingThread | None = None,
 ) -> Iterator[Connect]:
-    """Where the runs send their requests: the in-process batcher, or a Triton server serving the runner for the
-    candidate's whole search (started once: its start-up is not a request's)."""
+    """Where the runs send their requests: the in-process batcher (on the candidate's serving thread), or a
+    Triton server serving the runner for the candidate's whole search (started once: its start-up is not a
+    request's)."""
     if config.server.through == "in_process":
-        yield in_process(runner, pool, settings, buckets)
+        yield in_process(runner, pool, settings, buckets, thread)
         return
     from pipeline.bench.load.triton_target import TritonTarget
     from pipeline.release.triton_server import HOST, Batching, Ports, triton_serving
@@ -296,8 +306,9 @@ def _target(
     sample = pool.samples[0]
     batching = Batching(config.max_batch if config.batched else 0, config.server.max_queue_delay_ms)
     ports = Ports.free()
-    with triton_serving("candidate", runner, sample, runner.infer(sample), batching, ports):
-        yield lambda answer: TritonTarget(f"{HOST}:{ports.grpc}", "candidate", pool, answer)
+    with triton_serving("candidate", runner, sample, runner.infer(sample), batching, ports) as running:
+        url = f"{HOST}:{ports.grpc}"
+        yield lambda answer: TritonTarget(url, "candidate", running.counters, pool, answer)
 
 
 def _keep_logs(ctx: RunContext, last: ServerRun, slug: str) -> list[str]:

@@ -21,7 +21,7 @@ from pipeline.check.accuracy import ArtifactAccuracy, evaluate, reference_nonfin
 from pipeline.check.results import REPORTS, AccuracyReport, artifact_entry
 from pipeline.core import host
 from pipeline.core.artifacts import ArtifactRecord
-from pipeline.core.errors import PipelineError
+from pipeline.core.errors import PipelineError, plain
 from pipeline.core.files import write_report
 from pipeline.core.heap import frozen_heap
 from pipeline.core.packages import package_version
@@ -289,7 +289,7 @@ def validate_on(
 
 
 def _one_line(err: BaseException) -> str:
-    text = " ".join(str(err).split()) or type(err).__name__
+    text = " ".join(plain(str(err)).split()) or type(err).__name__
     text = f"{type(err).__name__}: {text}"
     return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 1] + "…"
 

@@ -286,9 +286,11 @@ def test_a_cuda_graph_candidate_serves_load_in_buckets_captured_before_the_runs(
         run = server_run(in_process(graph, pool, settings, buckets), pool, 200.0, settings, tmp_path / "run")
         assert run.error is None and run.queries > 0
         assert graph.captures == captured
-        padded, want = graph.infer(pool.collate([0, 1, 2], buckets)), plain.infer(pool.collate([0, 1, 2]))
+        # requests that can share a batch: any, for padded text; those of one shape otherwise (synthetic ids)
+        rows = [i for i in range(len(pool)) if pool.batchable or pool.key(i) == pool.key(0)][:3]
+        padded, want = graph.infer(pool.collate(rows, buckets)), plain.infer(pool.collate(rows))
         for name, value in want.items():
-            assert lowest_cosine(padded[name][:3], value) > 0.999, name
+            assert lowest_cosine(padded[name][: len(rows)], value) > 0.999, name
     finally:
         graph.deactivate()
         plain.deactivate()

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
+from pipeline.bench.load.serving_thread import ServingThread
 from pipeline.runners.base import Feeds
 
 Answer = Callable[[Sequence[int]], None]  # the query ids of one finished batch
@@ -37,7 +38,9 @@ class DynamicBatcher:
         answer: Answer,
         max_batch: int,
         max_delay_s: float,
+        thread: ServingThread | None = None,
     ):
+        """`thread`: the candidate's serving thread, which runs this batcher's loop (else a thread of its own)."""
         self._infer, self._collate, self._key, self._answer = infer, collate, key, answer
         self.max_batch, self.max_delay_s = max_batch, max_delay_s
         self._queue: collections.deque[Request] = collections.deque()
@@ -46,8 +49,13 @@ class DynamicBatcher:
         self.batches = 0
         self.requests = 0
         self.error: str | None = None
-        self._worker = threading.Thread(target=self._serve, name="batcher", daemon=True)
-        self._worker.start()
+        self._waited_s = 0.0  # summed per request: arrival to the start of its batch's call
+        self._runner_s = 0.0  # summed per request: its batch's collate and call (a batch of n counts n times)
+        self._done = threading.Event()
+        if thread is None:
+            threading.Thread(target=self._serve, name="batcher", daemon=True).start()
+        else:
+            thread.start(self._serve)
 
     def submit(self, requests: Sequence[tuple[int, int]]) -> None:
         """(query id, sample) pairs arriving now."""
@@ -62,17 +70,38 @@ class DynamicBatcher:
         with self._ready:
             self._stopping = True
             self._ready.notify()
-        self._worker.join(timeout_s)
+        self._done.wait(timeout_s)
 
     @property
     def mean_batch(self) -> float | None:
         return self.requests / self.batches if self.batches else None
 
+    @property
+    def time_split(self) -> dict[str, float] | None:
+        """Where a request's time went, in mean ms per request: waiting in the queue (the batch wait included)
+        and in its batch's collate and call; the same steps a Triton run's counters name, so that the two read
+        side by side."""
+        if not self.requests:
+            return None
+        return {
+            "requests": self.requests,
+            "mean_batch": round(self.requests / self.batches, 2),
+            "queue_ms": round(self._waited_s / self.requests * 1000, 3),
+            "runner_ms": round(self._runner_s / self.requests * 1000, 3),
+        }
+
     def _serve(self) -> None:
+        try:
+            self._serve_batches()
+        finally:
+            self._done.set()
+
+    def _serve_batches(self) -> None:
         while True:
             batch = self._next_batch()
             if batch is None:
                 return
+            started = time.monotonic()
             try:
                 if self.error is None:
                     self._infer(self._collate([r.sample for r in batch]))
@@ -83,6 +112,8 @@ class DynamicBatcher:
             finally:
                 self.batches += 1
                 self.requests += len(batch)
+                self._waited_s += sum(started - r.arrived for r in batch)
+                self._runner_s += (time.monotonic() - started) * len(batch)
                 self._answer([r.query for r in batch])
 
     def _next_batch(self) -> list[Request] | None:

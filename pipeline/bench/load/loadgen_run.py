@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from pipeline.bench.load.batcher import DynamicBatcher
 from pipeline.bench.load.buckets import ShapeBuckets
 from pipeline.bench.load.requests import RequestPool
+from pipeline.bench.load.serving_thread import ServingThread
 from pipeline.runners.base import Runner
 
 DETAIL = "mlperf_log_detail.txt"
@@ -62,6 +63,7 @@ class ServerRun:
     error: str | None  # the model raised: the run measured nothing
     seconds: float
     log_dir: str
+    time_split: dict[str, float] | None = None  # where a request's time went (through Triton: its counters)
 
     def meets(self, p99_ms: float) -> bool:
         """Whether the rate held: the whole run was issued, every request answered without error, and the
@@ -82,6 +84,7 @@ class ServerRun:
             "mean_batch": None if self.mean_batch is None else round(self.mean_batch, 2),
             "error": self.error,
             "seconds": round(self.seconds, 2),
+            **({"time_split": self.time_split} if self.time_split else {}),
         }
 
 
@@ -98,18 +101,28 @@ class Target(Protocol):
     @property
     def mean_batch(self) -> float | None: ...
 
+    @property
+    def time_split(self) -> dict[str, float] | None: ...
+
 
 Connect = Callable[[Callable[[Sequence[int]], None]], Target]  # the answer callback -> a target for one run
 
 
 def in_process(
-    runner: Runner, pool: RequestPool, run: RunSettings, buckets: ShapeBuckets | None = None
+    runner: Runner,
+    pool: RequestPool,
+    run: RunSettings,
+    buckets: ShapeBuckets | None = None,
+    thread: ServingThread | None = None,
 ) -> Connect:
     """Requests through a dynamic batcher in this process, straight to the runner; with `buckets`, each batch
-    padded up to its bucket shape (a CUDA-graph runner replays the graph captured for it)."""
+    padded up to its bucket shape (a CUDA-graph runner replays the graph captured for it). With `thread`, every
+    run's batcher runs on that one thread (serving_thread.py: the one its warm-up ran on)."""
     key = None if pool.batchable else pool.key
     collate = functools.partial(pool.collate, buckets=buckets)
-    return lambda answer: DynamicBatcher(runner.infer, collate, key, answer, run.max_batch, run.max_delay_s)
+    return lambda answer: DynamicBatcher(
+        runner.infer, collate, key, answer, run.max_batch, run.max_delay_s, thread
+    )
 
 
 def server_run(
@@ -185,6 +198,7 @@ def server_run(
         error=target.error,
         seconds=seconds,
         log_dir=str(log_dir),
+        time_split=target.time_split,
     )
 
 

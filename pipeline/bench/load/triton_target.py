@@ -1,7 +1,8 @@
 """Requests sent to a running Triton server over gRPC, as a client sends them: each LoadGen query is one request,
 answered when the server's reply arrives. Triton's own dynamic batcher batches them (only requests of the same
 shape: it does not pad), so the latency LoadGen measures holds the client, the network stack, Triton's queue and
-batcher, the Python backend's hand-off and the runner."""
+batcher, the Python backend's hand-off and the runner. Triton's own counters, read before and after the run, say
+which of those the time went to."""
 
 from __future__ import annotations
 
@@ -11,13 +12,23 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pipeline.bench.load.requests import RequestPool
+from pipeline.bench.load.triton_counters import time_split
 
 
 class TritonTarget:
-    def __init__(self, url: str, model: str, pool: RequestPool, answer: Callable[[Sequence[int]], None]):
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        counters: Callable[[], dict[str, float]],
+        pool: RequestPool,
+        answer: Callable[[Sequence[int]], None],
+    ):
+        """`counters`: Triton's counters for the model now (the server's Running.counters)."""
         import tritonclient.grpc as grpc
         from tritonclient.utils import np_to_triton_dtype
 
+        self._counters = counters
         self._client = grpc.InferenceServerClient(url)
         self._model, self._answer = model, answer
         self._inputs = []  # one request per sample, made once: the run times serving, not request building
@@ -32,10 +43,15 @@ class TritonTarget:
         self._idle = threading.Condition()
         self.requests = 0
         self.error: str | None = None
+        self.time_split: dict[str, float] | None = (
+            None  # set on close: where the run's requests spent their time
+        )
+        self._before = counters()
 
     @property
     def mean_batch(self) -> float | None:
-        return None  # Triton's batcher decides; its metrics endpoint counts batches
+        """The batch Triton's batcher ran on average (its metrics endpoint counts batches)."""
+        return (self.time_split or {}).get("mean_batch")
 
     def submit(self, requests: Sequence[tuple[int, int]]) -> None:
         for query, sample in requests:
@@ -52,6 +68,7 @@ class TritonTarget:
         with self._idle:
             self._idle.wait_for(lambda: self._outstanding == 0, timeout=timeout_s)
         self._client.close()
+        self.time_split = time_split(self._before, self._counters())
 
     def _done(self, query: int, result: Any, error: Any) -> None:
         if error is not None and self.error is None:

@@ -210,6 +210,49 @@ def test_loadgen_drives_a_real_session_and_its_logs_are_read(matmul: OrtRunner, 
     # LoadGen ran the settings asked for: the rate, the target, and this run's own arrival schedule
     assert detail["effective_target_qps"] == 200.0 and detail["effective_target_latency_ns"] == 50_000_000
     assert detail["effective_schedule_rng_seed"] == 3 and detail["effective_min_duration_ms"] == 300
+    # the batcher's own clocks: every request of the run, its wait and its batch's call, each below the p99's
+    # worst and together about LoadGen's mean (the answer's hand-back is all they leave out)
+    split = run.time_split
+    assert (
+        split is not None
+        and split["requests"] == run.queries
+        and split["mean_batch"] == round(run.mean_batch, 2)
+    )
+    assert split["queue_ms"] >= 0 and 0 < split["runner_ms"] <= run.p99_ms * 4, split
+    assert run.to_json()["time_split"] == split
+
+
+def test_every_run_of_a_candidate_calls_its_runner_on_the_thread_its_warm_up_ran_on(
+    matmul: OrtRunner, tmp_path: Path
+) -> None:
+    """A runtime may keep state per calling thread (ONNX Runtime's CUDA provider makes its cuBLAS and cuDNN
+    handles on a thread's first call): a new batcher thread per LoadGen run made each run's first request pay
+    that, 63 ms a call for the optimized FP16 MiniLM graph on an H100. The warm-up and every run share one
+    thread now."""
+    import threading
+
+    from pipeline.bench.load.serving_thread import ServingThread
+
+    callers: list[int] = []
+
+    class Recorded:  # the real session, with the thread of each call noted
+        def infer(self, feeds):  # noqa: ANN001, ANN202
+            callers.append(threading.get_ident())
+            return matmul.infer(feeds)
+
+    pool = RequestPool([{"x": np.ones((1, 32), np.float32) * i} for i in range(16)], None)
+    settings = RunSettings(p99_ms=50.0, run_s=0.2, max_batch=4, max_delay_s=0.001)
+    serving = ServingThread()
+    try:
+        serving.call(Recorded().infer, pool.samples[0])
+        for seed in (1, 2):
+            connect = in_process(Recorded(), pool, settings, thread=serving)  # type: ignore[arg-type]
+            run = server_run(connect, pool, 100.0, settings, tmp_path / f"run{seed}", seed=seed)
+            assert run.error is None and run.queries > 5
+    finally:
+        serving.stop()
+    assert len(callers) > 10 and set(callers) == {serving.ident}
+    assert serving.ident != threading.get_ident()
 
 
 def _run(qps: float, p99: float) -> ServerRun:
@@ -291,11 +334,32 @@ def test_loadgen_through_a_real_triton_server(matmul: OrtRunner, tmp_path: Path)
     sample = pool.samples[0]
     ports = Ports.free()
     with triton_serving("mm", matmul, sample, matmul.infer(sample), Batching(4, 1.0), ports) as running:
-        connect = lambda answer: TritonTarget(f"{HOST}:{ports.grpc}", "mm", pool, answer)  # noqa: E731
+        url = f"{HOST}:{ports.grpc}"
+        connect = lambda answer: TritonTarget(url, "mm", running.counters, pool, answer)  # noqa: E731
         run = server_run(connect, pool, 50.0, settings, tmp_path / "run", seed=1)
         assert running.alive()
     assert run.error is None and run.queries > 5 and run.completed_qps and run.p99_ms and run.p99_ms > 0
     assert read_detail(tmp_path / "run" / "mlperf_log_detail.txt")["result_query_count"] == run.queries
+    # Triton's own counters say where the requests' time went: every request of the run, in its steps
+    split = run.time_split
+    assert split is not None and split["requests"] == run.queries, split
+    assert 1.0 <= split["mean_batch"] <= 4.0 and run.mean_batch == split["mean_batch"]
+    assert 0 < split["runner_ms"] < split["compute_infer_ms"] < split["server_ms"], split
+    assert split["queue_ms"] + split["compute_infer_ms"] <= split["server_ms"] + 0.01, split
+    assert run.to_json()["time_split"] == split
+    # the sign-off's sentence for the row: the same steps, with the runner's share and the hand-off's
+    from pipeline.check.served import ServedRate
+    from pipeline.check.speed import fmt_ms, fmt_qps
+    from pipeline.report.load import _split_sentence
+
+    record = {"artifact": "mm", "runtime": "onnxruntime-cpu", "through": "triton", "runs": [run.to_json()]}
+    row = ServedRate.read(record)
+    sentence = _split_sentence(row) or ""
+    assert sentence.startswith(
+        f"Inside the server, for mm (onnxruntime-cpu) at {fmt_qps(50.0)} requests/s"
+    ), sentence
+    assert f"{fmt_ms(split['runner_ms'])} ms in the runner itself" in sentence, sentence
+    assert "hand-off to the deploy's process and back" in sentence and "LoadGen's p50" in sentence
     assert not running.log.parent.exists()  # a server that stopped cleanly leaves nothing behind
 
 
@@ -329,7 +393,8 @@ def test_a_triton_server_that_dies_mid_run_fails_the_run_with_the_reason(
     with triton_serving("mm", matmul, sample, matmul.infer(sample), Batching(4, 1.0), ports) as running:
         killer = threading.Thread(target=kill_server)
         killer.start()
-        connect = lambda answer: TritonTarget(f"{HOST}:{ports.grpc}", "mm", pool, answer)  # noqa: E731
+        url = f"{HOST}:{ports.grpc}"
+        connect = lambda answer: TritonTarget(url, "mm", running.counters, pool, answer)  # noqa: E731
         run = server_run(connect, pool, 50.0, settings, tmp_path / "run", seed=1)
         killer.join()
         assert not running.alive()
