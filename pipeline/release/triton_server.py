@@ -106,6 +106,7 @@ def triton_serving(
     block failed, for the error to name."""
     from pytriton.triton import Triton, TritonConfig
 
+    saved = os.environ.get("LD_LIBRARY_PATH")  # the server's own: the deploy's later children keep theirs
     _python_backend_env()
     scratch = Path(tempfile.mkdtemp(prefix="pipeline-triton-"))  # the server's log; its workspace inside
     config = TritonConfig(
@@ -133,6 +134,10 @@ def triton_serving(
         raise
     finally:
         triton.stop()
+        if saved is None:
+            os.environ.pop("LD_LIBRARY_PATH", None)
+        else:
+            os.environ["LD_LIBRARY_PATH"] = saved
         if not failed:
             shutil.rmtree(scratch, ignore_errors=True)
 

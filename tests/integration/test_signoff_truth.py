@@ -5,10 +5,12 @@ not have) is listed in the sign-off's first section, in manifest.json, in the cl
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
+from pipeline.check.speed import fmt_ms
 from tests.integration.test_deploy_cli import TINY, cli
 
 # Whether the winner stabilizes depends on the machine's load, never asserted: the headline then carries this
@@ -146,3 +148,34 @@ def test_relative_root_and_another_working_directory(tmp_path: Path) -> None:
     int8 = next(a for a in manifest["artifacts"] if a["name"] == "onnx-int8")
     assert "FileNotFoundError" not in int8["details"]["preprocess"]  # the pre-pass found its files
     assert not list(elsewhere.glob("*.onnx")) and not list(elsewhere.glob("*.data"))
+
+
+@pytest.mark.parametrize("width", [1400, 900])
+def test_the_first_screen_decides_in_a_headless_browser(deployed, width: int, tmp_path: Path) -> None:
+    """The page as a reader sees it, in Chromium at 1,400 and 900 pixels: the card that decides fits the first
+    screen, in green, with the file to ship, its runtime, the winner's p50 and the counts; "Not run" (when there
+    is any) comes before the evidence; no identifier or column heading wraps."""
+    from tests.browser import first_screen
+
+    root, _ = deployed
+    version = root / "tiny" / "v0001"
+    winner = json.loads((version / "winner.json").read_text())
+    seen = first_screen(version / "reports" / "signoff.html", width, tmp_path / f"first-screen-{width}.png")
+    if winner["provisional"]:  # the winner's timing did not settle on a busy machine: amber, never green
+        assert seen["state"].startswith("PROVISIONAL") and seen["border"] == "rgb(212, 155, 0)", seen
+    else:
+        assert seen["state"] == "SIGNED OFF" and seen["border"] == "rgb(46, 157, 79)", seen
+    fields = seen["fields"]
+    assert fields["ship"] == f"{winner['file']} ({winner['artifact']})"
+    assert fields["run it on"].startswith(f"{winner['runtime']} ({winner['io']} I/O")
+    assert fields["p50 at batch 1"].startswith(f"{fmt_ms(winner['value'])} ms (95% interval ")
+    assert fields["failed"].startswith("1") and "onnx-int8" in fields["failed"] + str(seen["headings"])
+    assert re.fullmatch(r"(\d+) of \1 artifact-runtime pairs passed", fields["validated"]), fields
+    assert winner["file"] in (seen["snippet"] or "")
+    card, view = seen["card"], seen["viewport"]
+    assert card["left"] >= 0 and card["right"] <= view["width"] and card["bottom"] <= view["height"], seen
+    headings = seen["headings"]
+    assert headings[0] == "Verdict"
+    if "Not run" in headings:
+        assert headings.index("Not run") < headings.index("Accuracy")
+    assert seen["wrapped"] == [], seen["wrapped"]

@@ -5,6 +5,7 @@ runs measure is a measurement, not a test."""
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 from pathlib import Path
@@ -333,11 +334,13 @@ def test_loadgen_through_a_real_triton_server(matmul: OrtRunner, tmp_path: Path)
     settings = RunSettings(p99_ms=500.0, run_s=0.5, max_batch=4, max_delay_s=0.001)
     sample = pool.samples[0]
     ports = Ports.free()
+    libraries = os.environ.get("LD_LIBRARY_PATH")
     with triton_serving("mm", matmul, sample, matmul.infer(sample), Batching(4, 1.0), ports) as running:
         url = f"{HOST}:{ports.grpc}"
         connect = lambda answer: TritonTarget(url, "mm", running.counters, pool, answer)  # noqa: E731
         run = server_run(connect, pool, 50.0, settings, tmp_path / "run", seed=1)
         assert running.alive()
+    assert os.environ.get("LD_LIBRARY_PATH") == libraries  # the server's libraries were its own
     assert run.error is None and run.queries > 5 and run.completed_qps and run.p99_ms and run.p99_ms > 0
     assert read_detail(tmp_path / "run" / "mlperf_log_detail.txt")["result_query_count"] == run.queries
     # Triton's own counters say where the requests' time went: every request of the run, in its steps

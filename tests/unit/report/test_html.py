@@ -110,3 +110,16 @@ def test_a_provisional_sign_off_is_amber_not_green(inputs):
     assert '<div class="card provisional" id="decision">' in page
     assert '<div class="state">PROVISIONAL: signed off, but the winner' in page
     assert ".card.provisional{border-color:#d49b00" in page  # amber, distinct from the green signed_off
+
+
+def test_a_provisional_card_reads_amber_in_a_headless_browser(inputs, tmp_path):
+    """In Chromium, as a reader sees it: the provisional state's words and colours, not the signed-off green."""
+    from tests.browser import first_screen
+
+    inputs["header"] = {**samples.header(), "provisional": True}
+    page = tmp_path / "signoff.html"
+    page.write_text(render_html(**inputs))
+    seen = first_screen(page, 900, tmp_path / "provisional.png")
+    assert seen["state"].startswith("PROVISIONAL: signed off, but the winner")
+    assert seen["border"] == "rgb(212, 155, 0)" and seen["state_colour"] == "rgb(138, 90, 0)"
+    assert seen["card"]["bottom"] <= seen["viewport"]["height"] and seen["wrapped"] == []
