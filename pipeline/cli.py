@@ -230,8 +230,8 @@ def _list(args: argparse.Namespace, console: Console) -> Result:
     """Every version with its verdict, each verified against its manifest first: a damaged version is marked
     damaged (with why), never shown as signed off, whatever its files say."""
     from pipeline.core.stored import Damaged, read_stored
+    from pipeline.release.disk import usage
     from pipeline.release.promotion import promoted_versions
-    from pipeline.release.prune import folder_bytes
     from pipeline.release.store import Store, verify_folder
 
     loaded = _load(args)
@@ -242,6 +242,7 @@ def _list(args: argparse.Namespace, console: Console) -> Result:
     for version in store.versions():
         folder = store.base / version
         damage = verify_folder(folder)
+        disk = usage(folder)
         try:
             manifest = (read_stored(folder / "manifest.json") or {}) if not damage else {}
             winner = read_stored(folder / "winner.json") if not damage else None
@@ -262,7 +263,9 @@ def _list(args: argparse.Namespace, console: Console) -> Result:
                 "recipe_changes": manifest.get("recipe_changes") or [],
                 "overrides": manifest.get("overrides") or [],
                 "promoted": version in promoted,
-                "bytes": folder_bytes(folder),
+                "bytes": disk.total,
+                "own_bytes": disk.own,  # what removing it frees: the rest is shared copy-on-write
+                "shared_bytes": disk.shared,
                 "damaged": damage,
             }
         )
@@ -270,14 +273,21 @@ def _list(args: argparse.Namespace, console: Console) -> Result:
             state = f"DAMAGED ({len(damage)}: {damage[0][:60]})"
         else:
             state = rows[-1]["headline"] or ("signed off" if rows[-1]["signed_off"] else "NOT signed off")
+        own = f", {disk.own / 1e6:.1f} MB own" if disk.own is not None and disk.shared else ""
         console.print(
-            f"{version}  {manifest.get('created', '?')}  {state:<32}  {rows[-1]['bytes'] / 1e6:>6.0f} MB  "
+            f"{version}  {manifest.get('created', '?')}  {state:<32}  {disk.total / 1e6:>6.0f} MB{own}  "
             f"winner {winner['artifact'] if winner else '-'}{_release_marks(rows[-1])}",
             highlight=False,
             soft_wrap=True,
         )
     if not rows:
         console.print(f"no versions yet in {store.base}", highlight=False)
+    elif len(rows) > 1 and not any(r["shared_bytes"] for r in rows):
+        console.print(
+            "each version is a full copy: this file system cannot share bytes copy-on-write (XFS and btrfs "
+            "do: there versions share unchanged artifacts, and a write through one never reaches another)",
+            highlight=False,
+        )
     doc = {"name": loaded.recipe.name, "store": str(store.base.resolve()), "versions": rows}
     return 0, {**doc, "latest": latest.name if latest else None}
 
