@@ -35,6 +35,22 @@ def plain(text: str) -> str:
     return ORT_FIELDS.sub("", ORT_FRAME.sub("", ANSI.sub("", text)))
 
 
+# A first line that only says where an error happened: its reason is the message's last line
+WRAPPER_LINES = ("The following operation failed in the TorchScript interpreter.",)
+
+
+def first_line(text: object, limit: int = 300) -> str:
+    """An error's reason in one line, as a report lists it: its first line, or for an error whose first line only
+    wraps it (TorchScript's interpreter) its last, where the reason is; at most `limit` characters."""
+    lines = [line.strip() for line in plain(str(text or "")).strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = lines[0]
+    if len(lines) > 1 and line.endswith(WRAPPER_LINES):
+        line = f"{line.split(': ', 1)[0]} in the TorchScript interpreter: {lines[-1]}"
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 def one_line(text: str) -> str:
     """Control characters (a newline in a --set value, in a path, in a quoted value) written as escapes, and
     terminal colour codes dropped: a problem is one line on stderr, whatever the user's text held."""

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from pipeline.check.results import Winner
 from pipeline.check.verdicts import records as accuracy_records
+from pipeline.core.errors import first_line
 
 SHAPE_DEPENDENT = "shape_dependent"  # set in a stage's details when a trace disagreed with eager at a corner
 WEIGHTS = "weights"  # an export's details: weights_digest of the model it was exported from
@@ -65,11 +66,6 @@ class Verdict:
         if self.provisional:
             text += " (provisional: winner did not stabilize)"
         return text
-
-
-def first_line(text: str | None, limit: int = 300) -> str:
-    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def variant_failures(

@@ -29,6 +29,17 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[str, str]]:
     for name in recipe.dims:
         if name not in used:
             problems.append((f"dims.{name}", "not used by any input shape"))
+    batch = recipe.benchmark.batch_dim
+    for i, spec in enumerate(recipe.inputs):
+        if batch in spec.shape[1:]:  # the data, validation corners and timing all batch on the first axis
+            problems.append(
+                (
+                    f"inputs[{i}].shape",
+                    f"the batch dim '{batch}' is axis {list(spec.shape).index(batch)}: the pipeline batches, "
+                    "pads and times requests on the first axis; put it first (a wrapper around the model can "
+                    "transpose its inputs and outputs)",
+                )
+            )
     names = [s.name for s in recipe.inputs]
     for i, n in enumerate(names):
         if n in names[:i]:

@@ -14,6 +14,7 @@ from pipeline.check.accuracy import LOWER_BOUNDS, tolerance_share
 from pipeline.check.speed import as_interval, fmt_ms, overlap
 from pipeline.check.timings import Timing, timings
 from pipeline.check.verdicts import CheckRecord, Verdict, records
+from pipeline.core import errors
 from pipeline.core.variants import precision_of as _named_precision
 
 METRIC_ORDER = ("cosine", "neighbours", "max_abs", "mean_abs", "max_rel")
@@ -252,8 +253,7 @@ def scalar_text(value: Any) -> str:
 
 
 def first_line(text: Any, limit: int = 160) -> str:
-    line = str(text or "").strip().splitlines()[0] if str(text or "").strip() else ""
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    return errors.first_line(text, limit)
 
 
 def unique(items: Iterable[str]) -> list[str]:

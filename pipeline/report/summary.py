@@ -191,10 +191,12 @@ def _left_for_twins(speed: Dict | None) -> list[Dict]:
 
 
 def _note(entry: Verdict | None, not_run_reason: str | None, benchmarked: bool) -> str:
+    """Why the row reads as it does: a failed validation first (the artifact failed where it ran, whatever
+    other runtime was left untimed), then why it was not run or timed."""
+    if entry is not None and not entry.passed and entry.reason:
+        return entry.reason
     if not benchmarked and not_run_reason:
         if "not runnable" in not_run_reason or not_run_reason.startswith("not timed"):
             return not_run_reason
         return f"not runnable on this host: {not_run_reason}"
-    if entry is not None and not entry.passed and entry.reason:
-        return entry.reason
     return not_run_reason or ""

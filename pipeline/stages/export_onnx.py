@@ -164,9 +164,18 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
                 details["fallback_reason"] = why
                 ctx.report(f"onnx: dynamo export failed ({why[:200]}), falling back to the legacy exporter")
                 _legacy_export(ctx, config, target)
+                legacy = _corner_problem(ctx, config, target)
+                if legacy:  # one failure here, with both reasons, not one per graph made from it downstream
+                    raise StageError(
+                        f"onnx: neither exporter gave a graph that runs at the recipe's shapes: dynamo: {why}; "
+                        f"legacy: {legacy}"
+                    )
         else:
             ctx.report("onnx: exporting with the legacy exporter")
             _legacy_export(ctx, config, target)
+            legacy = _corner_problem(ctx, config, target)
+            if legacy:
+                raise StageError(f"onnx: the legacy export does not run at the recipe's shapes: {legacy}")
     model = onnx.load(str(target))
     name_dynamic_axes(model, config.model.inputs)
     _strip_location_metadata(model)
@@ -196,7 +205,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="export_onnx",
-            version=4,  # CHANGELOG.md, "Stage versions"
+            version=5,  # CHANGELOG.md, "Stage versions"
             config=OnnxExportConfig.from_recipe(recipe, recipe_dir),
             run=_run,
             environment=lambda: {

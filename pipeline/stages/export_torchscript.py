@@ -142,6 +142,10 @@ def _trace(
         warnings.simplefilter("always")
         traced = torch.jit.trace(module, example, check_trace=False, strict=False)
         if cfg.freeze:
+            # a trace that cannot run at a corner raises there as traced; frozen, the same call can crash the
+            # process (a native segmentation fault in torch, seen with an RWKV model at a shorter length)
+            for corner in cfg.check_corners:
+                traced(*corner_args(corner, batch=config.max_corner_batch if corner == "max" else None))
             traced = torch.jit.freeze(traced.eval())
     tracer_warnings = sorted({f"{w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught})
     checks, tolerances = {}, {}

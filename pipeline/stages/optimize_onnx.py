@@ -16,6 +16,7 @@ Runtime's own extended fusions for the CPU provider; level 1 leaves those to ses
 
 from __future__ import annotations
 
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,7 +130,12 @@ def sample_feeds(ctx: RunContext, data: DataSpec) -> Feeds:
 
 
 def first_line(exc: BaseException) -> str:
+    """The exception's message in one line; for one without a message (a bare assert in a tool), where it
+    was raised."""
     text = " ".join(str(exc).split())
+    if not text and exc.__traceback__ is not None:
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        text = f"raised without a message at {Path(frame.filename).name}:{frame.lineno} ({frame.line or '?'})"
     return text if len(text) <= 300 else text[:299] + "…"
 
 
@@ -170,11 +176,14 @@ def _optimize(
     if isinstance(graph, onnx.ModelProto):  # the optimizer reads a file (given a proto, it writes one)
         onnx_tools.save(graph, "fused.onnx")
         graph = str(Path("fused.onnx").resolve())
+    heads, hidden = int(config.get("num_attention_heads") or 0), int(config.get("hidden_size") or 0)
+    if not heads or hidden % heads:  # no attention (Mamba, RWKV) or sizes it cannot split: let it detect them
+        heads = hidden = 0  # (the optimizer asserts on hidden_size without heads)
     optimized = optimize_model(
         graph,
         model_type=attempt.model_type or "bert",
-        num_heads=int(config.get("num_attention_heads", 0)),
-        hidden_size=int(config.get("hidden_size", 0)),
+        num_heads=heads,
+        hidden_size=hidden,
         opt_level=cfg.opt_level if attempt.opt_level is None else attempt.opt_level,
         use_gpu=False,
         only_onnxruntime=attempt.model_type is None,  # no transformer fusions for other models

@@ -195,3 +195,23 @@ class _NotFinite(_Wrapping):
 
 def not_finite(**kwargs: int) -> nn.Module:
     return _NotFinite()
+
+
+class _Stepwise(nn.Module):
+    """A recurrence written as a Python loop over the sequence: every exporter unrolls it at the length it saw."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(1000, 16)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        x = self.embed(input_ids) * attention_mask.unsqueeze(-1)
+        state = torch.zeros_like(x[:, 0])
+        for t in range(input_ids.shape[1]):
+            state = torch.tanh(state + x[:, t])
+        return state
+
+
+def stepwise(**kwargs: int) -> nn.Module:
+    torch.manual_seed(0)
+    return _Stepwise()

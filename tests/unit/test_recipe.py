@@ -232,3 +232,20 @@ def test_a_problem_is_located_for_programs() -> None:
         "suggestion": "onnx-fp32",
         "override": None,
     }
+
+
+def test_a_batch_dim_that_is_not_the_first_axis_is_refused_where_it_is_written(tmp_path: Path) -> None:
+    """Time-major inputs ([sequence, batch, ...]) were batched on their first axis all the same: the validation
+    corners ran the sequence at 1, below its min, and the sign-off printed shapes and lengths it never ran."""
+    text = TINY.replace(
+        "{name: input_ids, dtype: int64, shape: [batch, sequence]",
+        "{name: input_ids, dtype: int64, shape: [sequence, batch]",
+    )
+    lines = _problems(tmp_path, text)
+    assert any(
+        ":6:" in line
+        and "inputs[0].shape: the batch dim 'batch' is axis 1: the pipeline batches, pads and times requests on the "
+        "first axis; put it first"
+        in line
+        for line in lines
+    ), lines

@@ -32,3 +32,32 @@ def test_onnx_runtime_cuda_failures_are_quoted_by_their_reason_not_their_cxx_thr
         "Error in execution: CUDA failure 900: operation not permitted when stream is capturing; "
         "expr=cudaMemcpyAsync(a, b, n, kind, stream); "
     )
+
+
+def test_a_torchscript_interpreter_error_is_reported_by_its_reason_not_its_wrapper_line() -> None:
+    """TorchScript's first line only says that an operation failed; the reason is the message's last line."""
+    from pipeline.core.errors import first_line
+
+    message = (
+        "RuntimeError: The following operation failed in the TorchScript interpreter.\n"
+        'Traceback of TorchScript (most recent call last):\n  File "<string>", line 3\n'
+        "RuntimeError: select(): index 4 out of range for tensor of size [4, 1, 64] at dimension 0"
+    )
+    assert first_line(message) == (
+        "RuntimeError in the TorchScript interpreter: RuntimeError: select(): index 4 out of range for tensor of "
+        "size [4, 1, 64] at dimension 0"
+    )
+    assert first_line("ValueError: bad\nmore") == "ValueError: bad" and first_line(None) == ""
+
+
+def test_an_exception_without_a_message_is_named_by_where_it_was_raised() -> None:
+    """ONNX Runtime's optimizer asserted without a message (no attention heads): 'AssertionError: ' said nothing."""
+    from pipeline.stages.optimize_onnx import first_line
+
+    try:
+        raise AssertionError  # as a bare `assert` in a tool raises it (pytest rewrites this file's asserts)
+    except AssertionError as exc:
+        text = first_line(exc)
+    assert (
+        text.startswith("raised without a message at test_plain_text.py:") and "raise AssertionError" in text
+    )

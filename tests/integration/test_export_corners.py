@@ -1,0 +1,32 @@
+"""An ONNX graph is kept only where it runs at the recipe's smallest and largest shapes, whichever exporter made
+it: a model whose loop both exporters unroll at the traced length fails its export once, with both reasons,
+instead of every graph made from it failing again downstream."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.integration.test_deploy_cli import TINY, cli
+
+
+def test_a_graph_neither_exporter_can_make_fails_the_export_with_both_reasons(tmp_path: Path) -> None:
+    recipe = tmp_path / "stepwise.yaml"
+    text = TINY.read_text().replace(
+        '{source: entrypoint, entrypoint: "tests.models.tiny:encoder", kwargs: {hidden: 64, layers: 2}, seed: 0, '
+        "family: transformer}",
+        '{source: entrypoint, entrypoint: "tests.reliability.bad_models:stepwise", seed: 0}',
+    )
+    recipe.write_text(text.replace("outputs: [hidden, pooled]", "outputs: [state]"))
+    done = cli(
+        "deploy", str(recipe), "--set", "variants.build=[onnx-fp32, onnx-int8-dynamic]", root=tmp_path / "out"
+    )
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    [version] = (tmp_path / "out" / "tiny").glob("v*")
+    failed = json.loads((version / "manifest.json").read_text())["failed"]
+    assert [(f["artifact"], f["stage"]) for f in failed][0] == ("onnx-fp32", "export_onnx"), failed
+    error = failed[0]["error"]
+    assert "neither exporter gave a graph that runs at the recipe's shapes: dynamo: " in error
+    assert "; legacy: at the min or max shape: " in error
+    # the graphs built from it are not built at all: one failure, not one per conversion
+    assert all(f["stage"] == "export_onnx" for f in failed if f["artifact"] == "onnx-fp32")
