@@ -106,6 +106,7 @@ class Measure:
     problem: str | None = None  # not comparable: missing output, shape mismatch, non-finite reference
     scale: float = 1.0  # output_scale of the reference: absolute thresholds are multiplied by it
     directionless: bool = False  # one value per sample, or integer/boolean values: cosine sees only signs
+    exact: bool = False  # integer or boolean values (labels, ids, flags): any change is wrong
 
 
 def measure(reference: np.ndarray, actual: np.ndarray | None, mask: np.ndarray | None = None) -> Measure:
@@ -141,12 +142,23 @@ def measure(reference: np.ndarray, actual: np.ndarray | None, mask: np.ndarray |
             "cosine": cosine(reference, actual),  # padded positions are zero in both: they add nothing
         }
     flat = directionless(reference)
+    exact = reference.dtype.kind in "biu"
     return Measure(
-        values, int(act_kept.size), _nonfinite(act_kept), scale=_scale(ref_kept), directionless=flat
+        values,
+        int(act_kept.size),
+        _nonfinite(act_kept),
+        scale=_scale(ref_kept),
+        directionless=flat,
+        exact=exact,
     )
 
 
 DIRECTIONLESS = "one value per sample or integer values: cosine sees only signs, max_abs gates as well"
+EXACT = "integer values (labels, ids, flags): any change is wrong, so max_abs gates at 0"
+GATED_NOTES = (
+    DIRECTIONLESS,
+    EXACT,
+)  # why a check gates as it does: a note on a measured value, not a problem
 
 
 def _scale(reference: np.ndarray) -> float:
@@ -217,8 +229,10 @@ def combine(measures: list[Measure]) -> Measure:
         "mean_abs": sum(m.values["mean_abs"] * m.elements for m in measures) / elements if elements else 0.0,
     }
     scale = max(m.scale for m in measures)
-    flat = any(m.directionless for m in measures)
-    return Measure(values, elements, sum(m.nonfinite for m in measures), scale=scale, directionless=flat)
+    flat, exact = any(m.directionless for m in measures), any(m.exact for m in measures)
+    return Measure(
+        values, elements, sum(m.nonfinite for m in measures), scale=scale, directionless=flat, exact=exact
+    )
 
 
 # ---------------------------------------------------------------- tolerances and checks
@@ -250,7 +264,10 @@ class Check:
 
     def severity(self) -> float:
         """How far past its threshold (1.0 = at it); problems and non-finite values rank worst."""
-        if (self.reason is not None and self.reason != DIRECTIONLESS) or self.metric in (FINITE, COMPARABLE):
+        if (self.reason is not None and self.reason not in GATED_NOTES) or self.metric in (
+            FINITE,
+            COMPARABLE,
+        ):
             return math.inf
         share = tolerance_share(self.metric, self.value, self.threshold)
         return math.inf if share is None else share
@@ -259,7 +276,7 @@ class Check:
         """One line naming output, metric and input set, e.g. 'pooled cosine 0.91 < 0.98 at opt'."""
         if self.metric == FINITE and self.value:
             return f"{self.output} has {self.value} NaN/inf values at {self.inputs}"
-        if self.reason is not None and self.reason != DIRECTIONLESS:
+        if self.reason is not None and self.reason not in GATED_NOTES:
             return f"{self.output} {self.metric} at {self.inputs}: {self.reason}"
         if self.value is None or self.threshold is None:
             return f"{self.output} {self.metric} at {self.inputs}: no value"
@@ -288,13 +305,15 @@ class Check:
 
 def tolerance_share(metric: str, value: Any, threshold: Any) -> float | None:
     """How much of its tolerance a figure uses: 0 = exact, 1 = at the threshold, above 1 = past it; for lower
-    bounds (cosine, neighbours) measured from 1. None when it cannot be told: no finite value or threshold, or
-    a tolerance of zero width."""
+    bounds (cosine, neighbours) measured from 1. An exact bound (max_abs 0 for integer values) is used not at
+    all or past all. None when it cannot be told: no finite value or threshold, or a lower bound of zero width."""
     if not isinstance(value, int | float) or not isinstance(threshold, int | float) or math.isnan(value):
         return None
     if metric in LOWER_BOUNDS:
         slack = 1.0 - threshold
         return (1.0 - value) / slack if slack > 0 else None
+    if threshold == 0:
+        return 0.0 if value == 0 else math.inf
     return value / threshold if threshold > 0 else None
 
 
@@ -327,6 +346,9 @@ def checks_for(output: str, inputs: str, m: Measure, tolerance: Tolerance) -> li
             informational = False
         scale = m.scale if metric in SCALED and tolerance_value is not None else 1.0
         threshold = None if tolerance_value is None else tolerance_value * scale
+        exact = swapped and metric == "max_abs" and m.exact
+        if exact:  # class 3 read as 4 is as wrong as 3 read as 40: no precision's tolerance allows it
+            threshold = 0.0
         value = m.values.get(metric)
         if value is None or not math.isfinite(value) or m.nonfinite:
             reason = finite_reason or "not a finite number"
@@ -335,7 +357,7 @@ def checks_for(output: str, inputs: str, m: Measure, tolerance: Tolerance) -> li
             )
             continue
         passed = True if threshold is None else _passes(metric, value, threshold)
-        reason = DIRECTIONLESS if swapped and metric == "max_abs" else None
+        reason = (EXACT if exact else DIRECTIONLESS) if swapped and metric == "max_abs" else None
         checks.append(Check(output, inputs, metric, value, threshold, passed, informational, reason, scale))
     return checks
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
-from pipeline.check.accuracy import DIRECTIONLESS
+from pipeline.check.accuracy import DIRECTIONLESS, EXACT
 from pipeline.check.speed import figure_text, fmt_qps, fmt_rate
 from pipeline.check.timings import Throughput, is_winner_row
 from pipeline.check.verdicts import AccuracyRecord, Verdict, records
@@ -269,12 +269,21 @@ def _accuracy(accuracy: Dict | None, image: str | None) -> Section:
         Table(headers, rows, tones),
     ]
     flat = sorted({c.output for e in entries.values() for c in e.checks if c.reason == DIRECTIONLESS})
+    exact = sorted({c.output for e in entries.values() for c in e.checks if c.reason == EXACT})
     if flat:
         blocks.append(
             Para(
-                f"{', '.join(flat)}: one value per sample or integer values, which cosine alone cannot judge (the "
-                "cosine of two single numbers only says whether their signs agree): max_abs gates "
-                f"{'it' if len(flat) == 1 else 'them'} as well, unscaled for integer values."
+                f"{', '.join(flat)}: one value per sample, which cosine alone cannot judge (the cosine of two "
+                f"single numbers only says whether their signs agree): max_abs gates {'it' if len(flat) == 1 else 'them'} "
+                "as well."
+            )
+        )
+    if exact:
+        blocks.append(
+            Para(
+                f"{', '.join(exact)}: integer values (labels, ids, flags), where any change is wrong: max_abs gates "
+                f"{'it' if len(exact) == 1 else 'them'} at 0 in every precision (a per-output tolerance under "
+                "validation.tolerances can allow more)."
             )
         )
     failures = [

@@ -280,7 +280,7 @@ def test_per_token_scores_and_single_scores_get_no_neighbour_check() -> None:
 def test_a_score_or_a_label_is_gated_by_its_absolute_error_not_its_sign() -> None:
     """One value per sample ([batch, 1] scores) and integer labels: per-sample cosine is 1 whenever the signs
     agree, so an FP16 graph 2.0 off on every score and flipping labels passed. max_abs gates them as well
-    (cosine still gates: a flag flipped from 0 to 1 has cosine 0), unscaled for integer values."""
+    (cosine still gates: a flag flipped from 0 to 1 has cosine 0), and at 0 for integer values."""
     fp16 = Tolerance(max_abs=5e-2, cosine=0.999, informational=["max_abs"])
     int8 = Tolerance(max_abs=1.0, cosine=0.98, informational=["max_abs"])
     score = np.array([[10.05], [9.8], [10.3], [9.9]], np.float32)
@@ -292,15 +292,37 @@ def test_a_score_or_a_label_is_gated_by_its_absolute_error_not_its_sign() -> Non
     failing = {(c.output, c.metric) for c in info.failures()}
     assert failing == {("score", "max_abs"), ("label", "max_abs")}, info.reason
     (label_check,) = [c for c in info.checks if (c.output, c.metric) == ("label", "max_abs")]
-    assert label_check.threshold == 5e-2  # not 5e-2 x 30: a class id is no magnitude
+    assert (
+        label_check.threshold == 0
+    )  # not 5e-2 x 30, nor 5e-2: a class id is no magnitude, and any change is wrong
     assert all(not c.informational for c in info.checks if c.metric == "cosine")
     assert evaluate(ArtifactAccuracy("a", "fp16", "x"), ref, ref, ["score", "label"], fp16)
-    # a flag flipped at INT8: its max_abs of 1 is within INT8's bound, and its cosine of 0 still fails it
+    # a flag flipped at INT8: its cosine of 0 fails it, and so does its max_abs of 1 (exact for integers)
     flag = np.array([0, 1, 1, 0, 1], np.int64)
     info = evaluate(
         ArtifactAccuracy("a", "int8", "x"), {"opt": [{"f": flag}]}, {"opt": [{"f": 1 - flag}]}, ["f"], int8
     )
-    assert not info and {(c.output, c.metric) for c in info.failures()} == {("f", "cosine")}
+    assert not info and {(c.output, c.metric) for c in info.failures()} == {("f", "cosine"), ("f", "max_abs")}
+    # a class read as its neighbour (3 as 4) under INT8's max_abs of 1: it passed, as if labels had a scale
+    labels = np.array([3, 7, 1, 9], np.int64)
+    info = evaluate(
+        ArtifactAccuracy("a", "int8", "x"),
+        {"opt": [{"label": labels}]},
+        {"opt": [{"label": labels + np.array([1, 0, 0, 0])}]},
+        ["label"],
+        int8,
+    )
+    assert not info and ("label", "max_abs") in {(c.output, c.metric) for c in info.failures()}, info.reason
+    assert "label max_abs 1 > 0 at opt" in info.reason
+    # a per-output tolerance is the way to allow more, and the rule leaves it as written
+    loose = Tolerance(max_abs=1.0, cosine=0.9, outputs={"label": {"max_abs": 1.0}})
+    assert evaluate(
+        ArtifactAccuracy("a", "int8", "x"),
+        {"opt": [{"label": labels}]},
+        {"opt": [{"label": labels + np.array([1, 0, 0, 0])}]},
+        ["label"],
+        loose,
+    )
     # an embedding keeps its cosine gate, and max_abs stays informational for it
     emb = np.random.default_rng(3).normal(size=(4, 8))
     info = evaluate(
