@@ -182,9 +182,15 @@ class Dataset:
 
     def _random_sample(self, i: int) -> dict[str, np.ndarray]:
         """Sample i at its own point of each dynamic dim's range (the batch dim aside): validation and
-        calibration then see short, typical and long inputs, not only the opt shape."""
+        calibration then see short, typical and long inputs, not only the opt shape, and dims in combinations
+        (a tall narrow image as well as a square one)."""
         rng = np.random.default_rng([self.spec.data.seed, i])
-        dims = {name: lengths[i % len(lengths)] for name, lengths in self._spread().items()}
+        # every dim walks through all its points, each dim a step further along than the one before it from
+        # one round to the next: two dims (height, width) do not move in lockstep, so non-square shapes come up
+        dims = {
+            name: lengths[(i + k * (1 + i // len(lengths))) % len(lengths)]
+            for k, (name, lengths) in enumerate(self._spread().items())
+        }
         sample = {}
         for spec in self.spec.inputs:
             shape = self.spec.corner_shape(spec, "opt", dims)[1:]

@@ -1,0 +1,38 @@
+"""Random samples walk every dynamic dim through its range, and two dims not in lockstep: a U-Net whose eager
+forward failed at height 18 signed off, because its height and width only ever came as squares."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.inputs.data import Dataset
+from pipeline.inputs.specs import DataSpec
+from pipeline.recipe.loader import load
+
+RECIPE = """
+name: images
+model: {source: entrypoint, entrypoint: "tests.models.tiny:encoder", kwargs: {hidden: 64, layers: 1}, seed: 0}
+inputs:
+  - {name: pixels, dtype: float32, shape: [batch, 3, height, width], low: 0, high: 1}
+dims:
+  batch: {min: 1, opt: 2, max: 8}
+  height: {min: 16, opt: 32, max: 48}
+  width: {min: 16, opt: 32, max: 48}
+outputs: [out]
+data:
+  samples: {source: random, samples: 12}
+  calibration: 6
+  validation: 6
+"""
+
+
+def test_two_image_dims_come_in_combinations_and_each_covers_its_range(tmp_path: Path) -> None:
+    path = tmp_path / "r.yaml"
+    path.write_text(RECIPE)
+    recipe = load(path).recipe
+    dataset = Dataset(DataSpec.from_recipe(recipe, tmp_path))
+    shapes = [dataset._random_sample(i)["pixels"].shape for i in range(12)]  # one sample each: (3, h, w)
+    heights, widths = {s[1] for s in shapes}, {s[2] for s in shapes}
+    assert heights == widths == {16, 24, 32, 40, 48}, shapes
+    assert any(h != w for _, h, w in shapes), shapes  # not only squares
+    assert sum(h == w for _, h, w in shapes) < len(shapes) / 2, shapes
