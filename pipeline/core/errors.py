@@ -48,6 +48,8 @@ def first_line(text: object, limit: int = 300) -> str:
     line = lines[0]
     if len(lines) > 1 and line.endswith(WRAPPER_LINES):
         line = f"{line.split(': ', 1)[0]} in the TorchScript interpreter: {lines[-1]}"
+    elif len(lines) > 1 and re.fullmatch(r"[\w.]+:", line):  # only the exception's type: its message follows
+        line = f"{line} {lines[1]}"
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 

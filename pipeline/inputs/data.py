@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -208,7 +209,8 @@ class Dataset:
             values = np.concatenate([a.reshape(-1) for a in arrays])
             finite = values[np.isfinite(values)] if values.dtype.kind == "f" else values
             distinct = np.unique(finite[:DISTINCT_SCAN]).size if finite.size else 0
-            shapes = sorted({tuple(int(d) for d in a.shape) for a in arrays})
+            # smallest and largest by size (as tuples, 1×48 sorted before 2×4 and was shown as the smallest)
+            shapes = sorted({tuple(int(d) for d in a.shape) for a in arrays}, key=lambda s: (math.prod(s), s))
             coverage[spec.name] = {
                 "dtype": spec.dtype,
                 "min": float(finite.min()) if finite.size else None,

@@ -83,7 +83,10 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[str, str]]:
                 )
             )
     mask = recipe.validation.padding_mask
-    if "padding_mask" in recipe.validation.model_fields_set and mask is not None and mask not in names:
+    default = type(recipe.validation).model_fields["padding_mask"].default
+    # the default names an input only where there is one (a version's resolved recipe writes it out for every
+    # model, and `serve` reads that recipe back): only another name can be a mistake
+    if mask not in (None, default) and mask not in names:
         problems.append(("validation.padding_mask", f"no such input '{mask}' (inputs: {', '.join(names)})"))
     batch_rng = recipe.dims.get(recipe.benchmark.batch_dim)
     if batch_rng is not None and batch_rng.min <= batch_rng.max:

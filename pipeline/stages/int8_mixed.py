@@ -91,6 +91,12 @@ def weight_layers(model: onnx.ModelProto) -> list[str]:
     ]
 
 
+def quantized_ops(path: Path) -> int:
+    """Nodes of the graph that compute in INT8 (what the dynamic quantizer makes of a weight layer)."""
+    counts = onnx_tools.op_counts(onnx_tools.load(path))
+    return counts.get("MatMulInteger", 0) + counts.get("com.microsoft.DynamicQuantizeMatMul", 0)
+
+
 class Mixes:
     """Builds and runs graphs with a given set of layers quantized, against the FP32 graph's outputs on the
     calibration split."""
@@ -215,9 +221,21 @@ def _run(ctx: RunContext, config: Int8MixedConfig, inputs: dict[str, ArtifactRec
     with tempfile.TemporaryDirectory(prefix="int8-mixed-") as tmp, onnx_tools.captured(ctx.path(LOG)):
         mixes = Mixes(config, source, feeds, Path(tmp))
         sensitivity: dict[str, float] = {}
+        unquantized: list[str] = []
         for i, layer in enumerate(layers, 1):
             ctx.report(f"{NAME}: sensitivity of layer {i}/{len(layers)} ({layer})")
-            sensitivity[layer] = mixes.worst(mixes.path([layer], f"one-{i}"), SENSITIVITY_BATCHES)[1]
+            alone = mixes.path([layer], f"one-{i}")
+            if not quantized_ops(alone):  # asked for by name, left in float (a Gemm the quantizer rewrote)
+                unquantized.append(layer)
+                continue
+            sensitivity[layer] = mixes.worst(alone, SENSITIVITY_BATCHES)[1]
+        if unquantized and len(unquantized) == len(layers):
+            raise StageError(
+                f"{NAME}: nothing was quantized: ONNX Runtime's dynamic quantizer, asked for each of the "
+                f"{len(layers)} weight layers by name ({', '.join(layers[:3])}{'…' if len(layers) > 3 else ''}), "
+                "quantized none of them"
+            )
+        layers = [layer for layer in layers if layer not in unquantized]
         order = sorted(layers, key=lambda name: sensitivity[name])
         verdicts: dict[int, tuple[bool, float]] = {0: (True, 0.0)}
 
@@ -234,7 +252,11 @@ def _run(ctx: RunContext, config: Int8MixedConfig, inputs: dict[str, ArtifactRec
             least = order[0]
             raise StageError(
                 f"{NAME}: no layer can be quantized within the INT8 gate: the least sensitive ({least}) alone "
-                f"uses {sensitivity[least]:.2f}x its tolerance on the calibration split"
+                + (
+                    f"uses {sensitivity[least]:.2f}x its tolerance on the calibration split"
+                    if math.isfinite(sensitivity[least])
+                    else "fails a required check outright on the calibration split"
+                )
             )
         for count in timed:
             judged(count)
@@ -250,6 +272,8 @@ def _run(ctx: RunContext, config: Int8MixedConfig, inputs: dict[str, ArtifactRec
     onnx_tools.save(model, ctx.path(FILE))
     details = _details(layers, order, sensitivity, verdicts, stats, chosen, config, mixes.built)
     details["why"] = why
+    if unquantized:
+        details["not_quantizable"] = unquantized
     details["timed_at"]["runtime"] = runners[0].runtime
     ctx.report(f"{NAME}: {chosen} of {len(layers)} layers quantized")
     return StageResult(

@@ -16,14 +16,16 @@ Runtime's own extended fusions for the CPU provider; level 1 leaves those to ses
 
 from __future__ import annotations
 
+import tempfile
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 
-from pipeline.check.graph_check import Feeds, check_graph
+from pipeline.check.graph_check import Feeds, GraphRejected, check_graph
 from pipeline.core.artifacts import ArtifactRecord
 from pipeline.core.errors import StageError
 from pipeline.core.variants import Variant, parse
@@ -31,7 +33,7 @@ from pipeline.decide.verdict import STAGE_WARNINGS
 from pipeline.inputs.specs import DataSpec, ModelSpec
 from pipeline.recipe import Fp16Export, OptimizeExport, Recipe
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
-from pipeline.toolchain import onnx_tools
+from pipeline.toolchain import onnx_tools, ort_probe
 
 CHECK_BATCH = 2  # the sample batch each fused graph is run on beside the FP32 graph
 
@@ -105,6 +107,7 @@ def optimize_checked(
         report(f"optimize: {attempt.label}")
         try:
             model, stats = optimize(source, cfg, config, fp16, attempt)
+            _crash_probe(model, feeds)
             check_graph(model, source, feeds, every_provider=True)
         except Exception as exc:  # noqa: BLE001 - a failed attempt (GraphRejected included) falls back
             rejected.append({"attempt": attempt.label, "reason": f"{type(exc).__name__}: {first_line(exc)}"})
@@ -127,6 +130,27 @@ def sample_feeds(ctx: RunContext, data: DataSpec) -> Feeds:
     """A small batch at the opt shape (CHECK_BATCH samples, within the batch dim's range) to check graphs on."""
     batch = data.dims.get(data.batch_dim)
     return ctx.dataset(data).corner_feeds("opt", batch=min(CHECK_BATCH, batch.max) if batch else None)
+
+
+def _whole(value: Any) -> int:
+    """A config's size as one whole number; 0 (unknown: the optimizer detects it) for a list of sizes per
+    stage (Segformer's heads), a missing one or anything else."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _crash_probe(model: onnx.ModelProto, feeds: Feeds) -> None:
+    """Load and run the rewritten graph in a child first: ONNX Runtime crashed the deploy's process loading an
+    FP16 graph with fused attention (a two-tower model), where a child's crash is one rejected attempt."""
+    with tempfile.TemporaryDirectory(prefix="optimize-probe-") as tmp:
+        path, folder = Path(tmp) / "graph.onnx", Path(tmp) / "feeds"
+        onnx_tools.save(model, path)
+        folder.mkdir()
+        for name, value in feeds.items():
+            np.save(folder / f"{name}.npy", value)
+        try:
+            ort_probe.load_problem(path, feeds=(folder,))  # an ordinary error: check_graph names it
+        except ort_probe.Crashed as exc:
+            raise GraphRejected(str(exc)) from None
 
 
 def first_line(exc: BaseException) -> str:
@@ -176,7 +200,7 @@ def _optimize(
     if isinstance(graph, onnx.ModelProto):  # the optimizer reads a file (given a proto, it writes one)
         onnx_tools.save(graph, "fused.onnx")
         graph = str(Path("fused.onnx").resolve())
-    heads, hidden = int(config.get("num_attention_heads") or 0), int(config.get("hidden_size") or 0)
+    heads, hidden = _whole(config.get("num_attention_heads")), _whole(config.get("hidden_size"))
     if not heads or hidden % heads:  # no attention (Mamba, RWKV) or sizes it cannot split: let it detect them
         heads = hidden = 0  # (the optimizer asserts on hidden_size without heads)
     optimized = optimize_model(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from pipeline.inputs.data import Dataset
 from pipeline.inputs.specs import DataSpec
 from pipeline.recipe.loader import load
@@ -36,3 +38,14 @@ def test_two_image_dims_come_in_combinations_and_each_covers_its_range(tmp_path:
     assert heights == widths == {16, 24, 32, 40, 48}, shapes
     assert any(h != w for _, h, w in shapes), shapes  # not only squares
     assert sum(h == w for _, h, w in shapes) < len(shapes) / 2, shapes
+
+
+def test_the_inputs_coverage_names_the_smallest_and_largest_shapes_by_size(tmp_path: Path) -> None:
+    """Shapes sorted as tuples put 1×48 before 2×4: the sign-off's Inputs table called 1×48 the smallest."""
+    path = tmp_path / "r.yaml"
+    path.write_text(RECIPE)
+    dataset = Dataset(DataSpec.from_recipe(load(path).recipe, tmp_path))
+    feeds = [
+        {"pixels": np.zeros(shape, np.float32)} for shape in [(1, 3, 48, 48), (2, 3, 16, 16), (1, 3, 16, 32)]
+    ]
+    assert dataset.value_coverage(feeds)["pixels"]["shapes"] == [[1, 3, 16, 32], [1, 3, 48, 48]]

@@ -249,3 +249,23 @@ def test_a_batch_dim_that_is_not_the_first_axis_is_refused_where_it_is_written(t
         in line
         for line in lines
     ), lines
+
+
+def test_a_versions_resolved_recipe_loads_again_for_a_model_without_an_attention_mask(tmp_path: Path) -> None:
+    """`serve` reads a version's recipe.yaml back; it writes the default padding mask out, and every model
+    without an input of that name (images, tabular) was refused there."""
+    import yaml
+
+    from pipeline.release.manifest import resolved_recipe
+    from tests.unit.test_random_samples import RECIPE
+
+    first = tmp_path / "r.yaml"
+    first.write_text(RECIPE)
+    resolved = resolved_recipe(load(first))
+    assert resolved["validation"]["padding_mask"] == "attention_mask"
+    again = tmp_path / "recipe.yaml"
+    again.write_text(yaml.safe_dump(resolved))
+    assert load(again).recipe.name == "images"
+    # a name the user chose is still checked
+    lines = _problems(tmp_path, RECIPE + "validation: {padding_mask: mask}\n")
+    assert any("validation.padding_mask: no such input 'mask' (inputs: pixels)" in line for line in lines)

@@ -48,6 +48,10 @@ def test_a_torchscript_interpreter_error_is_reported_by_its_reason_not_its_wrapp
         "size [4, 1, 64] at dimension 0"
     )
     assert first_line("ValueError: bad\nmore") == "ValueError: bad" and first_line(None) == ""
+    # a first line of only the type (TorchScript's export of BLOOM's GeLU function): the message is next
+    assert first_line("RuntimeError:\nCould not export Python function call 'GeLUFunction'\n  at x.py") == (
+        "RuntimeError: Could not export Python function call 'GeLUFunction'"
+    )
 
 
 def test_an_exception_without_a_message_is_named_by_where_it_was_raised() -> None:

@@ -52,6 +52,7 @@ def float64_graph(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("fp16", "onnx-fp16", "no node of the converted graph computes in float16"),
         ("int8_dynamic", "onnx-int8-dynamic", "nothing was quantized"),
         ("int8", "onnx-int8", "nothing to quantize|quantized none of the"),
+        ("int8_mixed", "onnx-int8-mixed", "nothing was quantized: ONNX Runtime's dynamic quantizer"),
     ],
 )
 def test_a_copy_that_changed_no_precision_fails_its_variant(
