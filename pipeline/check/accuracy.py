@@ -312,7 +312,7 @@ def tolerance_share(metric: str, value: Any, threshold: Any) -> float | None:
     if metric in LOWER_BOUNDS:
         slack = 1.0 - threshold
         return (1.0 - value) / slack if slack > 0 else None
-    if threshold == 0:
+    if threshold == 0 and metric == "max_abs":  # integer outputs' exact bound
         return 0.0 if value == 0 else math.inf
     return value / threshold if threshold > 0 else None
 
