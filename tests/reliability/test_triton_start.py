@@ -5,6 +5,7 @@ starts is reported at once with its own words, not after PyTriton's two-minute w
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -71,7 +72,12 @@ def _serve_from(folder: Path, tmp_path: Path, python: str = sys.executable) -> t
         cwd=tmp_path,
         timeout=200,
     )
-    lines = [line for line in done.stdout.splitlines() if line.startswith(("served", "error:"))]
+    # the server writes to the same stdout, and a line of its own may run on into the verdict without a newline
+    found = (
+        re.search(r"(served (True|False)|error: the Triton server.*)$", line)
+        for line in done.stdout.splitlines()
+    )
+    lines = [m.group(1) for m in found if m]
     assert done.returncode == 0 and len(lines) == 1, done.stdout[-2000:] + done.stderr[-2000:]
     return lines[0], time.monotonic() - started
 
