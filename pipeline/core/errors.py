@@ -25,8 +25,8 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # a terminal's colour and cursor c
 # ONNX Runtime's C++ throw sites ("/onnxruntime_src/….cc:154 std::conditional_t<…> onnxruntime::CudaCall(…)
 # [with …]"), and the GPU, host and source fields of its CUDA failures: what fills a report's line before the
 # reason ("CUDA failure 900: operation not permitted when stream is capturing ; expr=…")
-ORT_FRAME = re.compile(r"/onnxruntime_src/\S+:\d+ (?:[^\[\n]*?\[with [^\]]*\] ?)?")
-ORT_FIELDS = re.compile(r"\s*;\s*(?:GPU|hostname|file|line)=[^;]*")
+ORT_FRAME = re.compile(r"/onnxruntime_src/\S+:\d+ (?:[^\[\n]*?\) \[with [^\]\n]*\] ?)?")
+ORT_FIELDS = re.compile(r"[ \t]*;[ \t]*(?:GPU|hostname|file|line)=[^;\n]*")
 
 
 def plain(text: str) -> str:
@@ -47,7 +47,8 @@ def first_line(text: object, limit: int = 300) -> str:
         return ""
     line = lines[0]
     if len(lines) > 1 and line.endswith(WRAPPER_LINES):
-        line = f"{line.split(': ', 1)[0]} in the TorchScript interpreter: {lines[-1]}"
+        kind = f"{line.split(': ', 1)[0]} " if ": " in line else ""
+        line = f"{kind}in the TorchScript interpreter: {lines[-1]}"
     elif len(lines) > 1 and re.fullmatch(r"[\w.]+:", line):  # only the exception's type: its message follows
         line = f"{line} {lines[1]}"
     return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -36,7 +36,8 @@ from pipeline.recipe import (
     corner_shape,
 )
 
-DATA_LAYOUT = 2  # 2: random samples spread over each dynamic dim's range, batches grouped by shape
+DATA_LAYOUT = 3  # 2: random samples spread over each dynamic dim's range, batches grouped by shape; 3: dims
+# out of lockstep (combinations, not only squares)
 
 
 class Spec(BaseModel):

@@ -282,7 +282,7 @@ def _accuracy(accuracy: Dict | None, image: str | None) -> Section:
         blocks.append(
             Para(
                 f"{', '.join(exact)}: integer values (labels, ids, flags), where any change is wrong: max_abs gates "
-                f"{'it' if len(exact) == 1 else 'them'} at 0 in every precision (a per-output tolerance under "
+                f"{'it' if len(exact) == 1 else 'them'} at 0 wherever the precision sets max_abs (a per-output tolerance under "
                 "validation.tolerances can allow more)."
             )
         )

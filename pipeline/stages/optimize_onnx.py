@@ -145,8 +145,9 @@ def _crash_probe(model: onnx.ModelProto, feeds: Feeds) -> None:
         path, folder = Path(tmp) / "graph.onnx", Path(tmp) / "feeds"
         onnx_tools.save(model, path)
         folder.mkdir()
-        for name, value in feeds.items():
-            np.save(folder / f"{name}.npy", value)
+        for name in onnx_tools.graph_inputs(model):  # only the graph's own: a stray name stops the run
+            if name in feeds:
+                np.save(folder / f"{name}.npy", feeds[name])
         try:
             ort_probe.load_problem(path, feeds=(folder,))  # an ordinary error: check_graph names it
         except ort_probe.Crashed as exc:

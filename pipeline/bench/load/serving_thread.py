@@ -26,7 +26,10 @@ class ServingThread:
 
     def _loop(self) -> None:
         while (job := self._jobs.get()) is not None:
-            job()
+            try:
+                job()
+            except Exception:  # noqa: BLE001, S112 - a job's own failure (its run reports it): the next run still gets a thread
+                continue
 
     def start(self, job: Callable[[], None]) -> None:
         """Run `job` on the thread once the jobs before it end; returns at once."""

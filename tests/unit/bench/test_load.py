@@ -256,6 +256,27 @@ def test_every_run_of_a_candidate_calls_its_runner_on_the_thread_its_warm_up_ran
     assert serving.ident != threading.get_ident()
 
 
+def test_a_serving_thread_outlives_a_job_that_raised() -> None:
+    """One failed run (its answer callback raising) must not leave the next runs' batchers with no thread to
+    run them: they would wait until LoadGen's bound and stop every later load run."""
+    import threading
+
+    from pipeline.bench.load.serving_thread import ServingThread
+
+    serving = ServingThread()
+    try:
+
+        def fails() -> None:
+            raise RuntimeError("a run's own failure")
+
+        serving.start(fails)
+        ran = threading.Event()
+        serving.start(ran.set)
+        assert ran.wait(5.0), "the serving thread died with the failed job"
+    finally:
+        serving.stop(timeout_s=5.0)
+
+
 def _run(qps: float, p99: float) -> ServerRun:
     return ServerRun(qps, qps * 0.99, p99 / 2, p99, int(qps), True, False, None, 1.0, None, 0.1, "")
 

@@ -65,3 +65,22 @@ def test_an_exception_without_a_message_is_named_by_where_it_was_raised() -> Non
     assert (
         text.startswith("raised without a message at test_plain_text.py:") and "raise AssertionError" in text
     )
+
+
+def test_quoting_onnx_runtime_keeps_the_reason_on_the_next_line_and_text_that_only_looks_like_a_frame() -> (
+    None
+):
+    """The clean-up of ONNX Runtime's messages removes its throw sites and source fields, never a reason."""
+    fields = "CUDA failure 2: out of memory ; GPU=0 ; hostname=h ; file=a.cc ; line=129\nthe real reason"
+    assert plain(fields) == "CUDA failure 2: out of memory\nthe real reason"
+    frame = "/onnxruntime_src/a.cc:10 void f() Got invalid dimensions for input [with index 0]: expected 3"
+    assert plain(frame) == "void f() Got invalid dimensions for input [with index 0]: expected 3"
+
+
+def test_a_torchscript_wrapper_line_without_a_type_reads_cleanly() -> None:
+    from pipeline.core.errors import first_line
+
+    text = (
+        "The following operation failed in the TorchScript interpreter.\nTraceback…\nRuntimeError: bad index"
+    )
+    assert first_line(text) == "in the TorchScript interpreter: RuntimeError: bad index"
