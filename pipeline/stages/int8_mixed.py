@@ -196,6 +196,8 @@ def fastest_within_noise(stats: dict[int, dict[str, Any]], shares: dict[int, flo
     """The kept mix among passing ones: the fastest by p50 when its interval is apart from every other's,
     else the most accurate (least tolerance used) of those within noise of it; and why, in one line."""
     fastest = min(stats, key=lambda k: stats[k]["p50_ms"])
+    if len(stats) == 1:  # nothing to be beyond the noise of
+        return fastest, "the only passing mix timed"
     low, high = stats[fastest]["p50_ci95_ms"]
     near = [k for k in stats if stats[k]["p50_ci95_ms"][0] <= high and stats[k]["p50_ci95_ms"][1] >= low]
     if near == [fastest]:
@@ -205,7 +207,7 @@ def fastest_within_noise(stats: dict[int, dict[str, Any]], shares: dict[int, flo
         return chosen, "the fastest passing mix, and the most accurate of those within noise of it"
     return (
         chosen,
-        f"the most accurate of the passing mixes within noise of the fastest ({fastest} layers quantized)",
+        f"the most accurate of the passing mixes within noise of the fastest (which quantizes {fastest} layers)",
     )
 
 

@@ -92,7 +92,9 @@ def test_a_loose_gate_lets_every_layer_pass_and_noise_decides_for_accuracy(
         low, high = fastest["p50_ci95_ms"]
         assert kept["p50_ci95_ms"][0] <= high and kept["p50_ci95_ms"][1] >= low
         assert kept["tolerance_share"] <= fastest["tolerance_share"]
-    assert details["why"].startswith(("the fastest passing mix", "the most accurate of the passing mixes"))
+    assert details["why"].startswith(
+        ("the fastest passing mix", "the most accurate of the passing mixes", "the only passing mix timed")
+    )
 
 
 def test_a_gate_no_layer_meets_is_refused_with_the_least_sensitive_layers_share(
@@ -127,3 +129,14 @@ def test_the_sign_off_section_says_what_the_stage_measured(tight: tuple[StageEnv
     layers = [line.split(" | ")[0].strip("| ") for line in text.splitlines() if line.startswith("| node_")]
     by_sensitivity = sorted(details["layers"], key=lambda layer: -layer["sensitivity"])
     assert layers == [layer["node"] for layer in by_sensitivity]
+
+
+def test_a_single_passing_mix_is_not_said_to_win_beyond_the_noise() -> None:
+    """With one passing mix timed there is no noise to be beyond (a 3-D volume model's sign-off said so)."""
+    from pipeline.stages.int8_mixed import fastest_within_noise
+
+    one = {3: {"p50_ms": 1.0, "p50_ci95_ms": [0.9, 1.1]}}
+    assert fastest_within_noise(one, {3: 0.5}) == (3, "the only passing mix timed")
+    two = {3: {"p50_ms": 1.0, "p50_ci95_ms": [0.9, 1.1]}, 2: {"p50_ms": 1.05, "p50_ci95_ms": [0.95, 1.15]}}
+    chosen, why = fastest_within_noise(two, {3: 0.5, 2: 0.1})
+    assert chosen == 2 and why.endswith("within noise of the fastest (which quantizes 3 layers)")
