@@ -141,37 +141,38 @@ def measure(reference: np.ndarray, actual: np.ndarray | None, mask: np.ndarray |
             "max_rel": max_rel(ref_kept, act_kept),
             "cosine": cosine(reference, actual),  # padded positions are zero in both: they add nothing
         }
-    flat = directionless(reference)
-    exact = reference.dtype.kind in "biu"
     return Measure(
         values,
         int(act_kept.size),
         _nonfinite(act_kept),
         scale=_scale(ref_kept),
-        directionless=flat,
-        exact=exact,
+        directionless=directionless(reference),
+        exact=integer_values(reference),
     )
 
 
 DIRECTIONLESS = "one value per sample or integer values: cosine sees only signs, max_abs gates as well"
 EXACT = "integer values (labels, ids, flags): any change is wrong, so max_abs gates at 0"
-GATED_NOTES = (
-    DIRECTIONLESS,
-    EXACT,
-)  # why a check gates as it does: a note on a measured value, not a problem
+# why a check gates as it does: a note on a measured value, not a problem
+GATED_NOTES = (DIRECTIONLESS, EXACT)
+
+
+def integer_values(reference: np.ndarray) -> bool:
+    """Labels, ids and flags (integer or boolean values): no magnitude, and any change is wrong."""
+    return reference.dtype.kind in "biu"
 
 
 def _scale(reference: np.ndarray) -> float:
     """The output's scale for absolute thresholds; 1 for integer and boolean outputs, whose values are labels
     and ids, not magnitudes (class 20 against 21 is as wrong as 2 against 3)."""
-    return 1.0 if reference.dtype.kind in "biu" else output_scale(reference)
+    return 1.0 if integer_values(reference) else output_scale(reference)
 
 
 def directionless(reference: np.ndarray) -> bool:
     """Whether cosine cannot judge this output: one value per sample (a score, a class index: the cosine of
     two single numbers is only whether their signs agree, so a score off by 20% or a class changed from 3 to 4
     has cosine 1), or integer or boolean values (labels, ids, flags: equal or not)."""
-    if reference.dtype.kind in "biu":
+    if integer_values(reference):
         return True
     return reference.ndim <= 1 or reference.size <= reference.shape[0]
 
@@ -341,12 +342,13 @@ def checks_for(output: str, inputs: str, m: Measure, tolerance: Tolerance) -> li
     for metric, (tolerance_value, informational) in resolved.items():
         if metric not in METRIC_NAMES:
             continue  # measured over a whole input set, not per batch (neighbours)
-        if swapped and metric == "max_abs":
-            # cosine alone cannot judge this output (see directionless): the absolute bound gates beside it
+        # cosine alone cannot judge this output (see directionless): the absolute bound gates beside it
+        beside = swapped and metric == "max_abs"
+        if beside:
             informational = False
         scale = m.scale if metric in SCALED and tolerance_value is not None else 1.0
         threshold = None if tolerance_value is None else tolerance_value * scale
-        exact = swapped and metric == "max_abs" and m.exact
+        exact = beside and m.exact
         if exact:  # class 3 read as 4 is as wrong as 3 read as 40: no precision's tolerance allows it
             threshold = 0.0
         value = m.values.get(metric)
@@ -357,7 +359,7 @@ def checks_for(output: str, inputs: str, m: Measure, tolerance: Tolerance) -> li
             )
             continue
         passed = True if threshold is None else _passes(metric, value, threshold)
-        reason = (EXACT if exact else DIRECTIONLESS) if swapped and metric == "max_abs" else None
+        reason = (EXACT if exact else DIRECTIONLESS) if beside else None
         checks.append(Check(output, inputs, metric, value, threshold, passed, informational, reason, scale))
     return checks
 

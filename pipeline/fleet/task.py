@@ -79,9 +79,8 @@ def run_job(job: Job) -> dict[str, Any]:
                     break
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=WAIT_S)
-        except (
-            BaseException
-        ):  # ray.cancel's KeyboardInterrupt, or a failure here: the deploy publishes nothing
+        except BaseException:
+            # ray.cancel's KeyboardInterrupt, or a failure here: the deploy publishes nothing
             _stop(proc)
             raise
         out = _read(stdout)

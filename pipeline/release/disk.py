@@ -13,9 +13,8 @@ from pathlib import Path
 
 FS_IOC_FIEMAP = 0xC020660B
 EXTENT_LAST, EXTENT_SHARED = 0x1, 0x2000
-HEADER = struct.Struct(
-    "=QQIIII"
-)  # fm_start, fm_length, fm_flags, fm_mapped_extents, fm_extent_count, reserved
+# fm_start, fm_length, fm_flags, fm_mapped_extents, fm_extent_count, reserved
+HEADER = struct.Struct("=QQIIII")
 EXTENT = struct.Struct("=QQQQQIIII")  # logical, physical, length, 2 reserved, flags, 3 reserved
 BATCH = 128
 

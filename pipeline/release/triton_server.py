@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.bench.load.triton_counters import RunnerClock, metric_values
+from pipeline.bench.load.triton_counters import RunnerClock, reading
 from pipeline.core.errors import PipelineError
 from pipeline.recipe import Recipe
 from pipeline.runners.base import Feeds, Runner
@@ -92,10 +92,7 @@ class Running:
                 text = answer.read().decode(errors="replace")
         except OSError:
             return {}
-        found = metric_values(text, self.model)
-        if not found:
-            return {}
-        return {**found, "runner_rows": self.clock.rows, "runner_row_s": self.clock.row_seconds}
+        return reading(text, self.model, self.clock)
 
 
 @contextlib.contextmanager

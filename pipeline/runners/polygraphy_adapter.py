@@ -93,10 +93,8 @@ def polygraphy_verdict(
     rtol = {o: thresholds_for(tolerance, o)["max_rel"][0] or 1e-5 for o in outputs}
     ((ref_name, ref_iters),) = reference.items()
     ((act_name, act_iters),) = actual.items()
-    for iteration in [
-        *ref_iters,
-        *act_iters,
-    ]:  # Polygraphy views every array: a transposed output made it raise
+    # Polygraphy views every array: a transposed output made it raise
+    for iteration in [*ref_iters, *act_iters]:
         for name, value in list(iteration.items()):
             if isinstance(value, np.ndarray) and not value.flags.c_contiguous:
                 iteration[name] = np.ascontiguousarray(value)

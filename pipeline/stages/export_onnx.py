@@ -154,9 +154,8 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
                 text = plain(str(exc)).split("## Exception summary", 1)[-1]
                 lines = [line.strip() for line in text.splitlines() if line.strip()]
                 why = f"{type(exc).__name__}: {' '.join(lines)[:500]}"
-            why = why or _corner_problem(
-                ctx, config, target
-            )  # a full disk here is the deploy's, not dynamo's
+            # a full disk here is the deploy's, not dynamo's: raised, not a reason to fall back
+            why = why or _corner_problem(ctx, config, target)
             if why:
                 if not cfg.fallback:
                     raise StageError(f"onnx: the dynamo export failed: {why}")

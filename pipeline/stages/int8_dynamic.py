@@ -55,6 +55,12 @@ def quantize(source: Path, target: Path, nodes: list[str] | None = None) -> None
     )
 
 
+def quantized_count(counts: dict[str, int]) -> int:
+    """Nodes that compute in INT8 in a graph the dynamic quantizer made (`onnx_tools.op_counts`): what it
+    makes of a weight MatMul or Gemm."""
+    return counts.get("MatMulInteger", 0) + counts.get("com.microsoft.DynamicQuantizeMatMul", 0)
+
+
 def _run(ctx: RunContext, config: Int8DynamicConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
     target = ctx.path(FILE)
     ctx.report("int8_dynamic: quantizing weights")
@@ -71,7 +77,7 @@ def _run(ctx: RunContext, config: Int8DynamicConfig, inputs: dict[str, ArtifactR
         except GraphRejected as exc:
             raise StageError(f"int8_dynamic: the quantized graph is unusable: {exc}") from exc
     counts = onnx_tools.op_counts(model)
-    quantized = counts.get("MatMulInteger", 0) + counts.get("com.microsoft.DynamicQuantizeMatMul", 0)
+    quantized = quantized_count(counts)
     if not quantized:  # an "INT8" artifact that is its FP32 graph would be timed and chosen as INT8
         floats = counts.get("MatMul", 0) + counts.get("Gemm", 0)
         raise StageError(

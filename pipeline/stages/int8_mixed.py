@@ -42,7 +42,7 @@ from pipeline.runners.loaders import SessionFromPath
 from pipeline.runners.onnxruntime_runner import OnnxRuntimeRunner
 from pipeline.runners.ort_session import session_options
 from pipeline.stages.base import ALONE, Output, RunContext, Stage, StageConfig, StageResult
-from pipeline.stages.int8_dynamic import SETTINGS, quantize
+from pipeline.stages.int8_dynamic import SETTINGS, quantize, quantized_count
 from pipeline.toolchain import onnx_tools
 
 NAME = "int8_mixed"
@@ -89,12 +89,6 @@ def weight_layers(model: onnx.ModelProto) -> list[str]:
         for n in model.graph.node
         if n.op_type in SETTINGS["op_types"] and len(n.input) > 1 and n.input[1] in weights
     ]
-
-
-def quantized_ops(path: Path) -> int:
-    """Nodes of the graph that compute in INT8 (what the dynamic quantizer makes of a weight layer)."""
-    counts = onnx_tools.op_counts(onnx_tools.load(path))
-    return counts.get("MatMulInteger", 0) + counts.get("com.microsoft.DynamicQuantizeMatMul", 0)
 
 
 class Mixes:
@@ -227,7 +221,9 @@ def _run(ctx: RunContext, config: Int8MixedConfig, inputs: dict[str, ArtifactRec
         for i, layer in enumerate(layers, 1):
             ctx.report(f"{NAME}: sensitivity of layer {i}/{len(layers)} ({layer})")
             alone = mixes.path([layer], f"one-{i}")
-            if not quantized_ops(alone):  # asked for by name, left in float (a Gemm the quantizer rewrote)
+            if not quantized_count(
+                onnx_tools.op_counts(onnx_tools.load(alone))
+            ):  # asked for by name, left in float (a Gemm the quantizer rewrote)
                 unquantized.append(layer)
                 continue
             sensitivity[layer] = mixes.worst(alone, SENSITIVITY_BATCHES)[1]

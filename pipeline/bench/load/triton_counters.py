@@ -15,13 +15,11 @@ class RunnerClock:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.calls = 0
         self.rows = 0
         self.row_seconds = 0.0
 
     def add(self, rows: int, seconds: float) -> None:
         with self._lock:
-            self.calls += 1
             self.rows += rows
             self.row_seconds += rows * seconds
 
@@ -37,6 +35,15 @@ COUNTERS = (
     "compute_infer_duration_us",
     "compute_output_duration_us",
 )
+
+
+def reading(text: str, model: str, clock: RunnerClock) -> dict[str, float]:
+    """One reading for time_split: the model's counters in the metrics endpoint's `text`, and the runner's own
+    time so far ({} when the endpoint names none of the model's counters)."""
+    found = metric_values(text, model)
+    if not found:
+        return {}
+    return {**found, "runner_rows": clock.rows, "runner_row_s": clock.row_seconds}
 
 
 def metric_values(text: str, model: str) -> dict[str, float]:

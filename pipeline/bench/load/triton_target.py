@@ -43,9 +43,8 @@ class TritonTarget:
         self._idle = threading.Condition()
         self.requests = 0
         self.error: str | None = None
-        self.time_split: dict[str, float] | None = (
-            None  # set on close: where the run's requests spent their time
-        )
+        # set on close: where the run's requests spent their time
+        self.time_split: dict[str, float] | None = None
         self._before = counters()
 
     @property
