@@ -13,60 +13,15 @@ group's length, and zero beyond it: no consumer may read them (validation compar
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
+from pipeline.core.length_groups import Group, plan_groups
 
 if TYPE_CHECKING:
     import torch
 
     from pipeline.inputs.specs import RunnerSettings
     from pipeline.recipe import PaddingConfig
-
-
-@dataclass(frozen=True)
-class Group:
-    index: np.ndarray  # rows of the batch, in batch order
-    length: int  # the sequence length this group runs at
-
-
-def plan_groups(
-    lengths: np.ndarray, full: int, multiple: int, max_groups: int, overhead: int, min_length: int = 1
-) -> list[Group]:
-    """Groups covering every row once, each run at its longest rounded real length (never above `full`,
-    never below `min_length`), minimizing sum(rows x length) + overhead per group."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    rounded = np.clip(-(-np.maximum(lengths, 1) // multiple) * multiple, max(min_length, 1), full)
-    if rounded.min() == rounded.max():  # one length (always so at batch 1): nothing to plan
-        return [Group(np.arange(len(rounded)), int(rounded.max()))]
-    values, counts = np.unique(rounded, return_counts=True)
-    m = len(values)
-    k_max = min(max_groups, m)
-    prefix = np.concatenate([[0], np.cumsum(counts)])
-    inf = float("inf")
-    # best[k][j]: cheapest cover of values[0..j] with k+1 groups, the last ending at j; cut[k][j]: its start
-    best = [[inf] * m for _ in range(k_max)]
-    cut = [[0] * m for _ in range(k_max)]
-    for j in range(m):
-        best[0][j] = overhead + int(prefix[j + 1]) * int(values[j])
-    for k in range(1, k_max):
-        for j in range(k, m):
-            for i in range(k, j + 1):  # the last group covers values[i..j]
-                cost = best[k - 1][i - 1] + overhead + int(prefix[j + 1] - prefix[i]) * int(values[j])
-                if cost < best[k][j]:
-                    best[k][j], cut[k][j] = cost, i
-    k = min(range(k_max), key=lambda g: best[g][m - 1])
-    bounds, j = [], m - 1
-    while k >= 0:
-        i = cut[k][j] if k else 0
-        bounds.append((i, j))
-        j, k = i - 1, k - 1
-    groups = []
-    for i, j in reversed(bounds):
-        rows = np.flatnonzero((rounded >= values[i]) & (rounded <= values[j]))
-        groups.append(Group(rows, int(values[j])))
-    return groups
 
 
 class Bucketing:
