@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 REFERENCE = "torch-fp32"  # the eager PyTorch FP32 model every artifact is compared with: not a file
 PLAIN_EXPORTS = ("onnx-fp32", "torchscript-fp32")  # what a release manager sets any winner's cost against
-FORMATS = ("torchscript", "onnx", "engine", "exported", "aoti")  # artifact kinds, as manifest.json says
+# artifact kinds, as manifest.json says; a packed graph takes packed feeds (pipeline/core/packing.py), so it is
+# a kind of its own: nothing that feeds an ONNX graph the recipe's inputs may take it for one
+FORMATS = ("torchscript", "onnx", "onnx-packed", "engine", "exported", "aoti")
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 ENGINE_FLAVOURS = ("tensorrt", "tensorrt-rtx")
 VARIANTS = (
@@ -25,6 +27,8 @@ VARIANTS = (
     "onnx-int8-mixed",  # dynamic quantization of the layers chosen by measured accuracy and speed
     "onnx-optimized-fp32",  # ONNX Runtime's fused graphs, for ONNX Runtime only
     "onnx-optimized-fp16",
+    "onnx-packed-fp32",  # real tokens only, attention per sentence: for padded text (runtime.padding)
+    "onnx-packed-fp16",
     "engine-fp32",  # a TensorRT engine in the flavour export.tensorrt.flavour resolves to
     "engine-fp16",
     "engine-int8",
@@ -74,6 +78,8 @@ class Variant:
             elif self.precision != "fp32":
                 parts.append(self.precision)
             return ".".join(parts) + ".onnx"
+        if self.format == "onnx-packed":
+            return "model.packed.onnx" if self.precision == "fp32" else f"model.packed.{self.precision}.onnx"
         if self.format == "engine":
             return f"model.{self.flavour}.{self.precision}.engine" if self.flavour else None
         if self.format == "exported":
@@ -95,14 +101,18 @@ class Variant:
             return f"onnx-{self.precision}"
         if self.format == "onnx" and self.name != "onnx-fp32":
             return "onnx-fp32"
+        if self.format == "onnx-packed" and self.precision != "fp32":
+            return "onnx-packed-fp32"
         if self.format == "aoti":
             return f"exported-{self.precision}"
         return None
 
     @property
     def transformations(self) -> int:
-        """Steps between the trained model and what runs: 1 a plain export, 2 one conversion (optimizer or
-        FP16), 3 two of them or a quantization, 4 a compiler (engines, torch.export, AOTInductor)."""
+        """Steps between the trained model and what runs: 1 a plain export, 2 one conversion (optimizer, FP16
+        or packing), 3 two of them or a quantization, 4 a compiler (engines, torch.export, AOTInductor)."""
+        if self.format == "onnx-packed":
+            return 2 if self.precision == "fp32" else 3
         if self.format not in ("torchscript", "onnx"):
             return 4
         if self.precision == "int8" or (self.flavour == "optimized" and self.precision != "fp32"):
@@ -123,6 +133,8 @@ def parse(name: str, engine_flavour: str | None = None) -> Variant:
         return Variant(f"{flavour}-{precision}" if flavour else name, name, "engine", precision, flavour)
     if prefix == "onnx-optimized":
         return Variant(name, name, "onnx", precision, "optimized")
+    if prefix == "onnx-packed":
+        return Variant(name, name, "onnx-packed", precision)
     return Variant(name, name, prefix, precision)
 
 

@@ -82,12 +82,16 @@ class SentenceEncoder(nn.Module):
         hidden = self.encoder(**kwargs).last_hidden_state
         result = {"last_hidden_state": hidden}
         if "sentence_embedding" in self.outputs:
-            mask = kwargs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
-            result["sentence_embedding"] = (
-                nn.functional.normalize(pooled, p=2, dim=1) if self.normalize else pooled
-            )
+            result["sentence_embedding"] = mean_pool(hidden, kwargs["attention_mask"], self.normalize)
         return tuple(result[name] for name in self.outputs)
+
+
+def mean_pool(hidden: torch.Tensor, mask: torch.Tensor, normalize: bool) -> torch.Tensor:
+    """sentence-transformers' sentence embedding: the mean over the mask's tokens, L2-normalized if asked; one
+    definition for the padded model and the packed one (pipeline/inputs/packed_model.py)."""
+    weights = mask.unsqueeze(-1).to(hidden.dtype)
+    pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
+    return nn.functional.normalize(pooled, p=2, dim=1) if normalize else pooled
 
 
 def load_model(spec: ModelSpec) -> LoadedModel:

@@ -204,6 +204,15 @@ def _range_problems(i: int, spec: InputSpec) -> list[tuple[str, str]]:
 def _runtime_problems(recipe: Recipe) -> list[tuple[str, str]]:
     padding, problems = recipe.runtime.padding, []
     if padding is None:
+        for i, name in enumerate(recipe.variants.build):
+            if name.startswith("onnx-packed-"):
+                problems.append(
+                    (
+                        f"variants.build[{i}]",
+                        f"{name} packs each batch's real tokens: it needs runtime.padding (the mask input "
+                        "and the per-token outputs)",
+                    )
+                )
         return problems
     names = [s.name for s in recipe.inputs]
     if padding.mask_input not in names:

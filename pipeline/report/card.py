@@ -5,6 +5,7 @@ this and nothing else; every line of it is backed by the sections below."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -115,6 +116,16 @@ def load_snippet(header: Dict, winner: Dict, names: list[str]) -> str | None:
             "import onnxruntime as ort\n"
             f'session = ort.InferenceSession("{file}", providers=["{provider}"])\n'
             f"outputs = session.run(None, {{{feeds}}})"
+        )
+    if kind == "onnx-packed":
+        provider = "CUDAExecutionProvider" if "cuda" in str(winner.get("runtime")) else "CPUExecutionProvider"
+        layout = json.dumps((entry.get("details") or {}).get("packing") or {})
+        return (
+            "import onnxruntime as ort\n"
+            "from pipeline.core.packing import Packing  # the batch layout the packed graph takes\n"
+            f"packing = Packing.from_json({layout})\n"
+            f'session = ort.InferenceSession("{file}", providers=["{provider}"])\n'
+            f"outputs = session.run(None, packing.pack({{{feeds}}}))"
         )
     if kind == "torchscript":
         return f'import torch\nmodel = torch.jit.load("{file}")\noutputs = model({call})'

@@ -18,6 +18,7 @@ from pipeline.recipe import Recipe
 from pipeline.stages import (
     benchmark,
     export_onnx,
+    export_packed,
     export_pt2,
     export_torchscript,
     fp16,
@@ -43,6 +44,7 @@ BUILDS: dict[str, BuildFactory] = {
     # compile's parallel phase would slow; TensorRT builds wait for it (placed alone: they time tactics)
     "export_pt2": export_pt2.stages,
     "export_onnx": export_onnx.stages,
+    "export_packed": export_packed.stages,
     "fp16": fp16.stages,
     "int8": int8.stages,
     "int8_dynamic": int8_dynamic.stages,
@@ -86,7 +88,7 @@ def needed_variants(recipe: Recipe) -> list[Variant]:
 # calibration use ONNX Runtime's CPU provider). On a GPU host they run on a lane, in a worker process beside the
 # PyTorch side's validation in front (torch.compile takes tens of seconds of one core), instead of before it.
 ONNX_LANE = "onnx"
-ONNX_BUILDS = ("export_onnx", "fp16", "int8", "int8_dynamic", "optimize_onnx")
+ONNX_BUILDS = ("export_onnx", "export_packed", "fp16", "int8", "int8_dynamic", "optimize_onnx")
 
 
 LANE_SWITCH = "PIPELINE_ONNX_LANE"  # "1" / "0": the ONNX builds on a lane or in front, whatever the host

@@ -1,0 +1,200 @@
+"""The model as a packed graph: projections and feed-forward layers on the real tokens only, attention per
+sentence. The layout of its inputs is pipeline/core/packing.py's.
+
+A transformers model reaches attention through one pluggable function (`attn_implementation`), so packing
+needs no change to the user's model: the packed attention gathers each sentence's queries, keys and values into
+a `[batch, heads, longest, dim]` grid, masks the grid's padding, and scatters the result back to the tokens.
+Positions come in as an input (a packed row would otherwise number its tokens 0..tokens-1). Everything else a
+transformer layer does works token by token, so the packed model computes what the padded one does on every
+real token. A model that mixes tokens some other way (a convolution over the sequence, a pooler that reads
+position 0 of the row) does not; `check_exact` runs both and says by how much, before anything is exported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from pipeline.core.packing import Packing, grid_names
+from pipeline.inputs.models import Bound, SentenceEncoder, mean_pool, pick_outputs
+
+ATTENTION = "pipeline_packed"  # the name the packed attention is registered under in transformers
+
+
+def packed_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    pack_grids: tuple[torch.Tensor, ...] = (),
+    pack_tokens: torch.Tensor | None = None,
+    **_: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention interface over a packed row: query, key and value are `[1, heads, tokens, dim]`;
+    returns `[1, tokens, heads, dim]` as every attention function does. Each grid of sentences attends on its
+    own; softmax in the query's precision over an additive mask, the arithmetic of the padded model's eager
+    attention."""
+    if not pack_grids or pack_tokens is None:
+        raise RuntimeError("packed attention called without the packing inputs (pack_grid_*, pack_tokens)")
+    heads, tokens, dim = query.shape[1], query.shape[2], query.shape[3]
+    scale = scaling if scaling is not None else dim**-0.5
+    # every token's vectors, then one zero row that padded grid slots read: [heads, tokens + 1, dim]
+    q, k, v = (torch.cat([x[0], x.new_zeros(x.shape[1], 1, dim)], dim=1) for x in (query, key, value))
+    if k.shape[0] != heads:  # grouped-query attention: each key head serves several query heads
+        k = k.repeat_interleave(heads // k.shape[0], dim=0)
+        v = v.repeat_interleave(heads // v.shape[0], dim=0)
+    results = []
+    for grid in pack_grids:
+        sentences, length = grid.shape
+        gq, gk, gv = (_laid(x, grid) for x in (q, k, v))
+        padding = (grid >= tokens).to(q.dtype) * torch.finfo(q.dtype).min
+        scores = torch.matmul(gq, gk.transpose(2, 3)) * scale + padding[:, None, None, :]
+        out = torch.matmul(torch.softmax(scores, dim=-1), gv)
+        results.append(out.transpose(1, 2).reshape(sentences * length, heads, dim))
+    out = torch.cat(results, dim=0).index_select(0, pack_tokens)
+    return out.unsqueeze(0), None
+
+
+def _laid(x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+    """[heads, tokens + 1, dim] -> [sentences, heads, length, dim]: each grid slot's token (the last: zeros)."""
+    picked = x.index_select(1, grid.reshape(-1))
+    return picked.reshape(x.shape[0], grid.shape[0], grid.shape[1], x.shape[2]).transpose(0, 1)
+
+
+def _register() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTENTION, packed_attention)
+
+
+def transformer_of(module: nn.Module) -> nn.Module | None:
+    """The transformers model inside the pipeline's wrapper (a sentence encoder, or a user's module bound to the
+    recipe's inputs), or None."""
+    inner = getattr(module, "encoder", None) if isinstance(module, SentenceEncoder) else None
+    if isinstance(module, Bound):
+        inner = module.inner
+    return inner if inner is not None and hasattr(inner, "set_attn_implementation") else None
+
+
+def why_not_packable(
+    module: nn.Module, packing: Packing, outputs: list[str], per_token: list[str]
+) -> str | None:
+    """Why this model cannot run packed, in one sentence, or None."""
+    model = transformer_of(module)
+    if model is None:
+        return (
+            "packing needs a transformers model (it replaces the model's attention function); this is not one"
+        )
+    if not getattr(model, "_supports_attention_backend", False):
+        return f"{type(model).__name__} does not take a pluggable attention function"
+    params = inspect.signature(model.forward).parameters
+    if "position_ids" not in params and packing.position_input is None:
+        return f"{type(model).__name__}.forward takes no position_ids, which a packed row needs"
+    if isinstance(module, Bound):
+        pooled = [name for name in outputs if name not in per_token]
+        if pooled:
+            return (
+                f"output {pooled[0]!r} is not per-token (runtime.padding.per_token_outputs): the model's own "
+                "pooling would read the packed row, not a sentence"
+            )
+    return None
+
+
+def position_rule(module: nn.Module) -> tuple[str, int]:
+    """How the model numbers positions: ('column', 0), or ('offset', padding_idx + 1) for models that count real
+    tokens from their padding index (RoBERTa and its kin keep `padding_idx` on their embeddings)."""
+    model = transformer_of(module)
+    embeddings = getattr(model, "embeddings", None)
+    padding_idx = getattr(embeddings, "padding_idx", None)
+    if isinstance(padding_idx, int):
+        return "offset", padding_idx + 1
+    return "column", 0
+
+
+class PackedModel(nn.Module):
+    """The pipeline's model taking packed feeds (the recipe's inputs in order, then Packing.extra_inputs) and
+    returning the recipe's outputs in the padded layout:
+    per-token outputs zero at padded positions, pooled outputs from the caller's mask."""
+
+    def __init__(self, module: nn.Module, packing: Packing, input_names: list[str], outputs: list[str]):
+        super().__init__()
+        self.module = module
+        self.packing = packing
+        self.input_names = input_names
+        self.outputs = outputs
+
+    def graph_inputs(self) -> list[str]:
+        return [*self.input_names, *self.packing.extra_inputs()]
+
+    def forward(self, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        given = dict(zip([*self.input_names, *self.packing.extra_inputs()], args, strict=True))
+        mask = given[self.packing.mask]
+        kwargs = {n: given[n] for n in self.input_names if n != self.packing.mask}
+        if not self.packing.position_input:
+            kwargs["position_ids"] = given["pack_positions"]
+        grids = tuple(given[name] for name in grid_names(self.packing.groups))
+        model = transformer_of(self.module)
+        assert model is not None
+        raw = model(**kwargs, pack_grids=grids, pack_tokens=given["pack_tokens"])
+        layout = given["pack_layout"].reshape(-1)
+
+        def unpacked(x: torch.Tensor) -> torch.Tensor:  # [1, T, ...] -> [B, S, ...], zero at padding
+            x = torch.cat([x[0], x.new_zeros(1, *x.shape[2:])], dim=0).index_select(0, layout)
+            return x.reshape(mask.shape[0], mask.shape[1], *x.shape[1:])
+
+        if isinstance(self.module, SentenceEncoder):
+            hidden = unpacked(raw.last_hidden_state)
+            found = {"last_hidden_state": hidden}
+            if "sentence_embedding" in self.outputs:
+                found["sentence_embedding"] = mean_pool(hidden, mask, self.module.normalize)
+            return tuple(found[name] for name in self.outputs)
+        return tuple(unpacked(x) for x in pick_outputs(raw, self.outputs))
+
+
+@contextlib.contextmanager
+def packed_attention_on(module: nn.Module) -> Iterator[None]:
+    """The model's attention switched to the packed one while the block runs (tracing bakes it into the graph),
+    and back after: the same module serves the padded reference in this process."""
+    model = transformer_of(module)
+    assert model is not None
+    _register()
+    before = model.config._attn_implementation
+    model.set_attn_implementation(ATTENTION)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(before)
+
+
+def check_exact(
+    module: nn.Module, packed: PackedModel, feeds: dict[str, Any], packing: Packing, per_token: list[str]
+) -> str | None:
+    """Why the packed model does not reproduce the padded one on this batch (real tokens, pooled outputs), or
+    None. Tolerance: FP32 rounding of a reordered sum, 1e-4 relative to the output's scale."""
+    padded = module(*(torch.from_numpy(feeds[n]) for n in packed.input_names))
+    packed_feeds = packing.pack(feeds)
+    with packed_attention_on(module):
+        got = packed(*(torch.from_numpy(packed_feeds[n]) for n in packed.graph_inputs()))
+    real = torch.from_numpy(feeds[packing.mask] != 0)
+    for name, want, have in zip(packed.outputs, padded, got, strict=True):
+        if name in per_token:
+            want, have = want[real], have[real]
+        if want.shape != have.shape:
+            return f"output {name!r}: shape {tuple(have.shape)} packed, {tuple(want.shape)} padded"
+        if not want.is_floating_point():
+            if not torch.equal(want, have):
+                return f"output {name!r} differs on real tokens"
+            continue
+        scale = float(want.abs().max()) or 1.0
+        diff = float((want.float() - have.float()).abs().max())
+        if not diff <= 1e-4 * scale:
+            return f"output {name!r} differs by {diff:.3g} on real tokens (largest value {scale:.3g})"
+    return None

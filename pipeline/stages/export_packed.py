@@ -1,0 +1,224 @@
+"""Packed ONNX graphs (`onnx-packed-fp32`, `onnx-packed-fp16`): the model run on a batch's real tokens only.
+
+Padded text spends most of its compute on padding; padding-aware groups (pipeline/runners/bucketing.py) cut
+that per group of lengths, a packed graph cuts all of it: every projection and feed-forward layer runs on one
+row of the batch's real tokens, attention runs per sentence (pipeline/inputs/packed_model.py). Before export
+the packed model is run beside the padded one on the recipe's data: a model that mixes tokens outside its
+attention is refused here, with the difference, instead of failing validation with a graph that never could
+pass. The graph is run in a child at the recipe's smallest and largest shapes, as the plain export is.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+
+from pipeline.core.artifacts import ArtifactRecord
+from pipeline.core.errors import StageError, plain
+from pipeline.core.packages import package_version
+from pipeline.core.packing import Packing, grid_names
+from pipeline.core.variants import Variant, parse
+from pipeline.decide.verdict import WEIGHTS
+from pipeline.inputs.data import Dataset
+from pipeline.inputs.packed_model import (
+    PackedModel,
+    check_exact,
+    packed_attention_on,
+    position_rule,
+    why_not_packable,
+)
+from pipeline.inputs.specs import DataSpec, ModelSpec
+from pipeline.recipe import Fp16Export, OnnxExport, PaddingConfig, Recipe
+from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
+from pipeline.stages.fp16 import convert, onnxruntime_check
+from pipeline.toolchain import onnx_tools, ort_probe
+from pipeline.toolchain.onnx_tools import captured
+
+FP32, FP16 = parse("onnx-packed-fp32"), parse("onnx-packed-fp16")
+TOKENS = "packed_tokens"  # the dynamic axis of the packed row, as the graph names it
+LONGEST = "longest"  # the longest sentence of a batch
+
+
+class PackedExportConfig(StageConfig):
+    onnx: OnnxExport
+    fp16: Fp16Export | None  # None: the FP16 copy is not asked for
+    padding: PaddingConfig
+    model: ModelSpec
+    data: DataSpec
+
+    @classmethod
+    def from_recipe(cls, recipe: Recipe, recipe_dir: Path, fp16: bool) -> PackedExportConfig:
+        assert recipe.runtime.padding is not None  # the recipe checks refuse a packed variant without it
+        return cls(
+            onnx=recipe.export.onnx,
+            fp16=recipe.export.fp16 if fp16 else None,
+            padding=recipe.runtime.padding,
+            model=ModelSpec.from_recipe(recipe, recipe_dir),
+            data=DataSpec.from_recipe(recipe, recipe_dir),
+        )
+
+
+def packing_of(config: PackedExportConfig, module: torch.nn.Module) -> Packing:
+    """The layout this recipe's batches pack into: the mask, the inputs with a sequence axis, the positions."""
+    spec, mask = config.model, config.padding.mask_input
+    seq = config.data.sequence_dim
+    per_token = tuple(
+        s.name for s in spec.inputs if len(s.shape) > 1 and s.shape[1] == seq and s.name != mask
+    )
+    rule, offset = position_rule(module)
+    position_input = "position_ids" if "position_ids" in per_token else None
+    pad = config.padding
+    return Packing(mask, per_token, rule, offset, position_input, pad.max_groups, pad.group_overhead_tokens)
+
+
+def _dynamic_axes(packing: Packing, config: PackedExportConfig) -> dict[str, dict[int, str]]:
+    axes: dict[str, dict[int, str]] = {}
+    for s in config.model.inputs:
+        if s.name in packing.per_token and s.name != packing.mask:
+            axes[s.name] = {1: TOKENS}
+        else:
+            axes[s.name] = {a: d for a, d in enumerate(s.shape) if isinstance(d, str)}
+    axes["pack_positions"] = {1: TOKENS}
+    axes["pack_layout"] = axes[packing.mask]
+    axes["pack_tokens"] = {0: TOKENS}
+    for g, name in enumerate(grid_names(packing.groups)):
+        axes[name] = {0: f"sentences_{g}", 1: f"length_{g}"}
+    return axes
+
+
+def _export(
+    packed: PackedModel, feeds: dict[str, np.ndarray], config: PackedExportConfig, path: Path
+) -> None:
+    names = packed.graph_inputs()
+    example = packed.packing.pack(feeds)
+    axes = {n: a for n, a in _dynamic_axes(packed.packing, config).items() if n in names}
+    torch.onnx.export(
+        packed,
+        tuple(torch.from_numpy(example[n]) for n in names),
+        str(path),
+        dynamo=False,  # the legacy exporter traces the packed attention's index arithmetic as it runs
+        input_names=names,
+        output_names=list(config.model.outputs),
+        dynamic_axes=axes,
+        opset_version=config.onnx.opset,
+        do_constant_folding=True,
+    )
+
+
+def _corner_problem(
+    path: Path, packing: Packing, dataset: Dataset, batches: dict[str, int | None]
+) -> str | None:
+    """Why the packed graph does not run at the recipe's smallest or largest batch and length (in a child)."""
+    names = {i.name for i in onnx.load(str(path), load_external_data=False).graph.input}
+    with tempfile.TemporaryDirectory(prefix="packed-corners-") as tmp:
+        folders = []
+        for corner, batch in batches.items():
+            folders.append(Path(tmp) / corner)
+            folders[-1].mkdir()
+            for name, value in packing.pack(dataset.corner_feeds(corner, batch)).items():
+                if name in names:
+                    np.save(folders[-1] / f"{name}.npy", value)
+        try:
+            problem = ort_probe.load_problem(path, feeds=tuple(folders))
+        except ort_probe.Crashed as exc:
+            return str(exc)
+    return f"at the min or max shape: {problem}" if problem else None
+
+
+def _run(ctx: RunContext, config: PackedExportConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
+    loaded = ctx.model(config.model)
+    module, dataset = loaded.module, ctx.dataset(config.data)
+    outputs, per_token = list(config.model.outputs), list(config.padding.per_token_outputs)
+    packing = packing_of(config, module)
+    why = why_not_packable(module, packing, outputs, per_token)
+    if why:
+        raise StageError(f"onnx-packed: {why}")
+    packed = PackedModel(module, packing, config.model.input_names, outputs).eval()
+    batch_dim = config.data.batch_dim
+    batch = max(2, config.model.dims[batch_dim].opt) if batch_dim in config.model.dims else None
+    samples = dataset.validation_feeds(batch or 1)[:2] or [dataset.corner_feeds("opt", batch)]
+    with torch.inference_mode():
+        for feeds in samples:
+            problem = check_exact(module, packed, feeds, packing, per_token)
+            if problem:
+                raise StageError(
+                    f"onnx-packed: packing does not reproduce this model ({problem}): it mixes tokens outside "
+                    "its attention, or numbers positions its own way"
+                )
+    target = ctx.path(FP32.file)
+    ctx.report("onnx-packed: exporting the packed model")
+    with captured(ctx.path("logs/export_packed.log")), packed_attention_on(module), torch.inference_mode():
+        try:
+            _export(packed, samples[0], config, target)
+        except Exception as exc:  # noqa: BLE001 - the exporter's failure is this variant's, with its reason
+            raise StageError(
+                f"onnx-packed: the export failed: {type(exc).__name__}: {plain(str(exc))[:400]}"
+            ) from None
+    model = onnx.load(str(target))
+    onnx_tools.drop_initializer_value_info(model)
+    onnx.checker.check_model(model, full_check=False)
+    onnx.save(model, str(target))
+    corners: dict[str, int | None] = {"min": None, "max": None}
+    if batch_dim in config.model.dims:
+        dim = config.model.dims[batch_dim]
+        corners = {"min": dim.min, "max": max(dim.min, min(dim.max, 2))}
+    problem = _corner_problem(target, packing, dataset, corners)
+    if problem:
+        raise StageError(f"onnx-packed: the packed graph does not run at the recipe's shapes: {problem}")
+    real, padded = zip(*(packing.example_count(f) for f in samples), strict=True)
+    details = {
+        "exporter": "legacy",
+        "opset": config.onnx.opset,
+        WEIGHTS: loaded.weights_digest(),
+        "packing": packing.to_json(),
+        "inputs": [i.name for i in model.graph.input],
+        "nodes": len(model.graph.node),
+        "real_token_share": round(sum(real) / sum(padded), 4),  # of the checked validation batches
+    }
+    result = [Output(FP32.file, FP32.format, FP32.name, "fp32", details)]
+    if config.fp16 is not None:
+        result.append(_fp16(ctx, config.fp16, model, details))
+    result.append(Output("logs/export_packed.log", "log"))
+    return StageResult(outputs=result, details=details)
+
+
+def _fp16(ctx: RunContext, cfg: Fp16Export, model: onnx.ModelProto, fp32: dict) -> Output:
+    """The packed graph in float16, converted as the plain FP16 graph is (pipeline/stages/fp16.py)."""
+    ctx.report("onnx-packed: converting the packed graph to float16")
+    converted = convert(model, cfg)
+    if onnx_tools.fp16_node_share(converted) == 0:
+        raise StageError("onnx-packed: no node of the FP16 packed graph computes in float16")
+    target = ctx.path(FP16.file)
+    onnx_tools.save(converted, target)
+    details = {
+        **{k: fp32[k] for k in ("packing", WEIGHTS, "real_token_share")},
+        "fp16_node_share": onnx_tools.fp16_node_share(converted),
+        "onnxruntime_cpu": onnxruntime_check(target),
+    }
+    return Output(FP16.file, FP16.format, FP16.name, "fp16", details)
+
+
+def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[Stage]:
+    names = {v.name for v in variants}
+    if FP32.name not in names:
+        return []
+    fp16 = FP16.name in names
+    return [
+        Stage(
+            name="export_packed",
+            version=1,  # CHANGELOG.md, "Stage versions"
+            config=PackedExportConfig.from_recipe(recipe, recipe_dir, fp16),
+            run=_run,
+            environment=lambda: {
+                "torch": torch.__version__,
+                "onnx": onnx.__version__,
+                "transformers": package_version("transformers"),
+                "onnxruntime": package_version("onnxruntime"),
+            },
+            produces=(FP32.name, *((FP16.name,) if fp16 else ())),
+        )
+    ]
