@@ -80,10 +80,16 @@ class PolygraphyRunner(BaseRunner):
 
 
 def polygraphy_verdict(
-    reference: Any, actual: Any, outputs: list[str], tolerance: Tolerance
+    reference: Any,
+    actual: Any,
+    outputs: list[str],
+    tolerance: Tolerance,
+    masks: list[np.ndarray | None] | None = None,
 ) -> dict[str, Any]:
     """Polygraphy's own elementwise verdict per output (CompareFunc.simple with the recipe's max_abs as atol and
-    max_rel as rtol): recorded beside our checks for cross-reference; it never gates."""
+    max_rel as rtol): recorded beside our checks for cross-reference; it never gates. `masks`, per iteration,
+    is the padding mask (validation.padding_mask): per-token outputs are compared on real tokens only, as our
+    checks compare them, since padding-aware and packed runs leave padded positions undefined."""
     from polygraphy.comparator import Comparator, CompareFunc, RunResults
     from polygraphy.logger import G_LOGGER
 
@@ -94,9 +100,16 @@ def polygraphy_verdict(
     ((ref_name, ref_iters),) = reference.items()
     ((act_name, act_iters),) = actual.items()
     # Polygraphy views every array: a transposed output made it raise
-    for iteration in [*ref_iters, *act_iters]:
-        for name, value in list(iteration.items()):
-            if isinstance(value, np.ndarray) and not value.flags.c_contiguous:
+    for iterations in (ref_iters, act_iters):
+        for i, iteration in enumerate(iterations):
+            mask = masks[i] if masks is not None and i < len(masks) else None
+            for name, value in list(iteration.items()):
+                if not isinstance(value, np.ndarray):
+                    continue
+                if mask is not None and value.shape[: mask.ndim] == mask.shape:
+                    value = np.where(
+                        (mask != 0).reshape(*mask.shape, *[1] * (value.ndim - mask.ndim)), value, 0
+                    )
                 iteration[name] = np.ascontiguousarray(value)
     combined = RunResults([(ref_name, ref_iters), (act_name, act_iters)])
     with G_LOGGER.verbosity(G_LOGGER.CRITICAL):

@@ -280,8 +280,9 @@ def validate_on(
         cfg.neighbours_k,
     )
     try:
+        masks = [b.feeds.get(cfg.padding_mask) if cfg.padding_mask else None for b in batches]
         accuracy.details["polygraphy"] = polygraphy_verdict(
-            reference, actual, config.runners.outputs, tolerance
+            reference, actual, config.runners.outputs, tolerance, masks
         )
     except Exception as err:  # Polygraphy's cross-check is informational; never let it fail the artifact
         accuracy.details["polygraphy"] = {"error": _one_line(err)}
@@ -451,7 +452,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     """The validate stage over whichever of `artifacts` were built (consumes_any)."""
     return Stage(
         name="validate",
-        version=9,  # what each version changed: CHANGELOG.md, "Stage versions"
+        version=10,  # what each version changed: CHANGELOG.md, "Stage versions"
         config=ValidateConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=_run,
         environment=lambda: {
