@@ -30,3 +30,15 @@ def lose_point(point: str, folder: Path) -> None:
                 shutil.rmtree(path)
             else:
                 path.unlink()
+
+
+CORRUPT_COPY = "PIPELINE_TEST_CORRUPT_COPY"  # test hook: flip a byte of this file as a fleet copies it back
+
+
+def corrupt_copy(rel: str, data: bytes, attempt: int) -> bytes:
+    """Test hook: the first chunk of the version file `rel` with its first byte flipped, on a fleet deploy's
+    first attempt only, when PIPELINE_TEST_CORRUPT_COPY names it: a link that damages one copy in transit (the
+    retry's copy arrives intact)."""
+    if os.environ.get(CORRUPT_COPY) == rel and attempt == 1 and data:
+        return bytes([data[0] ^ 0xFF]) + data[1:]
+    return data
