@@ -42,3 +42,14 @@ def corrupt_copy(rel: str, data: bytes, attempt: int) -> bytes:
     if os.environ.get(CORRUPT_COPY) == rel and attempt == 1 and data:
         return bytes([data[0] ^ 0xFF]) + data[1:]
     return data
+
+
+KEEP_SCRATCH = "PIPELINE_TEST_KEEP_SCRATCH"  # test hook: keep a copy of a fleet deploy's scratch store here
+
+
+def keep_scratch(scratch: Path, attempt: int) -> None:
+    """Test hook: copy a fleet deploy's scratch store to PIPELINE_TEST_KEEP_SCRATCH/attempt-N before it is
+    removed, so a test can compare what the node made with what the driver published."""
+    keep = os.environ.get(KEEP_SCRATCH)
+    if keep:
+        shutil.copytree(scratch, Path(keep) / f"attempt-{attempt}", symlinks=True, dirs_exist_ok=True)

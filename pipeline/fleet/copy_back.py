@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.test_hooks import corrupt_copy
+from pipeline.core.test_hooks import corrupt_copy, keep_scratch
 from pipeline.fleet.seed import plant_seed, seeded
 from pipeline.fleet.task import Job, run_job
 from pipeline.fleet.transfer import list_files, read_chunks
@@ -50,6 +50,7 @@ def run_job_copying_back(job: Job) -> Iterator[Any]:
         if folder:
             attempt = result["attempt"]
             yield from read_chunks(folder, files, lambda rel, data: corrupt_copy(rel, data, attempt))
+        keep_scratch(scratch, result["attempt"])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
