@@ -32,6 +32,8 @@ def publish_copy(chunks: Iterator[bytes], result: dict[str, Any], store: Store, 
     version = copy["version"]
     where = f"copy of {store.base.name}/{version or (result.get('document') or {}).get('version')}"
     where += f" from node {copy['node']}"
+    if not version and not copy["promotions"] and copy["latest"] == seed.latest:
+        return _pointing_to(store, result)  # nothing made and latest not moved: the shared store is as it was
     with store.lock(seed.lock_timeout_s):
         changed = _store_changed(store, seed)
         if changed:
@@ -46,6 +48,11 @@ def publish_copy(chunks: Iterator[bytes], result: dict[str, Any], store: Store, 
             finally:
                 shutil.rmtree(work, ignore_errors=True)  # gone once renamed; else the failed copy
         _replay_latest(store, version, copy)
+    return _pointing_to(store, result)
+
+
+def _pointing_to(store: Store, result: dict[str, Any]) -> dict[str, Any]:
+    """The result with the version's paths in the shared store (the deploy named its scratch store's)."""
     document = result.get("document")
     if document and document.get("version") and store.version_folder(document["version"]).is_dir():
         folder = store.version_folder(document["version"]).resolve()
