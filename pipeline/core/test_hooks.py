@@ -30,3 +30,26 @@ def lose_point(point: str, folder: Path) -> None:
                 shutil.rmtree(path)
             else:
                 path.unlink()
+
+
+CORRUPT_COPY = "PIPELINE_TEST_CORRUPT_COPY"  # test hook: flip a byte of this file as a fleet copies it back
+
+
+def corrupt_copy(rel: str, data: bytes, attempt: int) -> bytes:
+    """Test hook: the first chunk of the version file `rel` with its first byte flipped, on a fleet deploy's
+    first attempt only, when PIPELINE_TEST_CORRUPT_COPY names it: a link that damages one copy in transit (the
+    retry's copy arrives intact)."""
+    if os.environ.get(CORRUPT_COPY) == rel and attempt == 1 and data:
+        return bytes([data[0] ^ 0xFF]) + data[1:]
+    return data
+
+
+KEEP_SCRATCH = "PIPELINE_TEST_KEEP_SCRATCH"  # test hook: keep a copy of a fleet deploy's scratch store here
+
+
+def keep_scratch(scratch: Path, attempt: int) -> None:
+    """Test hook: copy a fleet deploy's scratch store to PIPELINE_TEST_KEEP_SCRATCH/attempt-N before it is
+    removed, so a test can compare what the node made with what the driver published."""
+    keep = os.environ.get(KEEP_SCRATCH)
+    if keep:
+        shutil.copytree(scratch, Path(keep) / f"attempt-{attempt}", symlinks=True, dirs_exist_ok=True)

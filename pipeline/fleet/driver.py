@@ -3,7 +3,12 @@ resources, each into its target's folder of the shared store, and one fleet repo
 
 With no address the driver starts a local Ray instance (the same command on a laptop), and stops it at the end.
 A target no node can run is reported at once and its deploys are not submitted; a worker that dies mid-deploy
-is run again (`retries`); Ctrl-C stops every running deploy before it publishes."""
+is run again (`retries`); Ctrl-C stops every running deploy before it publishes.
+
+With `store: copy` (nodes that do not see the root) each deploy runs into a scratch store on its node, seeded
+with the shared store's latest versions, and its new version comes back through Ray's object store; the
+driver publishes it after checking every file against its manifest, and runs the deploy again (`retries`)
+when a copy does not match (pipeline/fleet/copy_back.py, copy_publish.py)."""
 
 from __future__ import annotations
 
@@ -20,11 +25,15 @@ from typing import Any
 from rich.console import Console
 
 from pipeline.core.errors import Interrupted, PipelineError
+from pipeline.fleet.copy_back import run_job_copying_back
+from pipeline.fleet.copy_publish import CopyFailed, publish_copy
 from pipeline.fleet.placement import missing_node
 from pipeline.fleet.report import FleetReport, why_not, write_report
+from pipeline.fleet.seed import make_seed
 from pipeline.fleet.spec import Fleet, Target, load_fleet
 from pipeline.fleet.task import STOP_S, Job, run_job
 from pipeline.recipe.loader import load
+from pipeline.release.store import Store
 
 HEARTBEAT_S = 30.0
 
@@ -65,7 +74,7 @@ def run_fleet(path: Path, console: Console) -> Outcome:
             else:
                 runnable.append(target)
         jobs = [
-            _job(fleet, target, entry.path, entry.set, state)
+            _job(ray, fleet, target, entry.path, entry.set, state)
             for target in runnable
             for entry in fleet.entries()
         ]
@@ -106,27 +115,37 @@ def _ray() -> Any:
     return ray
 
 
-def _job(fleet: Fleet, target: Target, recipe: str, sets: list[str], state: Path) -> Job:
+def _job(ray: Any, fleet: Fleet, target: Target, recipe: str, sets: list[str], state: Path) -> Job:
     root = Path(fleet.root) / target.name
-    overrides = (*sets, *target.set, f"output.root={json.dumps(str(root))}")  # quoted: a YAML value
-    return Job(
+    job = Job(
         target.name,
         recipe,
-        overrides,
+        (*sets, *target.set),
         fleet.promote,
         os.getcwd(),
         fleet.timeout_s,
         str(state),
         target.gpu is not None,
     )
+    if fleet.store == "copy":  # the task adds its scratch store's root
+        return _seeded(ray, fleet, job)
+    return replace(job, sets=(*job.sets, f"output.root={json.dumps(str(root))}"))  # quoted: a YAML value
+
+
+def _seeded(ray: Any, fleet: Fleet, job: Job) -> Job:
+    """The job with the shared store's current state of its recipe (again before a retry: it may have moved)."""
+    loaded = load(job.recipe, list(job.sets))
+    store = Store(Path(fleet.root) / job.target, loaded.recipe.name)
+    return replace(job, seed=make_seed(ray, store, loaded.recipe.output.lock_timeout_s))
 
 
 def _run(ray: Any, fleet: Fleet, jobs: list[Job], console: Console) -> list[dict[str, Any]]:
-    """Submit every job, print each as it ends, and return their results in the jobs' order."""
+    """Submit every job, print each as it ends, and return their results in the jobs' order. A copy that
+    does not match its manifest runs its deploy again, as many times as a dead worker's would be."""
     targets = {t.name: t for t in fleet.targets}
-    remote = ray.remote(run_job)
-    refs = {}
-    for job in jobs:
+    in_place, copying = ray.remote(run_job), ray.remote(run_job_copying_back)
+
+    def submit(job: Job) -> Any:
         target = targets[job.target]
         options: dict[str, Any] = {
             "num_cpus": target.cpu,
@@ -137,34 +156,53 @@ def _run(ray: Any, fleet: Fleet, jobs: list[Job], console: Console) -> list[dict
             options["num_gpus"] = target.gpu.count
             if target.gpu.type:
                 options["accelerator_type"] = target.gpu.type
-        refs[remote.options(**options).remote(job)] = job
+        if job.seed is not None:  # a streaming generator: the result, then the version's chunks
+            return copying.options(**options, num_returns="streaming").remote(job)
+        return in_place.options(**options).remote(job)
+
+    jobs = list(jobs)  # a retried copy's job is seeded afresh in place
+    refs = {submit(job): index for index, job in enumerate(jobs)}
     console.print(f"fleet: {len(jobs)} deploys submitted", highlight=False)
-    results: dict[Any, dict[str, Any]] = {}
+    results: dict[int, dict[str, Any]] = {}
+    copies_failed = [0] * len(jobs)
     pending = list(refs)
     last = time.monotonic()
     try:
         while pending:
             done, pending = ray.wait(pending, num_returns=1, timeout=1.0)
             for ref in done:
-                results[ref] = _result(ray, ref, refs[ref])
-                console.print(_line(results[ref]), highlight=False)
+                index = refs.pop(ref)
+                job = jobs[index]
+                result = _copied(ray, ref, job, fleet) if job.seed else _result(ray, ref, job)
+                if result.get("copy_failed") and copies_failed[index] < fleet.retries:
+                    copies_failed[index] += 1
+                    console.print(f"{_line(result)}; running it again", highlight=False)
+                    jobs[index] = _seeded(ray, fleet, job)
+                    again = submit(jobs[index])
+                    refs[again] = index
+                    pending.append(again)
+                    continue
+                results[index] = result
+                console.print(_line(result), highlight=False)
             if time.monotonic() - last > HEARTBEAT_S:
                 last = time.monotonic()
-                running = ", ".join(f"{refs[r].target}/{Path(refs[r].recipe).stem}" for r in pending)
+                running = ", ".join(
+                    f"{jobs[refs[r]].target}/{Path(jobs[refs[r]].recipe).stem}" for r in pending
+                )
                 console.print(f"fleet: {len(pending)} deploys running ({running})", highlight=False)
     except KeyboardInterrupt:
         stopped = _cancel(ray, pending, console)
-        finished = len(refs) - stopped
+        finished = len(jobs) - stopped
         raise Interrupted(
             f"interrupted: the {stopped} running deploys were stopped before publishing; "
             f"{finished} finished (their versions stand)"
         ) from None
-    return [results[ref] for ref in refs]
+    return [results[index] for index in range(len(jobs))]
 
 
 def _result(ray: Any, ref: Any, job: Job) -> dict[str, Any]:
     try:
-        return dict(ray.get(ref))
+        return dict(ray.get(_first(ray, ref)))
     except Exception as exc:  # noqa: BLE001 - a worker that died after its retries, a node lost: the row says so
         return {
             "target": job.target,
@@ -175,6 +213,26 @@ def _result(ray: Any, ref: Any, job: Job) -> dict[str, Any]:
             "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
             "attempt": None,
         }
+
+
+def _first(ray: Any, ref: Any) -> Any:
+    """The task's result: a plain task's return, or a streaming generator's first object."""
+    return next(ref) if isinstance(ref, ray.ObjectRefGenerator) else ref
+
+
+def _copied(ray: Any, generator: Any, job: Job, fleet: Fleet) -> dict[str, Any]:
+    """A copy-mode deploy's result, its version received, checked and published into the shared store; a
+    copy that does not match its manifest is the cell's error (`copy_failed`: it runs again)."""
+    result = _result(ray, generator, job)
+    if "copy" not in result:  # the task itself failed: nothing was sent
+        return result
+    assert job.seed is not None
+    store = Store(Path(fleet.root) / job.target, job.seed.name)
+    chunks = (ray.get(ref) for ref in generator)
+    try:
+        return publish_copy(chunks, result, store, job.seed)
+    except CopyFailed as exc:
+        return result | {"document": None, "error": str(exc), "copy_failed": True}
 
 
 def _line(result: dict[str, Any]) -> str:
@@ -199,7 +257,7 @@ def _cancel(ray: Any, pending: list[Any], console: Console) -> int:
     stopped = len(left)
     for ref in done:
         try:
-            ray.get(ref, timeout=5)
+            ray.get(_first(ray, ref), timeout=5)
         except Exception:  # noqa: BLE001 - TaskCancelledError (or the worker lost as it stopped): not published
             stopped += 1
     return stopped

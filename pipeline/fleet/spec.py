@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
@@ -55,7 +55,8 @@ class Fleet(Strict):
     address: str | None = Field(None, description="a Ray cluster's address; null: start a local Ray instance")
     root: str = Field(
         "artifacts",
-        description="the shared store: versions land at ROOT/TARGET/RECIPE/vNNNN (every node must see it)",
+        description="the shared store: versions land at ROOT/TARGET/RECIPE/vNNNN (every node must see it, "
+        "unless store: copy)",
     )
     recipes: Annotated[list[str | RecipeEntry], Field(min_length=1, max_length=256)]
     targets: Annotated[list[Target], Field(min_length=1, max_length=64)]
@@ -66,6 +67,13 @@ class Fleet(Strict):
         7200, description="the longest one deploy may take, seconds"
     )
     promote: bool = Field(False, description="move each target's latest to the version it signs off")
+    store: Literal["shared", "copy"] = Field(
+        "shared",
+        description="shared: every node writes its versions into root itself (a file system all nodes see); "
+        "copy: each deploy runs into a scratch store on its node's own disk, seeded with the shared store's "
+        "latest and newest versions, and the driver publishes its new version into root after checking every "
+        "file's sha256 against the version's manifest (a mismatch publishes nothing and runs the deploy again)",
+    )
 
     @field_validator("targets")
     @classmethod

@@ -14,10 +14,13 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.core.children import popen_tied
 from pipeline.core.files import write_json_atomic
+
+if TYPE_CHECKING:
+    from pipeline.fleet.seed import Seed
 
 WAIT_S = 0.2  # between checks for a cancel and the deploy's deadline
 STOP_S = 60.0  # how long a deploy asked to stop (Ctrl-C on the driver, a timeout) may take to leave cleanly
@@ -33,6 +36,7 @@ class Job:
     timeout_s: float
     state: str  # the fleet run's folder for attempt files (the test that kills a worker reads them)
     gpu: bool = False  # the target asks for a GPU; a CPU target's deploy sees none, even on a GPU node
+    seed: Seed | None = None  # store: copy — the shared store's state, for a deploy into the node's scratch
 
     def environment(self) -> dict[str, str]:
         """The deploy's environment: the worker's, with every GPU hidden from a CPU target (Ray leaves

@@ -107,3 +107,16 @@ def test_a_cpu_target_deploy_sees_no_gpu_and_a_gpu_target_keeps_its_own(monkeypa
     assert not host.gpus_visible()
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert host.gpus_visible()
+
+
+def test_the_store_mode_is_shared_unless_copy_is_asked_and_a_typo_is_located(tmp_path: Path) -> None:
+    (tmp_path / "r.yaml").write_text("name: r\n")
+    path = tmp_path / "fleet.yaml"
+    path.write_text("name: f\nrecipes: [r.yaml]\ntargets: [{name: cpu}]\n")
+    assert load_fleet(path).store == "shared"
+    path.write_text("name: f\nstore: copy\nrecipes: [r.yaml]\ntargets: [{name: cpu}]\n")
+    assert load_fleet(path).store == "copy"
+    lines = _problems(tmp_path, "name: f\nstore: copied\nrecipes: [r.yaml]\ntargets: [{name: cpu}]\n")
+    assert len(lines) == 1 and lines[0].startswith(f"{tmp_path}/fleet.yaml:2:") and "'copy'" in lines[0], (
+        lines
+    )
