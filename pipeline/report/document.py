@@ -268,16 +268,17 @@ def _accuracy(accuracy: Dict | None, image: str | None) -> Section:
         ),
         Table(headers, rows, tones),
     ]
-    noted = {c.output: c for e in entries.values() for c in e.checks if c.metric == "max_abs" and c.reason}
-    flat = sorted(o for o, c in noted.items() if c.reason == DIRECTIONLESS)
-    spread = sorted(o for o, c in noted.items() if c.reason == SPREAD)
-    exact = sorted(o for o, c in noted.items() if c.reason == EXACT)
+    noted = {(c.output, c.reason) for e in entries.values() for c in e.checks if c.metric == "max_abs"}
+    flat = sorted({o for o, reason in noted if reason == DIRECTIONLESS})  # max_abs gating as written (fp32)
+    spread = sorted({o for o, reason in noted if reason == SPREAD})  # where max_abs only informs
+    exact = sorted({o for o, reason in noted if reason == EXACT})
     if flat:
         blocks.append(
             Para(
                 f"{', '.join(flat)}: one value per sample, which cosine cannot judge (the cosine of two single "
                 f"numbers only says whether their signs agree, so it only informs): max_abs gates "
-                f"{'it' if len(flat) == 1 else 'them'} as the tolerance sets it."
+                f"{'it' if len(flat) == 1 else 'them'} as the tolerance sets it where it gates max_abs (FP32: "
+                "its max_abs × scale)."
             )
         )
     if spread:
@@ -285,7 +286,8 @@ def _accuracy(accuracy: Dict | None, image: str | None) -> Section:
             Para(
                 f"{', '.join(spread)}: one value per sample, which cosine cannot judge (the cosine of two single "
                 "numbers only says whether their signs agree, so it only informs): max_abs gates "
-                f"{'it' if len(spread) == 1 else 'them'} at the error the precision's cosine allows a vector, "
+                f"{'it' if len(spread) == 1 else 'them'} where the precision's max_abs only informs (FP16, BF16, "
+                "INT8) at the error the precision's cosine allows a vector, "
                 "sqrt(1/cosine² - 1) × the output's spread (its standard deviation over the held-out samples: "
                 f"{_spreads(entries, spread)}); a per-output max_abs under validation.tolerances replaces it."
             )

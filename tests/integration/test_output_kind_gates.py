@@ -196,3 +196,19 @@ def test_validate_prints_the_gates_the_deploy_applies(graphs) -> None:
         for output in OUTPUTS:
             gating = {c.metric for c in applied.checks if c.output == output and not c.informational}
             assert gating - {"finite"} == set(rows[(precision, output)]["gates"]), (precision, output)
+
+
+def test_the_sign_off_names_each_gate_used(graphs) -> None:
+    """FP32 gates a score by its own max_abs, INT8 by the spread bound: the accuracy section says both, with
+    the spread, whichever artifact's checks come last (the paragraph once named only the last one's rule)."""
+    from pipeline.check.results import artifact_entry
+    from pipeline.report.document import _accuracy
+
+    entries = {
+        name: artifact_entry([_judge(graphs, name, precision)])
+        for name, precision in (("int8", "int8"), ("fp32", "fp32"))
+    }
+    text = repr(_accuracy({"artifacts": entries, "reference": "torch-fp32"}, None))
+    assert "sqrt(1/cosine² - 1) × the output's spread" in text and "score " in text
+    assert "as the tolerance sets it where it gates max_abs" in text
+    assert "label: integer values" in text and "cosine (meaningless for class ids) only informs" in text
