@@ -5,7 +5,8 @@ Absolute tolerances (max_abs, mean_abs) are written for outputs of unit magnitud
 output's scale, max(1, largest |reference value|) on that input set, because float error grows with the
 values (a float32 logit of 200 carries about 1e-5 of absolute rounding per operation). The check records the
 scaled threshold it was judged against and the scale. Relative metrics (max_rel, cosine, neighbours) are
-scale-free and used as written.
+scale-free and used as written. Outputs whose cosine cannot judge them (integer values, one value per sample)
+are gated by max_abs instead: see gates_for.
 
 Pure numpy, no runtimes: the validate stage runs the models and hands the outputs here, so every rule of
 what "passed" means lives in one small, unit-testable place.
