@@ -202,27 +202,39 @@ def _load(args: argparse.Namespace, defer: bool = False):
 
 def _validate(args: argparse.Namespace, console: Console) -> Result:
     from pipeline.preflight import checks as preflight
-    from pipeline.recipe.gates import gate_rows
+    from pipeline.recipe.gates import gate_rows, undetermined
     from pipeline.release.manifest import resolved_recipe
 
     loaded = _load(args, defer=True)
-    preflight.check(loaded)
-    gates = gate_rows(loaded.recipe)
+    kinds = preflight.check(loaded)  # each output's kind, from pre-flight's run of the model
+    gates = gate_rows(loaded.recipe, kinds)
     console.print(_gate_table(gates))
+    unknown = undetermined(gates)
+    if unknown:
+        console.print(
+            f"the gates of {', '.join(unknown)} depend on their dtype and shape, which no run of the model told: "
+            "integer outputs gate max_abs = 0 (exact) and one value per sample gates max_abs ≤ "
+            "sqrt(1/cosine² - 1) × spread, cosine informational in both",
+            highlight=False,
+            soft_wrap=True,
+        )
     console.print(f"{loaded.path}: ok", highlight=False)
     resolved = resolved_recipe(loaded)
     return 0, {"recipe": str(loaded.path), "name": loaded.recipe.name, "resolved": resolved, "gates": gates}
 
 
 def _gate_table(gates: list[dict[str, Any]]) -> Any:
-    """The accuracy gates every artifact is judged by, per precision and output (scale: max(1, |reference|))."""
+    """The accuracy gates every artifact is judged by, per precision and output, as the deploy applies them
+    (scale: max(1, |reference|); spread: the output's standard deviation over the held-out samples)."""
     from rich.table import Table
 
     table = Table(title="Accuracy gates (what fails an artifact)", title_justify="left")
     for column in ("precision", "output", "gates", "informational"):
         table.add_column(column, overflow="fold")
     for row in gates:
-        table.add_row(row["precision"], row["output"], row["text"], row["informational_text"])
+        kind = row["kind"] if row["kind"] in ("integer", "one value per sample") else None
+        output = f"{row['output']} ({kind})" if kind else row["output"]
+        table.add_row(row["precision"], output, row["text"], row["informational_text"])
     return table
 
 

@@ -5,7 +5,8 @@ Absolute tolerances (max_abs, mean_abs) are written for outputs of unit magnitud
 output's scale, max(1, largest |reference value|) on that input set, because float error grows with the
 values (a float32 logit of 200 carries about 1e-5 of absolute rounding per operation). The check records the
 scaled threshold it was judged against and the scale. Relative metrics (max_rel, cosine, neighbours) are
-scale-free and used as written.
+scale-free and used as written. Outputs whose cosine cannot judge them (integer values, one value per sample)
+are gated by max_abs instead: see gates_for.
 
 Pure numpy, no runtimes: the validate stage runs the models and hands the outputs here, so every rule of
 what "passed" means lives in one small, unit-testable place.
@@ -107,6 +108,7 @@ class Measure:
     scale: float = 1.0  # output_scale of the reference: absolute thresholds are multiplied by it
     directionless: bool = False  # one value per sample, or integer/boolean values: cosine sees only signs
     exact: bool = False  # integer or boolean values (labels, ids, flags): any change is wrong
+    spread: float = 1.0  # output_spread of the reference: the basis of a one-value-per-sample output's bound
 
 
 def measure(reference: np.ndarray, actual: np.ndarray | None, mask: np.ndarray | None = None) -> Measure:
@@ -148,13 +150,20 @@ def measure(reference: np.ndarray, actual: np.ndarray | None, mask: np.ndarray |
         scale=_scale(ref_kept),
         directionless=directionless(reference),
         exact=integer_values(reference),
+        spread=output_spread([ref_kept]),
     )
 
 
-DIRECTIONLESS = "one value per sample or integer values: cosine sees only signs, max_abs gates as well"
-EXACT = "integer values (labels, ids, flags): any change is wrong, so max_abs gates at 0"
+DIRECTIONLESS = "one value per sample: cosine sees only signs, so max_abs gates as the tolerance sets it"
+SPREAD = (
+    "one value per sample: cosine sees only signs, so max_abs gates at sqrt(1/cosine^2 - 1) x the output's "
+    "spread (standard deviation over the held-out samples)"
+)
+EXACT = (
+    "integer values (labels, ids, flags): any change is wrong, so max_abs gates at 0 and cosine only informs"
+)
 # why a check gates as it does: a note on a measured value, not a problem
-GATED_NOTES = (DIRECTIONLESS, EXACT)
+GATED_NOTES = (DIRECTIONLESS, SPREAD, EXACT)
 
 
 def integer_values(reference: np.ndarray) -> bool:
@@ -175,6 +184,27 @@ def directionless(reference: np.ndarray) -> bool:
     if integer_values(reference):
         return True
     return reference.ndim <= 1 or reference.size <= reference.shape[0]
+
+
+def output_spread(references: Iterable[np.ndarray]) -> float:
+    """The spread of an output over samples: the standard deviation of its finite reference values, what
+    tells one sample's score from another's. A constant output (a count that follows the shape) has none:
+    then its magnitude, max |value|, and 1 for an output that is all zeros."""
+    values = np.concatenate([np.asarray(r, np.float64).ravel() for r in references] or [np.zeros(0)])
+    values = values[np.isfinite(values)]
+    if not values.size:
+        return 1.0
+    spread = float(values.std())
+    if spread > 0:
+        return spread
+    return float(np.abs(values).max()) or 1.0
+
+
+def output_kind(reference: np.ndarray) -> str:
+    """INTEGER, PER_SAMPLE (one float value per sample) or VALUES: what decides how an output is gated."""
+    if integer_values(reference):
+        return INTEGER
+    return PER_SAMPLE if directionless(reference) else VALUES
 
 
 def on_real_tokens(value: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
@@ -232,7 +262,13 @@ def combine(measures: list[Measure]) -> Measure:
     scale = max(m.scale for m in measures)
     flat, exact = any(m.directionless for m in measures), any(m.exact for m in measures)
     return Measure(
-        values, elements, sum(m.nonfinite for m in measures), scale=scale, directionless=flat, exact=exact
+        values,
+        elements,
+        sum(m.nonfinite for m in measures),
+        scale=scale,
+        directionless=flat,
+        exact=exact,
+        spread=max(m.spread for m in measures),
     )
 
 
@@ -240,8 +276,71 @@ def combine(measures: list[Measure]) -> Measure:
 
 
 def thresholds_for(tolerance: Tolerance, output: str) -> dict[str, tuple[float | None, bool]]:
-    """metric -> (threshold, informational) for one output (the rules live with the Tolerance)."""
+    """metric -> (threshold, informational) for one output as the recipe resolves it (the rules live with the
+    Tolerance); gates_for says what an output of a given kind is judged by."""
     return tolerance.resolved(output)
+
+
+VALUES, PER_SAMPLE, INTEGER = "values", "one value per sample", "integer"
+OUTPUT_KINDS = (VALUES, PER_SAMPLE, INTEGER)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What one metric of one output is judged by: `tolerance` times the basis. basis 'scale': max(1, largest
+    |reference|) (absolute metrics), 'spread': output_spread over the held-out samples, 'exact': the
+    tolerance is 0 (an integer output), None: as written."""
+
+    tolerance: float | None
+    informational: bool
+    basis: str | None = None
+    note: str | None = None  # why it gates as it does (DIRECTIONLESS, SPREAD, EXACT)
+
+
+def spread_factor(cosine_threshold: float) -> float:
+    """The error a cosine threshold allows relative to the length of what it compares: a candidate r + e with
+    e orthogonal to r has cosine 1/sqrt(1 + |e|^2/|r|^2), so cosine >= c allows |e| <= sqrt(1/c^2 - 1) |r|
+    (0.98: 0.203, 0.999: 0.0447, 0.9999: 0.0141)."""
+    return math.sqrt(max(1.0 / cosine_threshold**2 - 1.0, 0.0))
+
+
+def gates_for(tolerance: Tolerance, output: str, kind: str) -> dict[str, Gate]:
+    """metric -> Gate for one output of one kind (VALUES, PER_SAMPLE, INTEGER); the deploy's checks and
+    `validate`'s gate table both read it, so that what is printed is what is applied.
+
+    VALUES (embeddings, per-token outputs, logits): the tolerance as resolved, absolute metrics on the
+    output's scale. INTEGER: max_abs gates at 0 (a per-output max_abs allows more) and cosine only informs
+    (class 0 against 4 has cosine 0, 3 against 4 has cosine 1), unless a per-output tolerance writes it.
+    PER_SAMPLE (a score, a count): cosine of single numbers only informs; max_abs gates as resolved where it
+    gates (fp32's 1e-3 x scale, a per-output max_abs), and otherwise at the error the precision's cosine
+    allows a vector: sqrt(1/cosine^2 - 1) x the output's spread over the held-out samples (the samples'
+    values taken as one vector about the reference's mean, so a shared offset such as a sigmoid's 0.5 does
+    not dilute it; per sample, not as a root mean square, so one bad sample cannot hide)."""
+    resolved = tolerance.resolved(output)
+    gates = {
+        m: Gate(t, info, "scale" if m in SCALED and t is not None else None)
+        for m, (t, info) in resolved.items()
+    }
+    if kind == VALUES:
+        return gates
+    override = tolerance.outputs.get(output)
+    own = override.model_fields_set if override is not None else set()
+    if "cosine" not in own and gates["cosine"].tolerance is not None:
+        gates["cosine"] = Gate(gates["cosine"].tolerance, True)
+    max_abs_gate = gates["max_abs"]
+    if kind == INTEGER:
+        if "max_abs" in own and max_abs_gate.tolerance is not None:
+            gates["max_abs"] = Gate(max_abs_gate.tolerance, max_abs_gate.informational, None, EXACT)
+        else:
+            gates["max_abs"] = Gate(0.0, False, "exact", EXACT)
+        return gates
+    if max_abs_gate.tolerance is not None and not max_abs_gate.informational:
+        gates["max_abs"] = Gate(max_abs_gate.tolerance, False, "scale", DIRECTIONLESS)
+    elif resolved["cosine"][0] is not None:
+        gates["max_abs"] = Gate(spread_factor(resolved["cosine"][0]), False, "spread", SPREAD)
+    elif max_abs_gate.tolerance is not None:  # no cosine to carry over: the written bound gates
+        gates["max_abs"] = Gate(max_abs_gate.tolerance, False, "scale", DIRECTIONLESS)
+    return gates
 
 
 @dataclass(frozen=True)
@@ -331,26 +430,24 @@ def _passes(metric: str, value: float, threshold: float) -> bool:
     return value >= threshold if metric in LOWER_BOUNDS else value <= threshold
 
 
-def checks_for(output: str, inputs: str, m: Measure, tolerance: Tolerance) -> list[Check]:
-    """The finite check plus one check per metric for one output on one input set."""
+def checks_for(
+    output: str, inputs: str, m: Measure, tolerance: Tolerance, spread: float | None = None
+) -> list[Check]:
+    """The finite check plus one check per metric for one output on one input set. `spread`: the output's
+    spread over the held-out samples (evaluate passes it; without it, the batch's own)."""
     if m.problem is not None:
         return [Check(output, inputs, COMPARABLE, None, None, False, False, m.problem)]
     finite_reason = f"{m.nonfinite} NaN/inf values in the output" if m.nonfinite else None
     checks = [Check(output, inputs, FINITE, m.nonfinite, 0, m.nonfinite == 0, False, finite_reason)]
-    resolved = thresholds_for(tolerance, output)
-    swapped = m.directionless and output not in tolerance.outputs and resolved["max_abs"][0] is not None
-    for metric, (tolerance_value, informational) in resolved.items():
+    kind = INTEGER if m.exact else PER_SAMPLE if m.directionless else VALUES
+    for metric, gate in gates_for(tolerance, output, kind).items():
         if metric not in METRIC_NAMES:
             continue  # measured over a whole input set, not per batch (neighbours)
-        # cosine alone cannot judge this output (see directionless): the absolute bound gates beside it
-        beside = swapped and metric == "max_abs"
-        if beside:
-            informational = False
-        scale = m.scale if metric in SCALED and tolerance_value is not None else 1.0
-        threshold = None if tolerance_value is None else tolerance_value * scale
-        exact = beside and m.exact
-        if exact:  # class 3 read as 4 is as wrong as 3 read as 40: no precision's tolerance allows it
-            threshold = 0.0
+        informational = gate.informational
+        scale = {"scale": m.scale, "spread": m.spread if spread is None else spread}.get(
+            gate.basis or "", 1.0
+        )
+        threshold = None if gate.tolerance is None else gate.tolerance * scale
         value = m.values.get(metric)
         if value is None or not math.isfinite(value) or m.nonfinite:
             reason = finite_reason or "not a finite number"
@@ -359,8 +456,9 @@ def checks_for(output: str, inputs: str, m: Measure, tolerance: Tolerance) -> li
             )
             continue
         passed = True if threshold is None else _passes(metric, value, threshold)
-        reason = (EXACT if exact else DIRECTIONLESS) if beside else None
-        checks.append(Check(output, inputs, metric, value, threshold, passed, informational, reason, scale))
+        checks.append(
+            Check(output, inputs, metric, value, threshold, passed, informational, gate.note, scale)
+        )
     return checks
 
 
@@ -474,6 +572,7 @@ def evaluate(
     the batches are measured (per-token outputs on real tokens only, by `masks`), combined, and checked
     against the tolerance; embedding outputs also get the neighbour agreement over the held-out data."""
     masks = masks or {}
+    spreads = {output: held_out_spread(reference, output) for output in outputs}
     for inputs, ref_batches in reference.items():
         got = actual.get(inputs, [])
         batch_masks = masks.get(inputs) or [None] * len(ref_batches)
@@ -482,9 +581,20 @@ def evaluate(
                 measure(ref[output], got[i].get(output) if i < len(got) else None, batch_masks[i])
                 for i, ref in enumerate(ref_batches)
             ]
-            accuracy.checks += checks_for(output, inputs, combine(per_batch), tolerance)
+            accuracy.checks += checks_for(output, inputs, combine(per_batch), tolerance, spreads[output])
             if inputs == "data":
                 check = neighbour_check(output, ref_batches, got, tolerance, neighbours_k)
                 if check is not None:
                     accuracy.checks.append(check)
     return accuracy
+
+
+def held_out_spread(reference: Mapping[str, list[Outputs]], output: str) -> float | None:
+    """output_spread of a one-value-per-sample output over the held-out data's samples (every input set's
+    when there is no held-out data): the basis of its bound at every input set, the corners' batches of one
+    or two samples included. None for other outputs, or when no batch has the output."""
+    sets = [reference["data"]] if reference.get("data") else list(reference.values())
+    values = [np.asarray(b[output]) for batches in sets for b in batches if output in b]
+    if not values or any(output_kind(v) != PER_SAMPLE for v in values):
+        return None  # only a one-value-per-sample output is bounded by its spread (and it is small)
+    return output_spread(values)

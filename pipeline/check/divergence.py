@@ -113,10 +113,10 @@ def locate_divergence(
     if not order:
         return None
     names = [name for name, _ in order]
-    graph_outputs = {o.name for o in cand_graph.model.graph.output}
-    finals = [i for i, name in enumerate(names) if name in graph_outputs] or [len(names) - 1]
-
-    lineage = _lineage(_sorted_nodes(cand_graph.model), names)
+    graph_outputs = [o.name for o in cand_graph.model.graph.output]
+    nodes = _sorted_nodes(cand_graph.model)
+    lineage = _lineage(nodes, names)
+    finals = _finals(nodes, names, lineage, graph_outputs) or [len(names) - 1]
     verdicts: dict[int, Verdict] = {}
     runs = 0
 
@@ -254,9 +254,9 @@ def _spread(indices: list[int], count: int) -> list[int]:
     return sorted({indices[len(indices) * k // (count + 1)] for k in range(1, count + 1)})
 
 
-def _lineage(nodes: Sequence[onnx.NodeProto], names: list[str]) -> list[int]:
-    """For each comparable tensor, a bit set of itself and every comparable tensor it depends on (through
-    any tensor, comparable or not); bit i stands for names[i]."""
+def _reach(nodes: Sequence[onnx.NodeProto], names: list[str]) -> dict[str, int]:
+    """For every node output, a bit set of itself (when comparable) and every comparable tensor it depends on
+    (through any tensor, comparable or not); bit i stands for names[i]."""
     index = {name: i for i, name in enumerate(names)}
     reach: dict[str, int] = {}
     for node in nodes:
@@ -265,7 +265,34 @@ def _lineage(nodes: Sequence[onnx.NodeProto], names: list[str]) -> list[int]:
             upstream |= reach.get(name, 0)
         for name in node.output:
             reach[name] = upstream | (1 << index[name] if name in index else 0)
+    return reach
+
+
+def _lineage(nodes: Sequence[onnx.NodeProto], names: list[str]) -> list[int]:
+    """For each comparable tensor, a bit set of itself and every comparable tensor it depends on."""
+    reach = _reach(nodes, names)
     return [reach[name] for name in names]
+
+
+def _finals(
+    nodes: Sequence[onnx.NodeProto], names: list[str], lineage: list[int], graph_outputs: list[str]
+) -> list[int]:
+    """Where the search starts: the comparable graph outputs, and for a graph output that is not comparable
+    (an integer label from an ArgMax, a flag) the last comparable tensors it depends on (the logits): a
+    failing label must be traced through what it is computed from, not through the graph's other outputs."""
+    index = {name: i for i, name in enumerate(names)}
+    reach = _reach(nodes, names)
+    finals = set()
+    for output in graph_outputs:
+        if output in index:
+            finals.add(index[output])
+            continue
+        members = _members(reach.get(output, 0))
+        covered = 0  # what the other members depend on: a member no other depends on is a last one
+        for i in members:
+            covered |= lineage[i] & ~(1 << i)
+        finals.update(i for i in members if not covered >> i & 1)
+    return sorted(finals)
 
 
 def _members(bits: int) -> list[int]:

@@ -25,6 +25,7 @@ class CheckRecord:
     inputs: str | None = None
     runtime: str | None = None
     reason: str | None = None
+    scale: float = 1.0  # what the tolerance was multiplied by (accuracy.Check.scale)
 
     @classmethod
     def read(cls, check: Row) -> CheckRecord:
@@ -38,6 +39,7 @@ class CheckRecord:
             inputs=as_text(check.get("inputs")),
             runtime=as_text(check.get("runtime")),
             reason=as_text(check.get("reason")),
+            scale=as_number(check.get("scale")) or 1.0,
         )
 
     @property

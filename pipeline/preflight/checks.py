@@ -176,9 +176,11 @@ def _code_problem(base: Path) -> str | None:
     return None
 
 
-def check(loaded: LoadedRecipe) -> None:
+def check(loaded: LoadedRecipe) -> dict[str, str]:
     """Raise RecipeError listing, in one pass, every problem the recipe has on this machine: the cross-field
-    problems the loader deferred, the output root, the model (built and run once), the data, the packages."""
+    problems the loader deferred, the output root, the model (built and run once), the data, the packages.
+    Returns each output's kind as the run found it (accuracy.output_kind; empty where the model did not run),
+    which decides how the deploy gates it."""
     from pipeline.preflight.data_check import sample_file_problems
 
     base = loaded.path.parent
@@ -197,6 +199,7 @@ def check(loaded: LoadedRecipe) -> None:
     problems += static + code.entrypoint + data_problems + _package_problems(loaded) + code.model
     if problems:
         raise RecipeError(problems=problems)
+    return code.outputs
 
 
 def _code_findings(loaded: LoadedRecipe, data_ok: bool) -> Findings:

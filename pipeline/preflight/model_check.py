@@ -34,8 +34,10 @@ def source_key(recipe: Recipe) -> str:
     return "model.name"
 
 
-def model_problems(loaded: LoadedRecipe, data_ok: bool) -> list[Problem]:
-    """Everything found by building and running the model; [] when it matches the recipe."""
+def model_problems(loaded: LoadedRecipe, data_ok: bool, kinds: dict[str, str] | None = None) -> list[Problem]:
+    """Everything found by building and running the model; [] when it matches the recipe. `kinds` is filled
+    with each output's kind (pipeline.check.accuracy.output_kind: what decides how it is gated) when the model
+    ran and its outputs match the recipe."""
     recipe, recipe_dir = loaded.recipe, loaded.path.parent.resolve()
     problems = _static_problems(loaded)
     if any(p.key.startswith("model.") for p in problems):
@@ -62,6 +64,7 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool) -> list[Problem]:
     problems += _output_problems(loaded, names, outputs)
     if problems:
         return problems
+    found = output_kinds(recipe.outputs, outputs)
     if data_ok and recipe.data.samples.source != "random":  # the recipe's own samples: token ids beyond
         # the vocabulary, a tokenizer without an input (random samples are drawn as the synthetic ones)
         try:
@@ -91,7 +94,24 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool) -> list[Problem]:
             problems.append(loaded.problem(key, f"the model's output ranks change when {dim} = {rng.max}"))
         else:
             problems += _run_memory_problems(loaded, key, dim, rng.max, grown, available)
+            for name, kind in output_kinds(recipe.outputs, at_max).items():
+                if kind != found[name]:  # one value per sample only at the min ([batch, sequence] at 1 x 1)
+                    found[name] = kind
+    if kinds is not None:
+        kinds.update(found)
     return problems
+
+
+def output_kinds(names: list[str], outputs: list) -> dict[str, str]:
+    """Each output's kind as the deploy's accuracy checks will see it (integer values, one value per sample,
+    or values), from one run's tensors."""
+    from pipeline.check.accuracy import output_kind
+
+    kinds = {}
+    for name, value in zip(names, outputs, strict=True):
+        tensor = value.detach().cpu()
+        kinds[name] = output_kind((tensor.float() if tensor.is_floating_point() else tensor).numpy())
+    return kinds
 
 
 def available_memory() -> int | None:

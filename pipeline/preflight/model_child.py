@@ -48,6 +48,8 @@ class Findings:
 
     entrypoint: list[Problem] = field(default_factory=list)
     model: list[Problem] = field(default_factory=list)
+    # output -> kind (accuracy.output_kind), when the model ran
+    outputs: dict[str, str] = field(default_factory=dict)
 
 
 def check_model(loaded: LoadedRecipe, data_ok: bool, build: bool) -> Findings:
@@ -67,6 +69,7 @@ def check_model(loaded: LoadedRecipe, data_ok: bool, build: bool) -> Findings:
     return Findings(
         [loaded.problem(key, message) for key, message in found["entrypoint"]],
         [loaded.problem(key, message) for key, message in found["model"]],
+        dict(found.get("outputs") or {}),
     )
 
 
@@ -256,14 +259,16 @@ class _Answers:
 # ---------------------------------------------------------------- the child's side
 
 
-def _findings(job: dict[str, Any], enter: Callable[[str], None]) -> dict[str, list[tuple[str, str]]]:
-    """(key, message) pairs: the parent locates them in the recipe (the child has no YAML positions)."""
+def _findings(job: dict[str, Any], enter: Callable[[str], None]) -> dict[str, Any]:
+    """(key, message) pairs: the parent locates them in the recipe (the child has no YAML positions); and
+    under `outputs` each output's kind, when the model ran."""
     from pipeline.core.user_code import UserCodeExit
     from pipeline.preflight.model_check import model_problems, source_key
     from pipeline.recipe import EntrypointSource
 
     loaded = LoadedRecipe(job["recipe"], job["path"], {}, (), lambda loc, key=False: "")
     found: dict[str, list[Problem]] = {"entrypoint": [], "model": []}
+    kinds: dict[str, str] = {}
     phase = "import" if isinstance(loaded.recipe.model, EntrypointSource) else "model"
     try:
         with contained():
@@ -273,13 +278,16 @@ def _findings(job: dict[str, Any], enter: Callable[[str], None]) -> dict[str, li
             if job["build"] and not found["entrypoint"]:
                 phase = "model"
                 enter(phase)
-                found["model"] = model_problems(loaded, job["data_ok"])
+                found["model"] = model_problems(loaded, job["data_ok"], kinds)
     except UserCodeExit as exc:  # where the checks do not catch it themselves (a package's __init__)
         message = f"{_phase_text(loaded.recipe, phase)}: {exc}"
         found["entrypoint" if phase == "import" else "model"] = [
             loaded.problem(source_key(loaded.recipe), message)
         ]
-    return {part: [(p.key, p.message) for p in problems] for part, problems in found.items()}
+    answer: dict[str, Any] = {
+        part: [(p.key, p.message) for p in problems] for part, problems in found.items()
+    }
+    return answer | {"outputs": kinds}
 
 
 def _write(out: IO[str], message: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
-from pipeline.check.accuracy import DIRECTIONLESS, EXACT
+from pipeline.check.accuracy import DIRECTIONLESS, EXACT, SPREAD
 from pipeline.check.speed import figure_text, fmt_qps, fmt_rate
 from pipeline.check.timings import Throughput, is_winner_row
 from pipeline.check.verdicts import AccuracyRecord, Verdict, records
@@ -268,22 +268,36 @@ def _accuracy(accuracy: Dict | None, image: str | None) -> Section:
         ),
         Table(headers, rows, tones),
     ]
-    flat = sorted({c.output for e in entries.values() for c in e.checks if c.reason == DIRECTIONLESS})
-    exact = sorted({c.output for e in entries.values() for c in e.checks if c.reason == EXACT})
+    noted = {(c.output, c.reason) for e in entries.values() for c in e.checks if c.metric == "max_abs"}
+    flat = sorted({o for o, reason in noted if reason == DIRECTIONLESS})  # max_abs gating as written (fp32)
+    spread = sorted({o for o, reason in noted if reason == SPREAD})  # where max_abs only informs
+    exact = sorted({o for o, reason in noted if reason == EXACT})
     if flat:
         blocks.append(
             Para(
-                f"{', '.join(flat)}: one value per sample, which cosine alone cannot judge (the cosine of two "
-                f"single numbers only says whether their signs agree): max_abs gates {'it' if len(flat) == 1 else 'them'} "
-                "as well."
+                f"{', '.join(flat)}: one value per sample, which cosine cannot judge (the cosine of two single "
+                f"numbers only says whether their signs agree, so it only informs): max_abs gates "
+                f"{'it' if len(flat) == 1 else 'them'} as the tolerance sets it where it gates max_abs (FP32: "
+                "its max_abs × scale)."
+            )
+        )
+    if spread:
+        blocks.append(
+            Para(
+                f"{', '.join(spread)}: one value per sample, which cosine cannot judge (the cosine of two single "
+                "numbers only says whether their signs agree, so it only informs): max_abs gates "
+                f"{'it' if len(spread) == 1 else 'them'} where the precision's max_abs only informs (FP16, BF16, "
+                "INT8) at the error the precision's cosine allows a vector, "
+                "sqrt(1/cosine² - 1) × the output's spread (its standard deviation over the held-out samples: "
+                f"{_spreads(entries, spread)}); a per-output max_abs under validation.tolerances replaces it."
             )
         )
     if exact:
         blocks.append(
             Para(
                 f"{', '.join(exact)}: integer values (labels, ids, flags), where any change is wrong: max_abs gates "
-                f"{'it' if len(exact) == 1 else 'them'} at 0 wherever the precision sets max_abs (a per-output tolerance under "
-                "validation.tolerances can allow more)."
+                f"{'it' if len(exact) == 1 else 'them'} at 0, and cosine (meaningless for class ids) only informs "
+                "(a per-output tolerance under validation.tolerances can allow more)."
             )
         )
     failures = [
@@ -302,6 +316,16 @@ def _accuracy(accuracy: Dict | None, image: str | None) -> Section:
     if image:
         blocks.append(Image(image, "Accuracy: key error figures against thresholds"))
     return Section("Accuracy", blocks)
+
+
+def _spreads(entries: Mapping[str, AccuracyRecord], outputs: list[str]) -> str:
+    """'score 0.21' per output: the spread its spread-relative max_abs bounds were judged against."""
+    found: dict[str, float] = {}
+    for entry in entries.values():
+        for c in entry.checks:
+            if c.output in outputs and c.reason == SPREAD:
+                found.setdefault(c.output, c.scale)
+    return ", ".join(f"{o} {found[o]:.3g}" for o in outputs if o in found) or "see accuracy.json"
 
 
 def _divergences(entries: Mapping[str, AccuracyRecord]) -> list[str]:

@@ -332,7 +332,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name=NAME,
-            version=2,  # CHANGELOG.md, "Stage versions"
+            version=3,  # CHANGELOG.md, "Stage versions"
             config=Int8MixedConfig.from_recipe(recipe, recipe_dir),
             run=_run,
             environment=onnx_tools.onnx_environment,

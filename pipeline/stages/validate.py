@@ -17,7 +17,7 @@ import numpy as np
 
 from pipeline.bench import hosts
 from pipeline.bench.matrix import ArtifactPlan, Matrix
-from pipeline.check.accuracy import ArtifactAccuracy, evaluate, reference_nonfinite
+from pipeline.check.accuracy import EXACT, ArtifactAccuracy, Check, evaluate, reference_nonfinite
 from pipeline.check.results import REPORTS, AccuracyReport, artifact_entry
 from pipeline.core import host
 from pipeline.core.artifacts import ArtifactRecord
@@ -30,6 +30,7 @@ from pipeline.decide.verdict import WEIGHTS
 from pipeline.inputs.data import Dataset
 from pipeline.inputs.specs import DataSpec, ModelSpec, RunnerSettings
 from pipeline.recipe import DimRange, Recipe, Tolerance, ValidationConfig
+from pipeline.recipe.measure import DEFAULT_TOLERANCES
 from pipeline.runners.base import Feeds, NotRunnable, Runner
 from pipeline.runners.polygraphy_adapter import PolygraphyRunner, polygraphy_verdict
 from pipeline.runners.registry import runtime_environment
@@ -215,11 +216,28 @@ def validate_artifact(
     if onnx_reference is not None and record.kind == "onnx" and record.name != onnx_reference.name:
         for accuracy in results:
             if not accuracy and accuracy.error is None:
-                accuracy.details["divergence"] = locate(ctx, accuracy, record, onnx_reference, batches)
+                tolerance = tolerance_for(config.validation, record.precision)
+                accuracy.details["divergence"] = locate(
+                    ctx, accuracy, record, onnx_reference, batches, tolerance
+                )
     return results
 
 
 DIVERGENCE_METRICS = ("max_abs", "mean_abs", "max_rel", "cosine")
+
+
+def divergence_gate(worst: Check, tolerance: Tolerance) -> tuple[str, float]:
+    """The metric and threshold the divergence locator judges float tensors by, from the failing check it
+    explains: that check's own, except for an integer output, whose exact bound (max_abs 0) every quantized or
+    FP16 node would exceed: the float tensors it is computed from are judged by the precision's cosine, the
+    gate float outputs get. NaN/inf or incomparable outputs: any finite difference (the first non-finite
+    value)."""
+    if worst.reason == EXACT:
+        cosine = tolerance.resolved(worst.output)["cosine"][0] or tolerance.cosine
+        return "cosine", cosine if cosine is not None else DEFAULT_TOLERANCES["fp32"]["cosine"]
+    if worst.metric not in DIVERGENCE_METRICS or worst.threshold is None:
+        return "max_abs", 1e30
+    return worst.metric, worst.threshold
 
 
 def locate(
@@ -228,18 +246,15 @@ def locate(
     record: ArtifactRecord,
     onnx_reference: ArtifactRecord,
     batches: list[Batch],
+    tolerance: Tolerance,
 ) -> dict[str, Any]:
     """Where a failing ONNX artifact first departs from the FP32 ONNX graph, on the inputs of its worst failing
-    check, judged by that check's metric and threshold (a non-finite output by any finite difference)."""
+    check (a float output's where one fails), judged by divergence_gate."""
     from pipeline.check.divergence import locate_divergence
 
-    worst = accuracy.failures()[0]
-    metric, threshold = worst.metric, worst.threshold
-    if metric not in DIVERGENCE_METRICS or threshold is None:
-        metric, threshold = (
-            "max_abs",
-            1e30,
-        )  # NaN/inf or incomparable outputs: find the first non-finite value
+    failures = accuracy.failures()
+    worst = next((c for c in failures if c.reason != EXACT), failures[0])  # a float output's, where one fails
+    metric, threshold = divergence_gate(worst, tolerance)
     feeds = next(b.feeds for b in batches if b.inputs == worst.inputs)
     ctx.report(f"validate {record.name}: locating where it first diverges ({metric} at {worst.inputs})")
     try:
@@ -247,7 +262,13 @@ def locate(
     except Exception as err:  # the locator explains a failure; it must never cause one
         return {"text": None, "error": _one_line(err)}
     if found is None:
-        return {"text": None, "note": "no ONNX node output exceeds the tolerance on the CPU provider"}
+        note = "no ONNX node output exceeds the tolerance on the CPU provider"
+        if worst.reason == EXACT:  # the float tensors are fine: the integer output flips on near ties
+            note = (
+                f"no float tensor {worst.output} is computed from falls below {metric} {threshold:g} on the CPU "
+                "provider: its values change where the reference nearly ties (close logits under an argmax)"
+            )
+        return {"text": None, "note": note}
     return {"text": found.describe(), **found.to_json()}
 
 

@@ -78,3 +78,24 @@ def encoder(**kwargs: int) -> nn.Module:
 
 def cnn(**kwargs: int) -> nn.Module:
     return TinyCNN(**kwargs)
+
+
+class ScoreLabel(nn.Module):
+    """The output kinds the accuracy gates tell apart: an embedding (values), a sigmoid score and a count
+    that follows the input's shape (one value per sample), and an argmax class (integer values)."""
+
+    def __init__(self, features: int = 16, width: int = 8, classes: int = 5):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(features, 32), nn.GELU(), nn.Linear(32, width))
+        self.rank = nn.Linear(width, 1)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        embedding = self.body(x)
+        score = torch.sigmoid(self.rank(embedding))
+        count = torch.ones_like(score) * x.shape[1]
+        return embedding, score, count, self.head(embedding).argmax(-1)
+
+
+def score_label(**kwargs: int) -> nn.Module:
+    return ScoreLabel(**kwargs)

@@ -279,8 +279,9 @@ def test_per_token_scores_and_single_scores_get_no_neighbour_check() -> None:
 
 def test_a_score_or_a_label_is_gated_by_its_absolute_error_not_its_sign() -> None:
     """One value per sample ([batch, 1] scores) and integer labels: per-sample cosine is 1 whenever the signs
-    agree, so an FP16 graph 2.0 off on every score and flipping labels passed. max_abs gates them as well
-    (cosine still gates: a flag flipped from 0 to 1 has cosine 0), and at 0 for integer values."""
+    agree, so an FP16 graph 2.0 off on every score and flipping labels passed. max_abs gates them instead
+    (cosine only informs: a flag flipped from 0 to 1 has cosine 0, a class 3 read as 4 cosine 1), and at 0
+    for integer values."""
     fp16 = Tolerance(max_abs=5e-2, cosine=0.999, informational=["max_abs"])
     int8 = Tolerance(max_abs=1.0, cosine=0.98, informational=["max_abs"])
     score = np.array([[10.05], [9.8], [10.3], [9.9]], np.float32)
@@ -295,14 +296,14 @@ def test_a_score_or_a_label_is_gated_by_its_absolute_error_not_its_sign() -> Non
     assert (
         label_check.threshold == 0
     )  # not 5e-2 x 30, nor 5e-2: a class id is no magnitude, and any change is wrong
-    assert all(not c.informational for c in info.checks if c.metric == "cosine")
+    assert all(c.informational for c in info.checks if c.metric == "cosine")
     assert evaluate(ArtifactAccuracy("a", "fp16", "x"), ref, ref, ["score", "label"], fp16)
-    # a flag flipped at INT8: its cosine of 0 fails it, and so does its max_abs of 1 (exact for integers)
+    # a flag flipped at INT8: its max_abs of 1 fails it (exact for integers); its cosine of 0 only informs
     flag = np.array([0, 1, 1, 0, 1], np.int64)
     info = evaluate(
         ArtifactAccuracy("a", "int8", "x"), {"opt": [{"f": flag}]}, {"opt": [{"f": 1 - flag}]}, ["f"], int8
     )
-    assert not info and {(c.output, c.metric) for c in info.failures()} == {("f", "cosine"), ("f", "max_abs")}
+    assert not info and {(c.output, c.metric) for c in info.failures()} == {("f", "max_abs")}
     # a class read as its neighbour (3 as 4) under INT8's max_abs of 1: it passed, as if labels had a scale
     labels = np.array([3, 7, 1, 9], np.int64)
     info = evaluate(
@@ -371,3 +372,25 @@ def test_a_failing_check_states_its_threshold_as_written() -> None:
     assert close.describe() == "y cosine 0.99985 < 0.9999 at opt"
     big = Check("y", "opt", "max_abs", 1000.2, 1000.0, False, False)
     assert big.describe() == "y max_abs 1000.2 > 1000 at opt"
+
+
+def test_one_value_per_sample_bound_follows_the_precisions_cosine_and_the_outputs_spread() -> None:
+    """sqrt(1/c^2 - 1) is the error cosine c allows a vector; the spread is the reference's standard
+    deviation, its magnitude when it is constant (a count), 1 when it is all zeros."""
+    from pipeline.check.accuracy import output_spread, spread_factor
+
+    assert spread_factor(0.98) == pytest.approx(0.2030, abs=1e-4)
+    assert spread_factor(0.999) == pytest.approx(0.0447, abs=1e-4)
+    assert output_spread([np.array([[0.2], [0.4]]), np.array([[0.6], [0.8]])]) == pytest.approx(
+        np.std([0.2, 0.4, 0.6, 0.8])
+    )
+    assert output_spread([np.full((4, 1), 24.0)]) == 24.0 and output_spread([np.zeros((3, 1))]) == 1.0
+    # a per-output max_abs is the bound as written: the spread rule steps aside
+    int8 = Tolerance(
+        max_abs=1.0, cosine=0.98, informational=["max_abs"], outputs={"score": {"max_abs": 0.01}}
+    )
+    ref = np.array([[0.5], [0.52]], np.float32)
+    (bound,) = [
+        c for c in checks_for("score", "data", measure(ref, ref + 0.02), int8) if c.metric == "max_abs"
+    ]
+    assert not bound.passed and bound.threshold == pytest.approx(0.01)
