@@ -78,3 +78,21 @@ def encoder(**kwargs: int) -> nn.Module:
 
 def cnn(**kwargs: int) -> nn.Module:
     return TinyCNN(**kwargs)
+
+
+class TinyLabeller(nn.Module):
+    """One value per sample in and out: features [batch, 8] and a per-sample offset [batch] give an embedding
+    [batch, 4] and an int64 class label [batch] (the argmax of a small head)."""
+
+    def __init__(self, features: int = 8, width: int = 4, classes: int = 5):
+        super().__init__()
+        self.body = nn.Linear(features, width)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x: torch.Tensor, offset: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        embedding = torch.tanh(self.body(x)) + offset.unsqueeze(1)
+        return embedding, self.head(embedding).argmax(-1)
+
+
+def labeller(**kwargs: int) -> nn.Module:
+    return TinyLabeller(**kwargs)
