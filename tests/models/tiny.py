@@ -96,3 +96,24 @@ class TinyLabeller(nn.Module):
 
 def labeller(**kwargs: int) -> nn.Module:
     return TinyLabeller(**kwargs)
+
+
+class TinyScatter(nn.Module):
+    """Counts per bucket with scatter_add (ScatterElements, reduction 'add') and a running sum, beside a linear
+    layer: an FP16 copy must keep the accumulating scatter in float32, which ONNX Runtime's CPU provider has no
+    float16 kernel for."""
+
+    def __init__(self, features: int = 8, buckets: int = 6):
+        super().__init__()
+        self.body = nn.Linear(features, features)
+        self.buckets = buckets
+
+    def forward(self, x: torch.Tensor, bucket: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = self.body(x)
+        weights = hidden.sigmoid()
+        counts = torch.zeros(x.shape[0], self.buckets, dtype=x.dtype).scatter_add(1, bucket, weights)
+        return hidden, counts
+
+
+def scatter(**kwargs: int) -> nn.Module:
+    return TinyScatter(**kwargs)
