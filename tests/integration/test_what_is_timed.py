@@ -82,3 +82,22 @@ def test_an_artifact_the_recipe_leaves_untimed_is_not_called_unrunnable(unlisted
         "| torchscript-fp32 | torchscript-cpu | any | benchmark.runtimes lists none of its runtimes"
         in signoff
     )
+
+
+def test_compare_of_two_recipes_versions_says_they_are_different_models(unlisted, tmp_path: Path) -> None:
+    """Two real versions of two recipes (tiny and scatter): compared as asked, with the same exit codes, but
+    the first line says they are different models, and --json has same_model false."""
+    version, _ = unlisted
+    recipe = tmp_path / "scatter.yaml"
+    recipe.write_text(SCATTER)
+    other = cli("deploy", str(recipe), root=version.parents[1])
+    assert other.returncode == 0, other.stdout[-3000:] + other.stderr[-3000:]
+    scatter = version.parents[1] / "scatter/v0001"
+    shown = cli("compare", str(version), str(scatter))
+    assert shown.returncode in (0, 1), shown.stderr  # 1 only for a regression beyond the budget
+    assert shown.stdout.splitlines()[0].startswith("different models: A is tiny, B is scatter"), shown.stdout
+    as_json = cli("compare", str(version), str(scatter), "--json")
+    report = json.loads(as_json.stdout)
+    assert report["same_model"] is False and report["exit_code"] == as_json.returncode == shown.returncode
+    same = cli("compare", str(version), str(version))
+    assert same.returncode == 0 and "different models" not in same.stdout
