@@ -47,11 +47,14 @@ class MatrixReport(TypedDict):
     cells: list[Cell]
     validated: dict[str, list[str]]  # artifact -> the runtimes it is validated on, in order
     not_validated: list[dict[str, str]]  # built and runnable here, but on no runtime this host times
-    not_run: list[dict[str, str]]  # no runtime on this host loads it
-    not_timed: list[dict[str, str]]  # pairs left out by default (opt-in, faster twin) or declined
+    not_run: list[
+        dict[str, str]
+    ]  # no runtime on this host loads it (one benchmark.runtimes leaves out: not_timed)
+    not_timed: list[dict[str, str]]  # pairs left out by default (opt-in, faster twin), declined, or failed
 
 
 Offer = tuple[str, str]  # (runtime, io): one way this host can run an artifact
+FAILED_VALIDATION = "it failed validation: it did not run on this runtime"
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,9 @@ class ArtifactPlan:
     validated: tuple[str, ...]
     cells: tuple[Cell, ...]
     reason: str | None = None
+    runnable: bool = (
+        False  # validated nowhere by the recipe's choice (benchmark.runtimes), not for want of one
+    )
 
 
 @dataclass
@@ -75,6 +81,7 @@ class Matrix:
     declined: dict[str, dict[str, str]] = field(default_factory=dict)
     not_run: dict[str, str] = field(default_factory=dict)
     plans: dict[str, ArtifactPlan] = field(default_factory=dict)
+    failed: dict[tuple[str, str], str] = field(default_factory=dict)  # (artifact, runtime) that raised
 
     def offer(
         self, artifact: str, offers: Iterable[Offer], declined: Mapping[str, str] | None = None
@@ -98,8 +105,28 @@ class Matrix:
         cells = tuple(self._cells(artifact, pairs))
         validated = () if artifact == REFERENCE else self._validated(artifact, cells, pairs)
         reason = None if validated or artifact == REFERENCE else self._why_not(artifact)
-        self.plans[artifact] = found = ArtifactPlan(validated, cells, reason)
+        unlisted = reason is not None and self._unlisted(artifact)
+        if unlisted:
+            reason = self._unlisted_reason(artifact)
+        self.plans[artifact] = found = ArtifactPlan(validated, cells, reason, runnable=unlisted)
         return found
+
+    def _unlisted(self, artifact: str) -> bool:
+        """Runnable here, but benchmark.runtimes lists none of the runtimes that run it: the recipe's choice."""
+        return self.timing.runtimes is not None and bool(self.offers[artifact])
+
+    def _unlisted_reason(self, artifact: str) -> str:
+        offered = ", ".join(dict.fromkeys(rt for rt, _ in self.offers[artifact]))
+        return f"benchmark.runtimes lists none of its runtimes ({offered})"
+
+    def failed_validation(self, artifact: str, runtime: str) -> None:
+        """The planned artifact could not run on `runtime` in validation (the runtime raised, at loading or at a
+        batch): its cells on that runtime are dropped, since timing it would only fail again, and the report
+        says once why it is not timed (its failure is the validation's to list)."""
+        plan = self.plans[artifact]
+        cells = tuple(c for c in plan.cells if c["runtime"] != runtime)
+        self.plans[artifact] = ArtifactPlan(plan.validated, cells, plan.reason)
+        self.failed[(artifact, runtime)] = FAILED_VALIDATION
 
     def _cells(self, artifact: str, pairs: set[hosts.Pair]) -> list[Cell]:
         cells: list[Cell] = []
@@ -146,6 +173,16 @@ class Matrix:
             for artifact in in_order(self.declined)
             for rt, why in self._declined(artifact).items()
         ]
+        failed = [
+            {"artifact": artifact, "runtime": rt, "io": "any", "reason": why}
+            for (artifact, rt), why in self.failed.items()
+        ]
+        unlisted = [
+            {"artifact": artifact, "runtime": rt, "io": "any", "reason": self.plans[artifact].reason or ""}
+            for artifact in planned
+            if self.plans[artifact].runnable
+            for rt in dict.fromkeys(rt for rt, _ in self.offers[artifact])
+        ]
         return {
             "schema_version": SCHEMA_VERSION,
             "gpu_host": self.gpu_host,
@@ -156,7 +193,10 @@ class Matrix:
                 {"artifact": a, "reason": self.plans[a].reason or ""} for a in planned if self.plans[a].reason
             ],
             "not_run": [{"artifact": a, "reason": self.not_run[a]} for a in in_order(self.not_run)],
-            "not_timed": hosts.not_timed(self.timing, self._planned_pairs(planned), self.gpu_host) + declined,
+            "not_timed": hosts.not_timed(self.timing, self._planned_pairs(planned), self.gpu_host)
+            + unlisted
+            + declined
+            + failed,
         }
 
     def _planned_pairs(self, planned: list[str]) -> list[hosts.Pair]:

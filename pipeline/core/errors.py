@@ -109,6 +109,16 @@ class PipelineError(Exception):
         return [one_line(str(self.message))]
 
 
+class InternalError(PipelineError):
+    """A failure of the pipeline's own making that it can say in one line (a server refusing the configuration
+    the pipeline wrote): no traceback, but exit 3, a bug, not the user's error."""
+
+    exit_code = 3
+
+    def lines(self, limit: int = 20) -> list[str]:
+        return [*super().lines(limit), "internal error: this is a bug in the pipeline (exit 3)"]
+
+
 class RecipeError(PipelineError):
     """The recipe (file or --set overrides) is invalid or asks for something this machine lacks."""
 

@@ -86,11 +86,16 @@ def variant_failures(
     for artifact, entry in accuracy_records(accuracy).items():
         if artifact in wanted and not entry.passed:
             failures.append(VariantFailure(artifact, "validate", entry.reason or "failed"))
+    # one failure per runner and reason: the batches it failed at are named together, not listed again each
+    batches: dict[tuple[str, str, str, str], list[str]] = {}
     for item in (speed or {}).get("failed") or []:
         artifact = str(item.get("artifact"))
         if artifact in wanted:
-            where = f"{item.get('runtime')} ({item.get('io')} I/O), batch {item.get('batch')}"
-            failures.append(VariantFailure(artifact, "benchmark", f"{where}: {item.get('reason')}"))
+            key = (artifact, str(item.get("runtime")), str(item.get("io")), str(item.get("reason")))
+            batches.setdefault(key, []).append(str(item.get("batch")))
+    for (artifact, runtime, io, reason), at in batches.items():
+        where = f"{runtime} ({io} I/O), batch{'es' if len(at) > 1 else ''} {', '.join(dict.fromkeys(at))}"
+        failures.append(VariantFailure(artifact, "benchmark", f"{where}: {reason}"))
     return failures
 
 

@@ -296,6 +296,7 @@ def compare(a_dir: Path, b_dir: Path) -> dict[str, Any]:
     return {
         "a": _label(a),
         "b": _label(b),
+        "same_model": a["manifest"].get("name") == b["manifest"].get("name"),
         "metric": metric,
         "budget": budget_of(b).model_dump(),
         "shipped": ship,
@@ -349,6 +350,12 @@ def _passed(passed: bool, share: float | None) -> str:
 
 def show(report: dict[str, Any], console: Console) -> None:
     a, b = report["a"], report["b"]
+    if not report.get("same_model", True):  # first: every figure below compares two models, not two releases
+        console.print(
+            f"different models: A is {a['name']}, B is {b['name']} (versions of two recipes): the changes below "
+            "are between two models, not two releases of one",
+            highlight=False,
+        )
     for tag, v in (("A", a), ("B", b)):
         state = "signed off" if v["signed_off"] else "NOT signed off"
         console.print(

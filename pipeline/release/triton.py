@@ -16,6 +16,7 @@ TorchScript has no tensor names: Triton's INPUT__i / OUTPUT__i, mapped to the re
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -168,7 +169,8 @@ def tensor_names(spec: ServingSpec, platform: str, graph: onnx.GraphProto) -> di
 
 def config_problems(folder: Path) -> list[str]:
     """`path: why` for each config.pbtxt of the version's Triton repository that Triton's own ModelConfig
-    protobuf does not parse (none checked when tritonclient, which carries the protobuf, is not installed)."""
+    protobuf does not parse, or that breaks a rule Triton checks as it loads the model (tensor_problems); none
+    checked when tritonclient, which carries the protobuf, is not installed."""
     try:
         from google.protobuf import text_format
         from tritonclient.grpc import model_config_pb2
@@ -176,13 +178,45 @@ def config_problems(folder: Path) -> list[str]:
         return []
     problems = []
     for path in sorted((folder / FOLDER).glob("*/config.pbtxt")):
+        where = path.relative_to(folder).as_posix()
+        config = model_config_pb2.ModelConfig()
         try:
-            text_format.Parse(path.read_text(errors="replace"), model_config_pb2.ModelConfig())
+            text_format.Parse(path.read_text(errors="replace"), config)
         except text_format.ParseError as exc:
-            problems.append(
-                f"{path.relative_to(folder).as_posix()}: not a Triton model configuration ({exc})"
-            )
+            problems.append(f"{where}: not a Triton model configuration ({exc})")
+            continue
+        problems += [f"{where}: {why}" for why in tensor_problems(config)]
     return problems
+
+
+def tensor_problems(config: Any) -> list[str]:
+    """What Triton refuses as it loads a parsed ModelConfig's tensors: an input or output without dims (Triton:
+    "must specify 'dims'"; one value per sample is dims [ 1 ] reshaped to [ ]), a dim that is neither -1 nor a
+    size, or a reshape to a different fixed number of elements."""
+    problems = []
+    for kind, tensors in (("input", config.input), ("output", config.output)):
+        for tensor in tensors:
+            dims = list(tensor.dims)
+            if not dims:
+                problems.append(
+                    f"model {kind} '{tensor.name}' must specify 'dims' (Triton does not load it; a tensor of "
+                    "one value per sample is dims: [ 1 ] with reshape: { shape: [ ] })"
+                )
+            elif any(d == 0 or d < -1 for d in dims):
+                problems.append(f"model {kind} '{tensor.name}' has dims {dims}: each is -1 or a size")
+            elif tensor.HasField("reshape") and _differ(dims, list(tensor.reshape.shape)):
+                problems.append(
+                    f"model {kind} '{tensor.name}' reshapes dims {dims} to {list(tensor.reshape.shape)}: "
+                    "a different number of elements"
+                )
+    return problems
+
+
+def _differ(dims: list[int], reshaped: list[int]) -> bool:
+    """Whether two fixed shapes hold different numbers of elements (one with a -1 may hold any)."""
+    if -1 in dims or -1 in reshaped:
+        return False
+    return math.prod(dims) != math.prod(reshaped)
 
 
 # ---------------------------------------------------------------- config.pbtxt
@@ -202,6 +236,9 @@ def batched(spec: ServingSpec, graph: onnx.GraphProto) -> bool:
 
 
 def tensor_dims(dims: list[int | str], strip_batch: bool) -> list[int]:
+    """Triton's dims of a tensor: -1 where the size varies, the batch axis stripped where Triton batches.
+    Empty for a tensor that is only the batch axis (one value per sample): see `_tensor` for how it is
+    written."""
     out = [d if isinstance(d, int) and d > 0 else -1 for d in dims]
     return out[1:] if strip_batch else out
 
@@ -233,8 +270,12 @@ def preferred_batch_sizes(winner: dict[str, Any], speed: dict[str, Any], max_bat
 
 
 def _tensor(name: str, data_type: str, dims: list[int]) -> str:
-    shown = ", ".join(str(d) for d in dims)
-    return f'  {{\n    name: "{name}"\n    data_type: {data_type}\n    dims: [ {shown} ]\n  }}'
+    """One input or output. Triton requires non-empty dims: a tensor that is only the batch axis ([batch], one
+    value per sample) is `dims: [ 1 ]` with `reshape: { shape: [ ] }`, Triton's documented form for it (clients
+    send and receive [batch, 1]; the model sees [batch])."""
+    shown = ", ".join(str(d) for d in dims) if dims else "1"
+    reshape = "" if dims else "\n    reshape: { shape: [ ] }"
+    return f'  {{\n    name: "{name}"\n    data_type: {data_type}\n    dims: [ {shown} ]{reshape}\n  }}'
 
 
 def model_config(
@@ -263,11 +304,10 @@ def model_config(
     ]
     gpu = registry.on_gpu(winner["runtime"])
     own = signature == winner["artifact"]
+    source = "its own ONNX graph" if own else f"the ONNX export it shares its signature with ({signature})"
     lines = [
         f"# {spec.name}: the signed-off winner {winner['artifact']} ({winner['runtime']}), written by the",
-        "# deploy pipeline from "
-        + ("its ONNX graph's" if own else f"the signature of {signature}, the ONNX export it shares,")
-        + " the recipe's dims and the benchmark.",
+        f"# deploy pipeline from {source}, the recipe's dims and the benchmark.",
     ]
     if platform == "pytorch_libtorch":
         mapping = ", ".join(f"{n} = {r}" for n, r in names.items())
@@ -299,7 +339,7 @@ def _warmup(spec: ServingSpec, names: list[str], types: dict[str, int], strip: b
     for name, inp in zip(names, spec.inputs, strict=True):
         dims = [spec.dims[d].opt if isinstance(d, str) and d in spec.dims else d for d in inp.shape]
         dims = [1 if d == -1 or not isinstance(d, int) else d for d in dims]
-        shown = ", ".join(str(d) for d in (dims[1:] if strip else dims))
+        shown = ", ".join(str(d) for d in (dims[1:] if strip else dims)) or "1"  # as _tensor: [ 1 ], reshaped
         entries.append(
             f'    inputs {{\n      key: "{name}"\n      value {{\n        data_type: {TRITON_TYPES[types[inp.name]]}\n'
             f"        dims: [ {shown} ]\n        zero_data: true\n      }}\n    }}"

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from pipeline.bench.load.triton_counters import RunnerClock, reading
-from pipeline.core.errors import PipelineError
+from pipeline.core.errors import InternalError, PipelineError
 from pipeline.recipe import Recipe
 from pipeline.runners.base import Feeds, Runner
 
@@ -161,9 +161,7 @@ def _start(triton: Any, ports: Ports) -> None:
         triton.connect()  # PyTriton loads the bound model here
     except Exception as exc:  # noqa: BLE001 - tritonclient's InferenceServerException: the load failed
         text = " ".join(str(exc).split()).split(" At: ")[0]  # the backend's Python traceback follows "At:"
-        raise PipelineError(
-            f"the Triton server could not load the model: {text}{_environment_hint()}"
-        ) from None
+        raise _not_loaded(text) from None
 
 
 def _require_loaded(model: str, ports: Ports) -> None:
@@ -171,8 +169,16 @@ def _require_loaded(model: str, ports: Ports) -> None:
     every request then fails): say why at start."""
     if _get(f"http://{HOST}:{ports.http}/v2/models/{model}/ready") == 200:
         return
-    reason = _load_failure(model, ports.http) or "no reason given"
-    raise PipelineError(f"the Triton server could not load the model: {reason}{_environment_hint()}")
+    raise _not_loaded(_load_failure(model, ports.http) or "no reason given")
+
+
+def _not_loaded(reason: str) -> PipelineError:
+    """The server refused the model: the user's environment where PyTriton sits outside it (exit 2, with the
+    way out), else the configuration or the binding this module made (a bug: exit 3)."""
+    hint = _environment_hint()
+    if hint:
+        return PipelineError(f"the Triton server could not load the model: {reason}{hint}")
+    return InternalError(f"the Triton server could not load the model the pipeline configured: {reason}")
 
 
 def _load_failure(model: str, port: int) -> str | None:
@@ -231,11 +237,26 @@ def _bind(
     from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
 
     names, batched = list(sample), batching.max_batch > 0
+    # A tensor that is only the batch axis (one value per sample) has no dims of its own, which Triton refuses
+    # ("must specify 'dims'"): it is served as [batch, 1], as a config.pbtxt's dims [ 1 ] reshaped to [ ] is
+    # (pipeline/release/triton.py), and the runner keeps seeing and giving [batch].
+    own = 1 if batched else 0  # the leading axes that are not the tensor's own dims
+    flat_in = {n for n, a in sample.items() if a.ndim == own}
+    flat_out = {n for n, a in outputs.items() if np.asarray(a).ndim == own}
 
     def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         started = time.perf_counter()
-        found = runner.infer({name: feeds[name] for name in names})
-        answer = {name: np.ascontiguousarray(found[name]) for name in outputs}
+        given = {
+            name: feeds[name].reshape(feeds[name].shape[:own]) if name in flat_in else feeds[name]
+            for name in names
+        }
+        found = runner.infer(given)
+        answer = {
+            name: np.ascontiguousarray(found[name]).reshape(*np.shape(found[name]), 1)
+            if name in flat_out
+            else np.ascontiguousarray(found[name])
+            for name in outputs
+        }
         rows = len(feeds[names[0]]) if batched and names else 1
         clock.add(rows, time.perf_counter() - started)
         return answer
@@ -244,8 +265,8 @@ def _bind(
         return [run(request) for request in requests]
 
     def tensor(name: str, array: np.ndarray) -> Any:
-        shape = array.shape[1:] if batched else array.shape
-        return Tensor(name=name, dtype=array.dtype, shape=tuple(-1 for _ in shape))
+        shape = array.shape[own:]
+        return Tensor(name=name, dtype=array.dtype, shape=tuple(-1 for _ in shape) or (1,))
 
     triton.bind(
         model_name=model,

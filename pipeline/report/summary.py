@@ -95,9 +95,15 @@ def _caption(winner: Dict | None, rows: list[Timing], by_rate: bool) -> str:
 def _runners(
     accuracy: Dict | None, rows: list[Timing], speed: Dict | None
 ) -> list[tuple[str, str | None, str | None]]:
-    """(artifact, runtime, io) lines: validated artifacts first, then benchmark-only ones, then the not-run."""
+    """(artifact, runtime, io) lines: validated artifacts first, then benchmark-only ones, then the not-run,
+    then those left untimed in every I/O mode (benchmark.runtimes lists none of their runtimes)."""
     names = unique(
-        [*records(accuracy), *(r.artifact for r in rows), *(a for a, _, _ in not_run(accuracy, speed))]
+        [
+            *records(accuracy),
+            *(r.artifact for r in rows),
+            *(a for a, _, _ in not_run(accuracy, speed)),
+            *(str(x["artifact"]) for x in _left_for_twins(speed) if x["artifact"] != REFERENCE),
+        ]
     )
     lines: list[tuple[str, str | None, str | None]] = []
     for name in names:

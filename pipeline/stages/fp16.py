@@ -1,4 +1,6 @@
-"""FP16 ONNX: the FP32 graph converted to float16, inputs and outputs kept FP32, overflow-prone ops kept FP32.
+"""FP16 ONNX: the FP32 graph converted to float16, inputs and outputs kept FP32, overflow-prone ops kept FP32,
+and accumulating scatters (ScatterElements / ScatterND with a reduction) kept FP32: ONNX Runtime's CPU provider
+loads them in float16 but cannot run them.
 
 Precision has to live in the graph (TensorRT 11 is strongly typed: no FP16 builder flag), so this is the
 artifact both ONNX Runtime and the TensorRT builds use. The converter is ONNX Runtime's own
@@ -41,10 +43,14 @@ def convert(model: onnx.ModelProto, cfg: Fp16Export) -> onnx.ModelProto:
     model = onnx.ModelProto.FromString(model.SerializeToString())
     onnx_tools.drop_initializer_value_info(model)
     onnx_tools.outputs_from_nodes(model)
+    kept = onnx_tools.reducing_scatter_nodes(model.graph)  # no float16 kernel in ONNX Runtime's CPU provider
+    for i, node in enumerate(kept):
+        node.name = node.name or f"fp16_kept_scatter_{i}"  # the converter keeps nodes by name
     converted = convert_float_to_float16(
         model,
         keep_io_types=cfg.keep_io_types,
         op_block_list=onnx_tools.fp16_block_list(cfg.block_ops),
+        node_block_list=[node.name for node in kept],
         disable_shape_infer=False,
     )
     onnx_tools.topological_sort(converted.graph)
@@ -81,6 +87,7 @@ def _run(ctx: RunContext, config: Fp16Config, inputs: dict[str, ArtifactRecord])
         "fp16_node_share": share,
         "blocked_ops": sorted(blocked),
         "blocked_nodes": sum(n.op_type in blocked for n in converted.graph.node),
+        "reducing_scatters_in_fp32": [n.name for n in onnx_tools.reducing_scatter_nodes(converted.graph)],
         "keep_io_types": cfg.keep_io_types,
         "cast_nodes": sum(n.op_type == "Cast" for n in converted.graph.node)
         - sum(n.op_type == "Cast" for n in model.graph.node),
@@ -97,7 +104,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="fp16",
-            version=4,
+            version=5,
             config=Fp16Config.from_recipe(recipe),
             run=_run,
             environment=onnx_tools.onnx_environment,

@@ -30,7 +30,7 @@ from pipeline.decide.verdict import (
 from pipeline.inputs.specs import resolved_variant
 from pipeline.recipe import Recipe
 from pipeline.release.store import read_json, verify_folder
-from pipeline.release.triton import ServingSpec, write_model_repository
+from pipeline.release.triton import ServingSpec, config_problems, write_model_repository
 from pipeline.stages import benchmark
 from pipeline.stages.base import RUN_STAGES, Output, Release, RunContext, Stage, StageConfig, StageResult
 from pipeline.stages.record import StageRecord
@@ -189,6 +189,9 @@ def _run(ctx: RunContext, config: SignoffConfig, inputs: dict[str, ArtifactRecor
     write_model_repository(
         workdir, config.serving, winner, header["artifacts"], speed or empty_speed, release.version
     )
+    unloadable = config_problems(workdir)
+    if unloadable:  # the pipeline wrote a configuration Triton refuses: a bug, never a signed-off release
+        raise RuntimeError(f"the Triton model repository written is not loadable: {'; '.join(unloadable)}")
     table = [asdict(r) for r in [*records, StageRecord("signoff", VERSION, None, "ran", {}, {}, {})]]
     written = render(
         workdir,

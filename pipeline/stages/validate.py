@@ -435,14 +435,18 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
                     if twin in pending:
                         arrived(pending[twin])
                 plan = matrix.plan(record.name)
-                if plan.reason is not None:
-                    not_run.append(NotRunnable(record.name, plan.reason))
+                if plan.reason is not None:  # one the recipe leaves untimed is not "not runnable": not_timed
+                    if not plan.runnable:
+                        not_run.append(NotRunnable(record.name, plan.reason))
                     continue
                 # the FP32 graph, once built (in the background: once it has arrived)
                 onnx_reference = built.get("onnx-fp32") if "onnx-fp32" in pending else inputs.get("onnx-fp32")
                 results[record.name] = validate_artifact(
                     ctx, config, record, batches, reference, runners[record.name], plan, onnx_reference
                 )
+                for accuracy in results[record.name]:  # a runtime that raised is not timed: it would again
+                    if accuracy.error is not None and accuracy.runtime is not None:
+                        matrix.failed_validation(record.name, accuracy.runtime)
         del reference
         gc.collect()
     del reference_runner

@@ -70,6 +70,24 @@ def fp16_block_list(block_ops: list[str]) -> list[str]:
     return sorted(set(DEFAULT_OP_BLOCK_LIST) | set(block_ops))
 
 
+REDUCING_SCATTERS = ("ScatterElements", "ScatterND")  # with a `reduction` attribute (opset 16+)
+
+
+def reducing_scatter_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The ScatterElements and ScatterND nodes that accumulate (reduction add, mul, min or max): ONNX Runtime's
+    CPU kernels have no float16 version of them ("MLFloat16 data type is not supported with ScatterElements
+    opset 16 when reduction is 'add'"), so an FP16 graph keeps them in float32; the main graph only (the
+    converter's node list is by name, and the graph's own nodes are what it converts)."""
+    found = []
+    for node in graph.node:
+        if node.op_type not in REDUCING_SCATTERS or node.domain not in ("", "ai.onnx"):
+            continue
+        reduction = next((a.s.decode() for a in node.attribute if a.name == "reduction"), "none")
+        if reduction != "none":
+            found.append(node)
+    return found
+
+
 def onnx_environment(*extra: str) -> dict[str, str | None]:
     """Library versions an ONNX stage depends on; onnxruntime may come from either wheel."""
     env = {

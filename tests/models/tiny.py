@@ -99,3 +99,42 @@ class ScoreLabel(nn.Module):
 
 def score_label(**kwargs: int) -> nn.Module:
     return ScoreLabel(**kwargs)
+
+
+class TinyLabeller(nn.Module):
+    """One value per sample in and out: features [batch, 8] and a per-sample offset [batch] give an embedding
+    [batch, 4] and an int64 class label [batch] (the argmax of a small head)."""
+
+    def __init__(self, features: int = 8, width: int = 4, classes: int = 5):
+        super().__init__()
+        self.body = nn.Linear(features, width)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x: torch.Tensor, offset: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        embedding = torch.tanh(self.body(x)) + offset.unsqueeze(1)
+        return embedding, self.head(embedding).argmax(-1)
+
+
+def labeller(**kwargs: int) -> nn.Module:
+    return TinyLabeller(**kwargs)
+
+
+class TinyScatter(nn.Module):
+    """Counts per bucket with scatter_add (ScatterElements, reduction 'add') and a running sum, beside a linear
+    layer: an FP16 copy must keep the accumulating scatter in float32, which ONNX Runtime's CPU provider has no
+    float16 kernel for."""
+
+    def __init__(self, features: int = 8, buckets: int = 6):
+        super().__init__()
+        self.body = nn.Linear(features, features)
+        self.buckets = buckets
+
+    def forward(self, x: torch.Tensor, bucket: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = self.body(x)
+        weights = hidden.sigmoid()
+        counts = torch.zeros(x.shape[0], self.buckets, dtype=x.dtype).scatter_add(1, bucket, weights)
+        return hidden, counts
+
+
+def scatter(**kwargs: int) -> nn.Module:
+    return TinyScatter(**kwargs)

@@ -138,3 +138,19 @@ def test_stage_warnings_come_from_stages_that_ran_or_were_reused() -> None:
         "int8: symbolic shape inference could not finish",
         "fp16: kept 3 ops in FP32",
     ]
+
+
+def test_a_runner_failing_at_several_batches_for_one_reason_is_one_failure() -> None:
+    """The card's "Failed variants" lists each failure once: the batches it failed at are named together."""
+    row = {
+        "artifact": "onnx-int8",
+        "runtime": "onnxruntime-cpu",
+        "io": "host",
+        "reason": "RuntimeError: no kernel",
+    }
+    speed = {"failed": [{**row, "batch": 1}, {**row, "batch": 4}, {**row, "batch": 4, "reason": "OOM"}]}
+    failures = variant_failures(["onnx-int8"], [], None, speed)
+    assert [f.error for f in failures] == [
+        "onnxruntime-cpu (host I/O), batches 1, 4: RuntimeError: no kernel",
+        "onnxruntime-cpu (host I/O), batch 4: OOM",
+    ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.bench import hosts
-from pipeline.bench.matrix import Matrix, timed_batches
+from pipeline.bench.matrix import FAILED_VALIDATION, Matrix, timed_batches
 from tests.unit.stages.onnx_fixtures import tiny_context
 
 ONNX_GPU = [
@@ -69,3 +69,36 @@ def test_an_artifact_on_no_timed_runtime_is_not_validated_and_says_why() -> None
     assert report["not_run"] == [{"artifact": "trt-fp16", "reason": "no TensorRT runtime here"}]
     reasons = {x["runtime"]: x["reason"] for x in report["not_timed"]}
     assert "opt-in" in reasons["openvino-cpu"] and reasons["onnxruntime-cpu"] == "declined for a test"
+
+
+def test_a_runtime_that_raised_in_validation_is_not_timed_there_and_says_so_once() -> None:
+    """An FP16 graph ONNX Runtime loads but cannot run: validated (and failed) on onnxruntime-cpu, its cells
+    there are dropped, and not_timed says why once; its other runtime keeps its cells."""
+    matrix = Matrix(timing(runtimes=["onnxruntime-cpu", "onnxruntime-cpu-bucketed"]), gpu_host=False)
+    matrix.offer("onnx-fp16", [("onnxruntime-cpu", "host"), ("onnxruntime-cpu-bucketed", "host")])
+    plan = matrix.plan("onnx-fp16")
+    assert {c["runtime"] for c in plan.cells} == {"onnxruntime-cpu", "onnxruntime-cpu-bucketed"}
+    matrix.failed_validation("onnx-fp16", "onnxruntime-cpu")
+    report = matrix.report(["onnx-fp16"])
+    assert set(timed_batches(report)) == {("onnx-fp16", "onnxruntime-cpu-bucketed", "host")}
+    assert report["validated"] == {"onnx-fp16": ["onnxruntime-cpu", "onnxruntime-cpu-bucketed"]}
+    left = [x for x in report["not_timed"] if x["artifact"] == "onnx-fp16"]
+    assert left == [
+        {"artifact": "onnx-fp16", "runtime": "onnxruntime-cpu", "io": "any", "reason": FAILED_VALIDATION}
+    ]
+    assert FAILED_VALIDATION.startswith("it failed validation")
+
+
+def test_an_artifact_whose_runtimes_the_recipe_leaves_out_is_not_timed_not_unrunnable() -> None:
+    """benchmark.runtimes without torchscript-cpu: TorchScript runs here, the recipe chose not to time it. Not
+    validated, not "not run" (no runtime lacking), named under not_timed with the recipe's reason."""
+    matrix = Matrix(timing(runtimes=["onnxruntime-cpu"]), gpu_host=False)
+    matrix.offer("torchscript-fp32", [("torchscript-cpu", "host")])
+    plan = matrix.plan("torchscript-fp32")
+    assert plan.cells == () and plan.validated == () and plan.runnable
+    assert plan.reason == "benchmark.runtimes lists none of its runtimes (torchscript-cpu)"
+    report = matrix.report()
+    assert report["not_run"] == []
+    assert report["not_timed"] == [
+        {"artifact": "torchscript-fp32", "runtime": "torchscript-cpu", "io": "any", "reason": plan.reason}
+    ]
