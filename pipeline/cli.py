@@ -201,8 +201,8 @@ def _load(args: argparse.Namespace, defer: bool = False):
 
 
 def _validate(args: argparse.Namespace, console: Console) -> Result:
+    from pipeline.check.gates import gate_rows, undetermined
     from pipeline.preflight import checks as preflight
-    from pipeline.recipe.gates import gate_rows, undetermined
     from pipeline.release.manifest import resolved_recipe
 
     loaded = _load(args, defer=True)
