@@ -293,3 +293,28 @@ def test_each_row_says_where_its_time_goes(speed: dict) -> None:
     assert {"torch-cpu", "torchscript-cpu", "onnxruntime-cpu"} <= runtimes
     ort = next(r["profile"] for r in speed["results"] if r["runtime"] == "onnxruntime-cpu")
     assert "ONNX Runtime" in ort["tool"] and any("MatMul" in k["name"] for k in ort["top"])
+
+
+def test_int8_slower_than_fp32_is_flagged_when_fp16_is_slower_still() -> None:
+    """On a CPU FP16 is often the slowest: INT8 is judged against the fastest float row."""
+    found = flags(
+        [
+            _row("onnx-fp16", "fp16", 20.0, (19.8, 20.2)),
+            _row("onnx-fp32", "fp32", 10.0, (9.8, 10.2)),
+            _row("onnx-int8", "int8", 11.0, (10.8, 11.2)),
+        ]
+    )
+    assert [(f["kind"], f["than"], f["than_precision"]) for f in found] == [
+        ("int8_not_faster", "onnx-fp32", "fp32")
+    ]
+
+
+def test_a_padded_row_faster_than_its_padding_aware_twin_is_flagged() -> None:
+    padded = _row("onnx-fp32", "fp32", 0.10, (0.098, 0.102))
+    aware = {**_row("onnx-fp32", "fp32", 0.15, (0.148, 0.152)), "runtime": "onnxruntime-cpu-bucketed"}
+    [flag] = flags([padded, aware])
+    assert flag["kind"] == "padding_aware_slower" and flag["twin"] == "onnxruntime-cpu-bucketed"
+    assert "the other graphs' padded rows were left to their padding-aware twins" in flag["message"]
+    within_noise = {**aware, "p50_ms": 0.101, "p50_ci95_ms": [0.095, 0.11]}
+    assert flags([padded, within_noise]) == []
+    assert flags([{**padded, "p50_ms": 0.2, "p50_ci95_ms": [0.19, 0.21]}, aware]) == []  # padding-aware faster
