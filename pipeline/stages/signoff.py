@@ -91,6 +91,11 @@ def judge(
         *shape_warnings(records, built),
         *branch_warnings(records, failures),
         *stage_warnings(records),
+        *(
+            f"the winner may not be the fastest graph: {flag['message']}"
+            for flag in (speed or {}).get("flags") or []
+            if isinstance(flag, dict) and flag.get("kind") == "padding_aware_slower"
+        ),
     ]
     chosen = selection or {"reasons": ["selection did not run"], "winner": None}
     return decide(config.requested, config.required, config.allow_failed, failures, chosen, warnings)
