@@ -91,26 +91,31 @@ def polygraphy_verdict(
     is the padding mask (validation.padding_mask): per-token outputs are compared on real tokens only, as our
     checks compare them, since padding-aware and packed runs leave padded positions undefined."""
     from polygraphy.comparator import Comparator, CompareFunc, RunResults
+    from polygraphy.comparator.struct import IterationResult
     from polygraphy.logger import G_LOGGER
 
-    from pipeline.check.accuracy import thresholds_for
+    from pipeline.check.accuracy import per_token_mask, thresholds_for
 
     atol = {o: thresholds_for(tolerance, o)["max_abs"][0] or 1e-5 for o in outputs}
     rtol = {o: thresholds_for(tolerance, o)["max_rel"][0] or 1e-5 for o in outputs}
     ((ref_name, ref_iters),) = reference.items()
     ((act_name, act_iters),) = actual.items()
-    # Polygraphy views every array: a transposed output made it raise
-    for iterations in (ref_iters, act_iters):
+    def compared(iterations: list[Any]) -> list[Any]:
+        """Copies (the reference's results are shared by every artifact's check), masked on per-token outputs
+        and contiguous (Polygraphy views every array: a transposed output made it raise)."""
+        copies = []
         for i, iteration in enumerate(iterations):
             mask = masks[i] if masks is not None and i < len(masks) else None
-            for name, value in list(iteration.items()):
-                if not isinstance(value, np.ndarray):
-                    continue
-                if mask is not None and value.shape[: mask.ndim] == mask.shape:
-                    value = np.where(
-                        (mask != 0).reshape(*mask.shape, *[1] * (value.ndim - mask.ndim)), value, 0
-                    )
-                iteration[name] = np.ascontiguousarray(value)
+            outputs = {}
+            for name, value in iteration.items():
+                if isinstance(value, np.ndarray):
+                    keep = per_token_mask(value, mask)
+                    value = np.ascontiguousarray(value if keep is None else np.where(keep, value, 0))
+                outputs[name] = value
+            copies.append(IterationResult(outputs, iteration.runtime, iteration.runner_name))
+        return copies
+
+    ref_iters, act_iters = compared(ref_iters), compared(act_iters)
     combined = RunResults([(ref_name, ref_iters), (act_name, act_iters)])
     with G_LOGGER.verbosity(G_LOGGER.CRITICAL):
         results = Comparator.compare_accuracy(combined, compare_func=CompareFunc.simple(atol=atol, rtol=rtol))

@@ -18,3 +18,26 @@ def test_the_cross_check_compares_outputs_that_are_not_contiguous() -> None:
     assert found["boxes"]["passed"] is True, found
     far = {"onnx": [IterationResult({"boxes": (values + 5.0).T}, runner_name="onnx")]}
     assert polygraphy_verdict(reference, far, ["boxes"], Tolerance())["boxes"]["passed"] is False
+
+
+def test_per_token_outputs_are_compared_on_real_tokens_and_the_reference_is_left_as_it_was() -> None:
+    """A padding-aware or packed run leaves padded positions undefined; a pooled output as wide as the sequence
+    is no per-token output; and the reference's results, shared by every artifact, are never changed."""
+    rng = np.random.default_rng(0)
+    hidden = rng.standard_normal((2, 4, 3)).astype(np.float32)
+    pooled = rng.standard_normal((2, 4)).astype(np.float32)  # as wide as the sequence: not per-token
+    mask = np.array([[1, 1, 0, 0], [1, 1, 1, 0]])
+    reference = {"torch": [IterationResult({"hidden": hidden, "pooled": pooled}, runner_name="torch")]}
+    kept = {k: v.copy() for k, v in reference["torch"][0].items()}
+    other = hidden.copy()
+    other[mask == 0] = 9.0  # differs on padding only
+    actual = {"onnx": [IterationResult({"hidden": other, "pooled": pooled}, runner_name="onnx")]}
+    found = polygraphy_verdict(reference, actual, ["hidden", "pooled"], Tolerance(), [mask])
+    assert found["hidden"]["passed"] is True and found["pooled"]["passed"] is True, found
+    for name, value in reference["torch"][0].items():
+        assert np.array_equal(value, kept[name]), name  # the shared reference is untouched
+    shifted = {"onnx": [IterationResult({"hidden": other, "pooled": pooled + 1.0}, runner_name="onnx")]}
+    assert (
+        polygraphy_verdict(reference, shifted, ["hidden", "pooled"], Tolerance(), [mask])["pooled"]["passed"]
+        is False
+    )
