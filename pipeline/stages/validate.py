@@ -72,12 +72,19 @@ class Batch:
 # ---------------------------------------------------------------- inputs
 
 
+OFF_CORNER = "off-corner"  # stored samples at a shape between the corners (Dataset.off_corner_feeds)
+
+
 def validation_batches(dataset: Dataset, cfg: ValidationConfig) -> list[Batch]:
-    """The corners at the recipe's corner batch sizes (never larger), then the held-out split as 'data'."""
+    """The corners at the recipe's corner batch sizes (never larger), stored samples at a shape between them,
+    then the held-out split as 'data'."""
     batches = [
         Batch(corner, dataset.corner_feeds(corner, cfg.corner_batches.get(corner, 1)))
         for corner in cfg.corners
     ]
+    between = dataset.off_corner_feeds(cfg.corner_batches.get("opt", 1))
+    if between is not None:
+        batches.append(Batch(OFF_CORNER, between))
     batches += [Batch("data", feeds) for feeds in dataset.validation_feeds(batch=cfg.data_batch)]
     return batches
 

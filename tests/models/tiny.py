@@ -138,3 +138,22 @@ class TinyScatter(nn.Module):
 
 def scatter(**kwargs: int) -> nn.Module:
     return TinyScatter(**kwargs)
+
+
+class WindowPadded(nn.Module):
+    """A convolution over windows of 8 pixels, padding an image whose sides are not a multiple of 8 first (as
+    Swin pads to its window): a Python branch on the input's size, which tracing exporters freeze."""
+
+    def __init__(self, channels: int = 3, width: int = 8):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, width, kernel_size=8, stride=8)
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        height, width = pixel_values.shape[-2:]
+        if height % 8 or width % 8:
+            pixel_values = nn.functional.pad(pixel_values, (0, -width % 8, 0, -height % 8))
+        return self.conv(pixel_values).flatten(2).amax(dim=2)
+
+
+def window_padded(**kwargs: int) -> nn.Module:
+    return WindowPadded(**kwargs)
