@@ -212,6 +212,14 @@ def on_real_tokens(value: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
     return value if keep is None else np.where(keep, value, 0)
 
 
+def real_tokens(mask: np.ndarray | None, padding_value: int = 0) -> np.ndarray | None:
+    """The padding mask as 1 on real tokens and 0 on padding, whichever value the recipe's mask uses for padding
+    (validation.padding_value): every check below reads `mask != 0` as real."""
+    if mask is None:
+        return None
+    return (np.asarray(mask) != padding_value).astype(np.int8)
+
+
 def per_token_mask(output: np.ndarray, mask: np.ndarray | None) -> np.ndarray | None:
     """The mask broadcastable to a per-token output (True on real tokens), or None when the output is not per
     token: it must have at least 3 dims whose first two are the mask's (a 2-D output such as a pooled

@@ -215,6 +215,16 @@ def _runtime_problems(recipe: Recipe) -> list[tuple[str, str]]:
                 )
         return problems
     names = [s.name for s in recipe.inputs]
+    validation = recipe.validation
+    if validation.padding_value != 0 and validation.padding_mask == padding.mask_input:
+        problems.append(
+            (
+                "runtime.padding.mask_input",
+                f"'{padding.mask_input}' marks padding with {validation.padding_value} (validation.padding_value), "
+                "but padding-aware and packed runs read a mask's zeros as padding: give them an attention mask "
+                "(1 on real tokens), or leave runtime.padding out",
+            )
+        )
     if padding.mask_input not in names:
         problems.append(("runtime.padding.mask_input", f"no such input (inputs: {', '.join(names)})"))
     for i, name in enumerate(padding.per_token_outputs):

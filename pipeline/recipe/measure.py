@@ -140,8 +140,13 @@ class ValidationConfig(Strict):
     data_batch: Batch = Field(8, description="batch size for the held-out validation split (at most 65536)")
     padding_mask: str | None = Field(
         "attention_mask",
-        description="the input whose zeros mark padded positions: per-token outputs are compared on real "
-        "tokens only (no masking when no input has this name; null turns masking off)",
+        description="the input that marks padded positions (validation.padding_value): per-token outputs are "
+        "compared on real tokens only (no masking when no input has this name; null turns masking off)",
+    )
+    padding_value: Literal[0, 1] = Field(
+        0,
+        description="the padding mask's value at padded positions: 0 for an attention mask (1 marks a real "
+        "token), 1 for a key-padding mask (true marks padding, as nn.TransformerEncoder takes it)",
     )
     neighbours_k: Annotated[int, Field(gt=0, le=1024)] = Field(
         5, description="top-k of the nearest-neighbour agreement of embeddings (at most 1024 neighbours)"

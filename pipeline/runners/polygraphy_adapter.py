@@ -100,6 +100,7 @@ def polygraphy_verdict(
     rtol = {o: thresholds_for(tolerance, o)["max_rel"][0] or 1e-5 for o in outputs}
     ((ref_name, ref_iters),) = reference.items()
     ((act_name, act_iters),) = actual.items()
+
     def compared(iterations: list[Any]) -> list[Any]:
         """Copies (the reference's results are shared by every artifact's check), masked on per-token outputs
         and contiguous (Polygraphy views every array: a transposed output made it raise)."""

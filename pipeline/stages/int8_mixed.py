@@ -31,7 +31,15 @@ import onnx
 
 from pipeline.bench.stats import latency_stats
 from pipeline.bench.timer import CpuTimer
-from pipeline.check.accuracy import COMPARABLE, FINITE, ArtifactAccuracy, Check, evaluate, tolerance_share
+from pipeline.check.accuracy import (
+    COMPARABLE,
+    FINITE,
+    ArtifactAccuracy,
+    Check,
+    evaluate,
+    real_tokens,
+    tolerance_share,
+)
 from pipeline.core.artifacts import ArtifactRecord
 from pipeline.core.errors import StageError
 from pipeline.core.variants import Variant, parse
@@ -60,6 +68,7 @@ class Int8MixedConfig(StageConfig):
     tolerance: Tolerance  # the recipe's INT8 gate
     outputs: list[str]
     padding_mask: str | None
+    padding_value: int
     data: DataSpec
     threads: int
     batch: int  # the objective's batch: where speed is measured
@@ -75,6 +84,7 @@ class Int8MixedConfig(StageConfig):
             tolerance=validation.tolerances["int8"],
             outputs=list(recipe.outputs),
             padding_mask=validation.padding_mask,
+            padding_value=validation.padding_value,
             data=DataSpec.from_recipe(recipe, recipe_dir),
             threads=RunnerSettings.from_recipe(recipe).threads,
             batch=recipe.selection.objective.batch or 1,
@@ -112,7 +122,12 @@ class Mixes:
         largest share of its tolerance any required check uses."""
         accuracy = ArtifactAccuracy(VARIANT, "int8", self.runner(path, path.stem).runtime)
         feeds = self.feeds[:batches]
-        masks = [f.get(self.config.padding_mask) if self.config.padding_mask else None for f in feeds]
+        masks = [
+            real_tokens(f.get(self.config.padding_mask), self.config.padding_value)
+            if self.config.padding_mask
+            else None
+            for f in feeds
+        ]
         evaluate(
             accuracy,
             {"calibration": self.reference[:batches]},

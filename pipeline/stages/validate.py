@@ -17,7 +17,7 @@ import numpy as np
 
 from pipeline.bench import hosts
 from pipeline.bench.matrix import ArtifactPlan, Matrix
-from pipeline.check.accuracy import EXACT, ArtifactAccuracy, Check, evaluate, reference_nonfinite
+from pipeline.check.accuracy import EXACT, ArtifactAccuracy, Check, evaluate, real_tokens, reference_nonfinite
 from pipeline.check.results import REPORTS, AccuracyReport, artifact_entry
 from pipeline.core import host
 from pipeline.core.artifacts import ArtifactRecord
@@ -153,13 +153,17 @@ def _by_inputs(run_results: Any, batches: list[Batch]) -> dict[str, list[dict[st
     return grouped
 
 
-def padding_masks(name: str | None, batches: list[Batch]) -> dict[str, list[np.ndarray | None]]:
-    """Per input set, each batch's padding mask (the input `name`, validation.padding_mask), so that
+def padding_masks(cfg: ValidationConfig, batches: list[Batch]) -> dict[str, list[np.ndarray | None]]:
+    """Per input set, each batch's real-token mask (from validation.padding_mask and padding_value), so that
     per-token outputs are judged on real tokens only."""
     grouped: dict[str, list[np.ndarray | None]] = {}
     for batch in batches:
-        grouped.setdefault(batch.inputs, []).append(batch.feeds.get(name) if name else None)
+        grouped.setdefault(batch.inputs, []).append(_real_tokens(cfg, batch.feeds))
     return grouped
+
+
+def _real_tokens(cfg: ValidationConfig, feeds: dict[str, np.ndarray]) -> np.ndarray | None:
+    return real_tokens(feeds.get(cfg.padding_mask), cfg.padding_value) if cfg.padding_mask else None
 
 
 def coverage_warnings(cfg: ValidationConfig, dims: dict[str, DimRange]) -> list[str]:
@@ -304,11 +308,11 @@ def validate_on(
         _by_inputs(actual, batches),
         config.runners.outputs,
         tolerance,
-        padding_masks(cfg.padding_mask, batches),
+        padding_masks(cfg, batches),
         cfg.neighbours_k,
     )
     try:
-        masks = [b.feeds.get(cfg.padding_mask) if cfg.padding_mask else None for b in batches]
+        masks = [_real_tokens(cfg, b.feeds) for b in batches]
         accuracy.details["polygraphy"] = polygraphy_verdict(
             reference, actual, config.runners.outputs, tolerance, masks
         )
@@ -408,7 +412,7 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
         broken = reference_nonfinite(
             _by_inputs(reference, batches),
             config.runners.outputs,
-            padding_masks(config.validation.padding_mask, batches),
+            padding_masks(config.validation, batches),
         )
         if broken:  # every artifact would fail against it: the model, not the artifacts, is what to fix
             raise PipelineError(

@@ -317,4 +317,6 @@ def test_a_padded_row_faster_than_its_padding_aware_twin_is_flagged() -> None:
     assert "the other graphs' padded rows were left to their padding-aware twins" in flag["message"]
     within_noise = {**aware, "p50_ms": 0.101, "p50_ci95_ms": [0.095, 0.11]}
     assert flags([padded, within_noise]) == []
-    assert flags([{**padded, "p50_ms": 0.2, "p50_ci95_ms": [0.19, 0.21]}, aware]) == []  # padding-aware faster
+    assert (
+        flags([{**padded, "p50_ms": 0.2, "p50_ci95_ms": [0.19, 0.21]}, aware]) == []
+    )  # padding-aware faster

@@ -157,3 +157,21 @@ class WindowPadded(nn.Module):
 
 def window_padded(**kwargs: int) -> nn.Module:
     return WindowPadded(**kwargs)
+
+
+class KeyPaddingEncoder(nn.Module):
+    """nn.TransformerEncoder with a key-padding mask (True marks padding), in eval mode: PyTorch's fast path runs
+    it on nested tensors and writes 0 at padded positions, which an exported graph computes as real values."""
+
+    def __init__(self, vocab: int = 500, hidden: int = 32, layers: int = 2):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        layer = nn.TransformerEncoderLayer(hidden, 4, 64, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers)
+
+    def forward(self, tokens: torch.Tensor, src_key_padding_mask: torch.Tensor) -> torch.Tensor:
+        return self.encoder(self.embed(tokens), src_key_padding_mask=src_key_padding_mask)
+
+
+def key_padding_encoder(**kwargs: int) -> nn.Module:
+    return KeyPaddingEncoder(**kwargs)

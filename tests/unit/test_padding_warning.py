@@ -36,6 +36,8 @@ def test_the_warning_is_for_the_winners_shape_only() -> None:
     at_one = {"winner": {"shapes": {"input_ids": [1, 16]}}}
     at_eight = {"winner": {"shapes": {"input_ids": [8, 16]}}}
     [warning] = _padding_warnings(speed, at_one)  # type: ignore[arg-type]
-    assert warning.startswith("the winner may not be the fastest graph: onnx-fp32 on onnxruntime-cpu (padded)")
+    assert warning.startswith(
+        "the winner may not be the fastest graph: onnx-fp32 on onnxruntime-cpu (padded)"
+    )
     assert _padding_warnings(speed, at_eight) == []  # type: ignore[arg-type]
     assert _padding_warnings(speed, None) == []
