@@ -143,7 +143,7 @@ class ValidationConfig(Strict):
         description="the input that marks padded positions (validation.padding_value): per-token outputs are "
         "compared on real tokens only (no masking when no input has this name; null turns masking off)",
     )
-    padding_value: Literal[0, 1] = Field(
+    padding_value: Annotated[int, Field(ge=0, le=1)] = Field(
         0,
         description="the padding mask's value at padded positions: 0 for an attention mask (1 marks a real "
         "token), 1 for a key-padding mask (true marks padding, as nn.TransformerEncoder takes it)",

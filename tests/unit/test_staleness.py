@@ -71,6 +71,8 @@ NOT_READ = {
 }
 # Changes that need a companion change to stay a valid recipe: key -> the --set overrides to apply.
 CHANGES = {
+    # a key-padding mask cannot drive padding-aware runs, so the recipes' mask leaves validation with it
+    "validation.padding_value": ["validation.padding_value=1", "validation.padding_mask=null"],
     "dims.batch.min": ["dims.batch.min=2", "benchmark.batch_sizes=[2]", "selection.objective.batch=2"]
     + ["validation.corner_batches={min: 2, opt: 2, max: 2}"],
     "dims.sequence.max": ["dims.sequence.max=64"],
