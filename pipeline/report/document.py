@@ -27,6 +27,7 @@ from pipeline.report.facts import (
     fmt_ci,
     fmt_metric,
     fmt_ms,
+    input_sets_text,
     intervals_overlap,
     key_checks,
     metrics_present,
@@ -260,8 +261,8 @@ def _accuracy(accuracy: Dict | None, image: str | None) -> Section:
     blocks: list[Block] = [
         Para(
             f"Every artifact against {reference}, on every runtime it is benchmarked on. Each figure is the worst "
-            "check of that metric over outputs and inputs (shape corners min/opt/max and the held-out data): the "
-            "one closest to its threshold, or the largest error where there is none; per-token outputs are "
+            f"check of that metric over outputs and inputs ({input_sets_text(accuracy)}): the one closest to its "
+            "threshold, or the largest error where there is none; per-token outputs are "
             "compared on real tokens only. Thresholds of max_abs and mean_abs are the recipe's tolerance times the "
             "output's scale, max(1, largest |reference value|). (info) marks a check that is reported but does "
             "not gate; neighbours is the share of each held-out sample's nearest neighbours an embedding keeps."

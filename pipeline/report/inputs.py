@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pipeline.report.blocks import Cell, Para, Section, Table, Text
+from pipeline.report.facts import input_sets_text
 
 Dict = Mapping[str, Any]
 
@@ -37,7 +38,7 @@ def inputs_section(accuracy: Dict | None) -> Section:
         "Inputs",
         [
             Para(
-                "What each input held over every validation batch (shape corners and the held-out data): the "
+                f"What each input held over every validation batch ({input_sets_text(accuracy)}): the "
                 "artifacts were judged on these values only. Distinct values are counted up to 1000.",
                 tone="note",
             ),
