@@ -35,38 +35,39 @@ def packed_attention(
     scaling: float | None = None,
     dropout: float = 0.0,
     pack_grids: tuple[torch.Tensor, ...] = (),
+    pack_biases: tuple[torch.Tensor, ...] = (),
     pack_tokens: torch.Tensor | None = None,
     **_: Any,
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention interface over a packed row: query, key and value are `[1, heads, tokens, dim]`;
     returns `[1, tokens, heads, dim]` as every attention function does. Each grid of sentences attends on its
-    own; softmax in the query's precision over an additive mask, the arithmetic of the padded model's eager
-    attention."""
-    if not pack_grids or pack_tokens is None:
+    own, in the layout `[heads, sentences, length, dim]` (one gather of query, key and value together per grid,
+    no transposes); softmax in the query's precision over the grid's additive padding bias."""
+    if not pack_grids or len(pack_biases) != len(pack_grids) or pack_tokens is None:
         raise RuntimeError("packed attention called without the packing inputs (pack_grid_*, pack_tokens)")
-    heads, tokens, dim = query.shape[1], query.shape[2], query.shape[3]
+    heads, dim = query.shape[1], query.shape[3]
     scale = scaling if scaling is not None else dim**-0.5
-    # every token's vectors, then one zero row that padded grid slots read: [heads, tokens + 1, dim]
-    q, k, v = (torch.cat([x[0], x.new_zeros(x.shape[1], 1, dim)], dim=1) for x in (query, key, value))
-    if k.shape[0] != heads:  # grouped-query attention: each key head serves several query heads
-        k = k.repeat_interleave(heads // k.shape[0], dim=0)
-        v = v.repeat_interleave(heads // v.shape[0], dim=0)
+    if key.shape[1] != heads:  # grouped-query attention: each key head serves several query heads
+        key = key.repeat_interleave(heads // key.shape[1], dim=1)
+        value = value.repeat_interleave(heads // value.shape[1], dim=1)
+    # query (scaled), key and value of every token, then one zero row that padded grid slots read
+    qkv = torch.cat([query * scale, key, value], dim=0)
+    qkv = torch.cat([qkv, qkv.new_zeros(3, heads, 1, dim)], dim=2)  # [3, heads, tokens + 1, dim]
     results = []
-    for grid in pack_grids:
+    for grid, bias in zip(pack_grids, pack_biases, strict=True):
         sentences, length = grid.shape
-        gq, gk, gv = (_laid(x, grid) for x in (q, k, v))
-        padding = (grid >= tokens).to(q.dtype) * torch.finfo(q.dtype).min
-        scores = torch.matmul(gq, gk.transpose(2, 3)) * scale + padding[:, None, None, :]
-        out = torch.matmul(torch.softmax(scores, dim=-1), gv)
-        results.append(out.transpose(1, 2).reshape(sentences * length, heads, dim))
-    out = torch.cat(results, dim=0).index_select(0, pack_tokens)
-    return out.unsqueeze(0), None
+        laid = qkv.index_select(2, grid.reshape(-1)).reshape(3, heads, sentences, length, dim)
+        scores = torch.matmul(laid[0], laid[1].transpose(-1, -2)) + bias.to(qkv.dtype)
+        out = torch.matmul(torch.softmax(scores, dim=-1), laid[2])
+        results.append(out.reshape(heads, sentences * length, dim))
+    out = torch.cat(results, dim=1).index_select(1, pack_tokens)  # [heads, tokens, dim]
+    return out.transpose(0, 1).unsqueeze(0), None
 
 
-def _laid(x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
-    """[heads, tokens + 1, dim] -> [sentences, heads, length, dim]: each grid slot's token (the last: zeros)."""
-    picked = x.index_select(1, grid.reshape(-1))
-    return picked.reshape(x.shape[0], grid.shape[0], grid.shape[1], x.shape[2]).transpose(0, 1)
+def padding_bias(grid: torch.Tensor, tokens: int | torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A grid's additive attention bias, `[1, sentences, 1, length]`: the dtype's lowest value on the slots that
+    hold no token (computed once per call, not once per layer)."""
+    return ((grid >= tokens).to(dtype) * torch.finfo(dtype).min)[None, :, None, :]
 
 
 def _register() -> None:
@@ -143,7 +144,10 @@ class PackedModel(nn.Module):
         grids = tuple(given[name] for name in grid_names(self.packing.groups))
         model = transformer_of(self.module)
         assert model is not None
-        raw = model(**kwargs, pack_grids=grids, pack_tokens=given["pack_tokens"])
+        tokens = given["pack_tokens"].shape[0]
+        dtype = next(model.parameters()).dtype
+        biases = tuple(padding_bias(grid, tokens, dtype) for grid in grids)
+        raw = model(**kwargs, pack_grids=grids, pack_biases=biases, pack_tokens=given["pack_tokens"])
         layout = given["pack_layout"].reshape(-1)
 
         def unpacked(x: torch.Tensor) -> torch.Tensor:  # [1, T, ...] -> [B, S, ...], zero at padding
