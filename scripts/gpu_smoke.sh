@@ -26,7 +26,8 @@ if [ -z "${SKIP_TESTS:-}" ]; then
   "$py" -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tail -15 | tee "$out/pytest-gpu.txt"
 fi
 # ONNX graphs ONNX Runtime's CUDA provider runs (the dynamic INT8 graph's ops are CPU-only), TorchScript traced
-# on the GPU, and the compiled PyTorch artifacts (variants.gpu of the recipe adds exported-fp16 and aoti-fp16).
+# on the GPU, and the compiled PyTorch artifacts (variants.gpu of the recipe adds exported-fp16, aoti-fp16 and the
+# packed FP16 graph, onnx-packed-fp16, with the packed FP32 graph it is converted from).
 # BF16 (exported-bf16, aoti-bf16) costs another AOTInductor compile (70 s on the H200) and a torch.compile: add
 # it through VARIANTS when that time is available.
 variants=${VARIANTS:-'[torchscript-fp32, onnx-fp32, onnx-fp16, onnx-int8, onnx-optimized-fp32, onnx-optimized-fp16, exported-fp16, aoti-fp16]'}
