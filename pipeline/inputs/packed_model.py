@@ -42,7 +42,8 @@ def packed_attention(
     """transformers' attention interface over a packed row: query, key and value are `[1, heads, tokens, dim]`;
     returns `[1, tokens, heads, dim]` as every attention function does. Each grid of sentences attends on its
     own, in the layout `[heads, sentences, length, dim]` (one gather of query, key and value together per grid,
-    no transposes); softmax in the query's precision over the grid's additive padding bias."""
+    no transposes); softmax in the query's precision over the grid's additive padding bias, and a causal one
+    where the model's attention module is causal (a grid row holds its sentence's tokens in order)."""
     if not pack_grids or len(pack_biases) != len(pack_grids) or pack_tokens is None:
         raise RuntimeError("packed attention called without the packing inputs (pack_grid_*, pack_tokens)")
     heads, dim = query.shape[1], query.shape[3]
@@ -58,6 +59,9 @@ def packed_attention(
         sentences, length = grid.shape
         laid = qkv.index_select(2, grid.reshape(-1)).reshape(3, heads, sentences, length, dim)
         scores = torch.matmul(laid[0], laid[1].transpose(-1, -2)) + bias.to(qkv.dtype)
+        if getattr(module, "is_causal", False):
+            later = torch.ones(length, length, dtype=torch.bool, device=qkv.device).triu(1)
+            scores = scores.masked_fill(later, torch.finfo(qkv.dtype).min)
         out = torch.matmul(torch.softmax(scores, dim=-1), laid[2])
         results.append(out.reshape(heads, sentences * length, dim))
     out = torch.cat(results, dim=1).index_select(1, pack_tokens)  # [heads, tokens, dim]
@@ -86,9 +90,10 @@ def transformer_of(module: nn.Module) -> nn.Module | None:
 
 
 def why_not_packable(
-    module: nn.Module, packing: Packing, outputs: list[str], per_token: list[str]
+    module: nn.Module, packing: Packing, outputs: list[str], per_token: list[str], longest: int | None = None
 ) -> str | None:
-    """Why this model cannot run packed, in one sentence, or None."""
+    """Why this model cannot run packed, in one sentence, or None. `longest`: the recipe's longest sequence, which
+    a local attention window must cover (the packed attention attends over a whole sentence)."""
     model = transformer_of(module)
     if model is None:
         return (
@@ -96,6 +101,12 @@ def why_not_packable(
         )
     if not getattr(model, "_supports_attention_backend", False):
         return f"{type(model).__name__} does not take a pluggable attention function"
+    window = _attention_window(getattr(model, "config", None))
+    if window is not None and (longest is None or window < longest):
+        return (
+            f"{type(model).__name__} attends within a local window of {window} tokens, shorter than the recipe's "
+            f"sequences{f' (up to {longest})' if longest else ''}; the packed attention attends over whole sentences"
+        )
     params = inspect.signature(model.forward).parameters
     if "position_ids" not in params and packing.position_input is None:
         return f"{type(model).__name__}.forward takes no position_ids, which a packed row needs"
@@ -106,6 +117,18 @@ def why_not_packable(
                 f"output {pooled[0]!r} is not per-token (runtime.padding.per_token_outputs): the model's own "
                 "pooling would read the packed row, not a sentence"
             )
+    return None
+
+
+def _attention_window(config: Any) -> int | None:
+    """How far a token sees, where the model's config limits it: a sliding window (Mistral, Qwen2 when it uses
+    one) or a local attention span (ModernBERT's local layers see half their window each way)."""
+    sliding = getattr(config, "sliding_window", None)
+    if isinstance(sliding, int) and getattr(config, "use_sliding_window", True) is not False:
+        return sliding
+    local = getattr(config, "local_attention", None)
+    if isinstance(local, int):
+        return local // 2
     return None
 
 

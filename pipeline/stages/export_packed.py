@@ -134,7 +134,9 @@ def _run(ctx: RunContext, config: PackedExportConfig, inputs: dict[str, Artifact
     module, dataset = loaded.module, ctx.dataset(config.data)
     outputs, per_token = list(config.model.outputs), list(config.padding.per_token_outputs)
     packing = packing_of(config, module)
-    why = why_not_packable(module, packing, outputs, per_token)
+    seq = config.data.sequence_dim
+    longest = config.model.dims[seq].max if seq in config.model.dims else None
+    why = why_not_packable(module, packing, outputs, per_token, longest)
     if why:
         raise StageError(f"onnx-packed: {why}")
     packed = PackedModel(module, packing, config.model.input_names, outputs).eval()
@@ -146,8 +148,9 @@ def _run(ctx: RunContext, config: PackedExportConfig, inputs: dict[str, Artifact
             problem = check_exact(module, packed, feeds, packing, per_token)
             if problem:
                 raise StageError(
-                    f"onnx-packed: packing does not reproduce this model ({problem}): it mixes tokens outside "
-                    "its attention, or numbers positions its own way"
+                    f"onnx-packed: packing does not reproduce this model ({problem}): the packed model assumes "
+                    "each sentence's tokens meet only in attention, and positions by column or from the padding "
+                    "index; this model works another way"
                 )
     target = ctx.path(FP32.file)
     ctx.report("onnx-packed: exporting the packed model")

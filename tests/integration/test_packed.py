@@ -234,3 +234,44 @@ def test_a_packed_variant_needs_the_padding_settings(tmp_path: Path) -> None:
     assert "variants.build[1]: onnx-packed-fp32 packs each batch's real tokens: it needs runtime.padding" in (
         result.stdout + result.stderr
     )
+
+
+def _llama(window: int | None = None) -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaModel, MistralConfig, MistralModel
+
+    sizes = dict(
+        vocab_size=512,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,  # grouped-query attention
+        max_position_embeddings=64,
+    )
+    if window is None:
+        return LlamaModel(LlamaConfig(**sizes))
+    return MistralModel(MistralConfig(**sizes, sliding_window=window))
+
+
+@pytest.mark.parametrize(("factory", "output"), [(zoo.gpt2, "logits"), (_llama, "last_hidden_state")])
+def test_causal_models_pack_with_a_causal_grid(factory, output: str) -> None:
+    """A decoder's attention module is causal: each grid row attends to its sentence's earlier tokens only
+    (the first version attended over the whole sentence and was refused with a reason that was not true)."""
+    module = _bound(factory, [output])
+    packing = Packing("attention_mask", ("input_ids",), *position_rule(module), None, 4, 4)
+    assert why_not_packable(module, packing, [output], [output], 16) is None
+    packed = PackedModel(module, packing, NAMES, [output]).eval()
+    with torch.inference_mode():
+        for seed in range(2):
+            assert check_exact(module, packed, _padded(6, 16, seed), packing, [output]) is None
+
+
+def test_a_local_attention_window_shorter_than_the_sequences_is_refused() -> None:
+    module = _bound(lambda: _llama(window=8), ["last_hidden_state"])
+    packing = Packing("attention_mask", ("input_ids",))
+    why = why_not_packable(module, packing, ["last_hidden_state"], ["last_hidden_state"], 16)
+    assert why == (
+        "MistralModel attends within a local window of 8 tokens, shorter than the recipe's sequences (up to 16); "
+        "the packed attention attends over whole sentences"
+    )
+    assert why_not_packable(module, packing, ["last_hidden_state"], ["last_hidden_state"], 8) is None
