@@ -52,19 +52,26 @@ class Bucketing:
         return self.execute(tensors, self.plan(tensors), call, contiguous)
 
     def plan(self, tensors: Sequence[torch.Tensor]) -> list[Group]:
-        """The groups of this batch, from its real lengths (the one host sync a padding-aware call costs)."""
-        batch, full = tensors[self.mask].shape[:2]
-        lengths = tensors[self.mask].sum(dim=1).cpu().numpy()
+        """The groups of this batch, from how far into each row its real tokens reach (the one host sync a
+        padding-aware call costs). A row is trimmed after its last real token, never before: with padding at the
+        end that is its length; with padding in front (left padding) it is the whole row, which then runs as it
+        came, so that every real token keeps its position."""
+        import torch
+
+        mask = tensors[self.mask] != 0
+        batch, full = mask.shape[:2]
+        counted = torch.stack([mask.sum(dim=1), _reach(mask)]).cpu().numpy()
+        real, reach = counted[0], counted[1]
         cfg = self.cfg
         groups = plan_groups(
-            lengths, full, self.multiple, cfg.max_groups, cfg.group_overhead_tokens, self.min_length
+            reach, full, self.multiple, cfg.max_groups, cfg.group_overhead_tokens, self.min_length
         )
         self.last_groups = groups
         self.last_plan = {
             "groups": [[len(g.index), g.length] for g in groups],
             "computed_tokens": sum(len(g.index) * g.length for g in groups),
             "padded_tokens": int(batch * full),
-            "real_tokens": int(lengths.sum()),
+            "real_tokens": int(real.sum()),
         }
         return groups
 
@@ -86,9 +93,9 @@ class Bucketing:
             return list(call(list(tensors)))
         if len(groups) == 1:  # every row, in order: trim by slicing
             return self._trimmed(tensors, call, groups[0].length, full, contiguous)
-        # Rows sorted by real length on the device: rounding keeps that order, so every group is a run of it.
+        # Rows sorted by reach on the device: rounding keeps that order, so every group is a run of it.
         # One gather per input serves all groups, and no row index crosses from the host.
-        order = torch.argsort(tensors[self.mask].sum(dim=1), stable=True)
+        order = torch.argsort(_reach(tensors[self.mask] != 0), stable=True)
         ranked = [t.index_select(0, order) for t in tensors]
         outputs: list[torch.Tensor] | None = None
         start = 0
@@ -138,6 +145,14 @@ class Bucketing:
         if per_token:
             return torch.zeros((batch, full, *result.shape[2:]), dtype=result.dtype, device=result.device)
         return torch.empty((batch, *result.shape[1:]), dtype=result.dtype, device=result.device)
+
+
+def _reach(real: torch.Tensor) -> torch.Tensor:
+    """Per row, one past its last real token (0 for a row of padding): how far a trimmed row must keep."""
+    import torch
+
+    columns = torch.arange(1, real.shape[1] + 1, device=real.device)
+    return (real * columns).amax(dim=1)
 
 
 ALIGNMENT = 16  # bytes: AOTInductor compiles for inputs aligned so, and copies any that are not on every call

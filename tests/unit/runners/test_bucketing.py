@@ -75,6 +75,29 @@ def test_bucketed_run_matches_the_padded_batch_on_real_tokens(ctx) -> None:
     assert torch.allclose(pooled, want_pooled, atol=1e-6)
 
 
+def test_left_padded_rows_run_whole_and_keep_their_positions(ctx) -> None:
+    """Padding in front of a row (left padding): trimming to the row's length kept the padding and cut the real
+    tokens (cosine 0 on the required graph, hold-out of the packed variants). A row now keeps everything up to
+    its last real token; right-padded rows in the same batch are still trimmed."""
+    module = ctx.model().module
+    feeds = ctx.dataset().feeds_at({"batch": 4, "sequence": 32})
+    columns = np.arange(32)[None, :]
+    mask = np.stack(
+        [columns[0] >= 29, columns[0] < 5, columns[0] >= 20, columns[0] < 9]  # left, right, left, right
+    ).astype(feeds["attention_mask"].dtype)
+    tensors = [torch.from_numpy(feeds["input_ids"]), torch.from_numpy(mask)]
+    cfg = PaddingConfig(mask_input="attention_mask", per_token_outputs=["hidden"], group_overhead_tokens=0)
+    bucketing = Bucketing(cfg, ctx.settings, "cpu")
+    with torch.no_grad():
+        hidden, pooled = bucketing.run(tensors, lambda sub: module(*sub))
+        want_hidden, want_pooled = module(*tensors)
+    real = torch.from_numpy(mask).bool()
+    assert torch.allclose(hidden[real], want_hidden[real], atol=1e-5)
+    assert torch.allclose(pooled, want_pooled, atol=1e-6)
+    assert bucketing.last_plan["real_tokens"] == int(mask.sum())
+    assert bucketing.last_plan["computed_tokens"] < 4 * 32  # the right-padded rows were still trimmed
+
+
 def _group_length_of_rows(bucketing: Bucketing) -> dict[int, int]:
     return {int(r): g.length for g in bucketing.last_groups for r in g.index}
 
