@@ -52,4 +52,6 @@ def test_stored_samples_are_checked_between_the_corners(tmp_path: Path) -> None:
         c["inputs"] == "off-corner" and c["metric"] == "cosine" for c in checks
     )  # judged there like anywhere else
     card = (tmp_path / "out" / "window" / "v0001" / "reports" / "signoff.md").read_text()
-    assert "inputs (shape corners min/opt/max, a shape between them (off-corner) and the held-out data)" in card
+    assert (
+        "inputs (shape corners min/opt/max, a shape between them (off-corner) and the held-out data)" in card
+    )
