@@ -6,10 +6,8 @@ dropped so that the bytes do not depend on where the code lives."""
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
-import numpy as np
 import onnx
 import torch
 
@@ -70,30 +68,22 @@ def _dynamo_export(ctx: RunContext, config: OnnxExportConfig, path: Path) -> Non
     program.save(str(path), external_data=False)
 
 
+def corner_batches(spec: ModelSpec, batch_dim: str) -> dict[str, int | None]:
+    """The batch an export is run at, at the smallest and the largest shape: the recipe's smallest batch, and
+    at most 2 at the largest (its other dims at their largest are the point; memory is not)."""
+    if batch_dim not in spec.dims:
+        return {"min": None, "max": None}
+    dim = spec.dims[batch_dim]
+    return {"min": dim.min, "max": max(dim.min, min(dim.max, 2))}
+
+
 def _corner_problem(ctx: RunContext, config: OnnxExportConfig, path: Path) -> str | None:
     """Why the exported graph does not run at the smallest or the largest shape the recipe allows, or None.
     The dynamo exporter may specialize a dim it was told is dynamic (an LSTM's sequence length was baked into
     a Reshape); the graph then fails only at another length, so it is run at both corners, in a child."""
-    names = {i.name for i in onnx.load(str(path), load_external_data=False).graph.input}
-    spec, dataset = config.model, ctx.dataset(config.data)
-    batch_dim = config.data.batch_dim
-    batches = {"min": None, "max": None}
-    if batch_dim in spec.dims:
-        dim = spec.dims[batch_dim]
-        batches = {"min": dim.min, "max": max(dim.min, min(dim.max, 2))}
-    with tempfile.TemporaryDirectory(prefix="onnx-corners-") as tmp:
-        folders = []
-        for corner, batch in batches.items():
-            folders.append(Path(tmp) / corner)
-            folders[-1].mkdir()
-            for name, value in dataset.corner_feeds(corner, batch).items():
-                if name in names:
-                    np.save(folders[-1] / f"{name}.npy", value)
-        try:
-            problem = ort_probe.load_problem(path, feeds=tuple(folders))
-        except ort_probe.Crashed as exc:
-            return str(exc)
-    return f"at the min or max shape: {problem}" if problem else None
+    dataset = ctx.dataset(config.data)
+    batches = corner_batches(config.model, config.data.batch_dim)
+    return ort_probe.corner_problem(path, {c: dataset.corner_feeds(c, b) for c, b in batches.items()})
 
 
 def _legacy_export(ctx: RunContext, config: OnnxExportConfig, path: Path) -> None:

@@ -10,7 +10,6 @@ pass. The graph is run in a child at the recipe's smallest and largest shapes, a
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +22,6 @@ from pipeline.core.packages import package_version
 from pipeline.core.packing import Packing, grid_names
 from pipeline.core.variants import Variant, parse
 from pipeline.decide.verdict import WEIGHTS
-from pipeline.inputs.data import Dataset
 from pipeline.inputs.packed_model import (
     PackedModel,
     check_exact,
@@ -34,6 +32,7 @@ from pipeline.inputs.packed_model import (
 from pipeline.inputs.specs import DataSpec, ModelSpec
 from pipeline.recipe import Fp16Export, OnnxExport, PaddingConfig, Recipe
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
+from pipeline.stages.export_onnx import corner_batches
 from pipeline.stages.fp16 import convert, onnxruntime_check
 from pipeline.toolchain import onnx_tools, ort_probe
 from pipeline.toolchain.onnx_tools import captured
@@ -109,26 +108,6 @@ def _export(
     )
 
 
-def _corner_problem(
-    path: Path, packing: Packing, dataset: Dataset, batches: dict[str, int | None]
-) -> str | None:
-    """Why the packed graph does not run at the recipe's smallest or largest batch and length (in a child)."""
-    names = {i.name for i in onnx.load(str(path), load_external_data=False).graph.input}
-    with tempfile.TemporaryDirectory(prefix="packed-corners-") as tmp:
-        folders = []
-        for corner, batch in batches.items():
-            folders.append(Path(tmp) / corner)
-            folders[-1].mkdir()
-            for name, value in packing.pack(dataset.corner_feeds(corner, batch)).items():
-                if name in names:
-                    np.save(folders[-1] / f"{name}.npy", value)
-        try:
-            problem = ort_probe.load_problem(path, feeds=tuple(folders))
-        except ort_probe.Crashed as exc:
-            return str(exc)
-    return f"at the min or max shape: {problem}" if problem else None
-
-
 def _run(ctx: RunContext, config: PackedExportConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
     loaded = ctx.model(config.model)
     module, dataset = loaded.module, ctx.dataset(config.data)
@@ -165,11 +144,10 @@ def _run(ctx: RunContext, config: PackedExportConfig, inputs: dict[str, Artifact
     onnx_tools.drop_initializer_value_info(model)
     onnx.checker.check_model(model, full_check=False)
     onnx.save(model, str(target))
-    corners: dict[str, int | None] = {"min": None, "max": None}
-    if batch_dim in config.model.dims:
-        dim = config.model.dims[batch_dim]
-        corners = {"min": dim.min, "max": max(dim.min, min(dim.max, 2))}
-    problem = _corner_problem(target, packing, dataset, corners)
+    corners = corner_batches(config.model, batch_dim)
+    problem = ort_probe.corner_problem(
+        target, {c: packing.pack(dataset.corner_feeds(c, b)) for c, b in corners.items()}
+    )
     if problem:
         raise StageError(f"onnx-packed: the packed graph does not run at the recipe's shapes: {problem}")
     real, padded = zip(*(packing.example_count(f) for f in samples), strict=True)
@@ -193,13 +171,14 @@ def _fp16(ctx: RunContext, cfg: Fp16Export, model: onnx.ModelProto, fp32: dict) 
     """The packed graph in float16, converted as the plain FP16 graph is (pipeline/stages/fp16.py)."""
     ctx.report("onnx-packed: converting the packed graph to float16")
     converted = convert(model, cfg)
-    if onnx_tools.fp16_node_share(converted) == 0:
+    share = onnx_tools.fp16_node_share(converted)
+    if share == 0:
         raise StageError("onnx-packed: no node of the FP16 packed graph computes in float16")
     target = ctx.path(FP16.file)
     onnx_tools.save(converted, target)
     details = {
         **{k: fp32[k] for k in ("packing", WEIGHTS, "real_token_share")},
-        "fp16_node_share": onnx_tools.fp16_node_share(converted),
+        "fp16_node_share": share,
         "onnxruntime_cpu": onnxruntime_check(target),
     }
     return Output(FP16.file, FP16.format, FP16.name, "fp16", details)

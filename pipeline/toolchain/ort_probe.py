@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 from pipeline.core.children import child_env, exit_text, popen_tied
 
@@ -54,3 +56,25 @@ def load_problem(path: Path, timeout_s: float = TIMEOUT_S, feeds: tuple[Path, ..
     if proc.returncode == 1 and lines:
         return lines[-1]
     raise Crashed(f"ONNX Runtime crashed loading {path.name} ({exit_text(proc.returncode)})")
+
+
+def corner_problem(path: Path, feeds: dict[str, dict[str, Any]]) -> str | None:
+    """Why the graph at `path` does not run at each named set of feeds (the recipe's corners), or None; in a
+    child, as load_problem. Only the feeds the graph declares as inputs are passed. A crash is the reason."""
+    import numpy as np
+    import onnx
+
+    names = {i.name for i in onnx.load(str(path), load_external_data=False).graph.input}
+    with tempfile.TemporaryDirectory(prefix="onnx-corners-") as tmp:
+        folders = []
+        for corner, values in feeds.items():
+            folders.append(Path(tmp) / corner)
+            folders[-1].mkdir()
+            for name, value in values.items():
+                if name in names:
+                    np.save(folders[-1] / f"{name}.npy", value)
+        try:
+            problem = load_problem(path, feeds=tuple(folders))
+        except Crashed as exc:
+            return str(exc)
+    return f"at the min or max shape: {problem}" if problem else None
