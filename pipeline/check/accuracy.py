@@ -212,9 +212,13 @@ def on_real_tokens(value: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
     return value if keep is None else np.where(keep, value, 0)
 
 
-def real_tokens(mask: np.ndarray | None, padding_value: int = 0) -> np.ndarray | None:
-    """The padding mask as 1 on real tokens and 0 on padding, whichever value the recipe's mask uses for padding
-    (validation.padding_value): every check below reads `mask != 0` as real."""
+def real_tokens(
+    feeds: Mapping[str, np.ndarray], mask_input: str | None, padding_value: int = 0
+) -> np.ndarray | None:
+    """The batch's padding mask (validation.padding_mask) as 1 on real tokens and 0 on padding, whichever value
+    the recipe's mask uses for padding (validation.padding_value): every check below reads `mask != 0` as real.
+    None where masking is off or the batch has no such input."""
+    mask = feeds.get(mask_input) if mask_input else None
     if mask is None:
         return None
     return (np.asarray(mask) != padding_value).astype(np.int8)

@@ -122,12 +122,7 @@ class Mixes:
         largest share of its tolerance any required check uses."""
         accuracy = ArtifactAccuracy(VARIANT, "int8", self.runner(path, path.stem).runtime)
         feeds = self.feeds[:batches]
-        masks = [
-            real_tokens(f.get(self.config.padding_mask), self.config.padding_value)
-            if self.config.padding_mask
-            else None
-            for f in feeds
-        ]
+        masks = [real_tokens(f, self.config.padding_mask, self.config.padding_value) for f in feeds]
         evaluate(
             accuracy,
             {"calibration": self.reference[:batches]},

@@ -158,12 +158,10 @@ def padding_masks(cfg: ValidationConfig, batches: list[Batch]) -> dict[str, list
     per-token outputs are judged on real tokens only."""
     grouped: dict[str, list[np.ndarray | None]] = {}
     for batch in batches:
-        grouped.setdefault(batch.inputs, []).append(_real_tokens(cfg, batch.feeds))
+        grouped.setdefault(batch.inputs, []).append(
+            real_tokens(batch.feeds, cfg.padding_mask, cfg.padding_value)
+        )
     return grouped
-
-
-def _real_tokens(cfg: ValidationConfig, feeds: dict[str, np.ndarray]) -> np.ndarray | None:
-    return real_tokens(feeds.get(cfg.padding_mask), cfg.padding_value) if cfg.padding_mask else None
 
 
 def coverage_warnings(cfg: ValidationConfig, dims: dict[str, DimRange]) -> list[str]:
@@ -312,7 +310,7 @@ def validate_on(
         cfg.neighbours_k,
     )
     try:
-        masks = [_real_tokens(cfg, b.feeds) for b in batches]
+        masks = [real_tokens(b.feeds, cfg.padding_mask, cfg.padding_value) for b in batches]
         accuracy.details["polygraphy"] = polygraphy_verdict(
             reference, actual, config.runners.outputs, tolerance, masks
         )
