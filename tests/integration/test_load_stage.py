@@ -9,14 +9,14 @@ import json
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from pipeline.check.served import served_rates
-from tests.integration.test_deploy_cli import ROOT, TINY, cli
+from tests.integration.test_deploy_cli import TINY, cli
+from tests.serve_process import start_serve, winner_outputs
 
 pytest.importorskip("mlperf_loadgen", reason="the load extra: pip install 'deploy-pipeline[load]'")
 
@@ -81,24 +81,10 @@ def test_serve_answers_http_with_the_winners_outputs_and_stops_clean(served: Pat
     import numpy as np
     import tritonclient.http as http
 
-    from pipeline.recipe.loader import load
-    from pipeline.release.serve import winner_runner
-
     root = served.parents[1]
     before = _triton_pids()
-    command = [sys.executable, "-m", "pipeline", "serve", str(TINY), "--set", f"output.root={root}"]
-    command += ["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]
-    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server, lines, port = start_serve(TINY, root)
     try:
-        lines = []
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            line = server.stdout.readline()
-            lines.append(line)
-            if line.startswith("ready:") or not line:
-                break
-        assert lines[-1].startswith("ready:"), "".join(lines)
-        port = int(lines[-1].split("http://127.0.0.1:")[1].split()[0])
         winner = json.loads((served / "winner.json").read_text())
         assert f"serving tiny v0001: {winner['artifact']} on {winner['runtime']}" in "".join(lines)
         feeds = {
@@ -112,10 +98,7 @@ def test_serve_answers_http_with_the_winners_outputs_and_stops_clean(served: Pat
             tensor.set_data_from_numpy(array)
             inputs.append(tensor)
         answer = client.infer("tiny", inputs)
-        runner = winner_runner(load(served / "recipe.yaml").recipe, served).runner
-        runner.activate()
-        expected = runner.infer(feeds)
-        runner.deactivate()
+        expected = winner_outputs(served, feeds)
         assert set(expected) == {"hidden", "pooled"}
         for name, array in expected.items():
             np.testing.assert_allclose(answer.as_numpy(name), array, rtol=1e-5, atol=1e-6)

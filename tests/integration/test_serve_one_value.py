@@ -6,15 +6,13 @@ model behind a real Triton server (PyTriton) that loads it and answers [batch, 1
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.integration.test_deploy_cli import ROOT, cli
+from tests.integration.test_deploy_cli import cli
+from tests.serve_process import start_serve, winner_outputs
 
 RECIPE = """
 name: labeller
@@ -107,33 +105,11 @@ def test_serve_loads_it_and_answers_batch_by_1(deployed: tuple[Path, Path]) -> N
     pytest.importorskip("pytriton", reason="the serve extra: pip install 'deploy-pipeline[serve]'")
     import tritonclient.http as http
 
-    from pipeline.recipe.loader import load
-    from pipeline.release.serve import winner_runner
-
     recipe, version = deployed
     promoted = cli("promote", str(recipe), "v0001", root=version.parents[1])
     assert promoted.returncode == 0, promoted.stderr
-    command = [
-        sys.executable,
-        "-m",
-        "pipeline",
-        "serve",
-        str(recipe),
-        "--set",
-        f"output.root={version.parents[1]}",
-    ]
-    command += ["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]
-    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server, _, port = start_serve(recipe, version.parents[1])
     try:
-        lines = []
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            line = server.stdout.readline()
-            lines.append(line)
-            if line.startswith("ready:") or not line:
-                break
-        assert lines[-1].startswith("ready:"), "".join(lines)
-        port = int(lines[-1].split("http://127.0.0.1:")[1].split()[0])
         rng = np.random.default_rng(1)
         feeds = {
             "x": rng.standard_normal((2, 8)).astype(np.float32),
@@ -149,10 +125,7 @@ def test_serve_loads_it_and_answers_batch_by_1(deployed: tuple[Path, Path]) -> N
         answer = client.infer("labeller", inputs)
         config = client.get_model_config("labeller")
         assert {o["name"]: o["dims"] for o in config["output"]}["label"] == [1]
-        runner = winner_runner(load(version / "recipe.yaml").recipe, version).runner
-        runner.activate()
-        expected = runner.infer(feeds)
-        runner.deactivate()
+        expected = winner_outputs(version, feeds)
         assert expected["label"].shape == (2,)
         assert answer.as_numpy("label").shape == (2, 1)
         np.testing.assert_array_equal(answer.as_numpy("label")[:, 0], expected["label"])
