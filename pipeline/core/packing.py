@@ -21,6 +21,13 @@ rest as they are) plus:
 
 A row without a real token keeps its first position, so that every row has a token and no softmax is empty;
 the mask the graph pools with is the caller's, so the pooled value of that row is what the padded model gives.
+
+A graph whose attention is a variable-length kernel (`attention: varlen`, FlashAttention's varlen form on a GPU)
+needs no grids: it reads each sentence's span from `pack_cu` `[batch + 2]` (int32), the running count of tokens
+at each sentence's start, then the row's end. The row is padded with filler tokens up to a multiple of `bucket`,
+which form one last sentence of their own (no real token attends to them, nor they to one): a CUDA graph
+captured for one row length then serves every batch whose real tokens round to it. `pack_layout` points padded
+slots past the filler, to the zero row.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.core.length_groups import plan_groups
+
+FLASH_VARLEN = "FlashAttention varlen (CUDA)"  # a packed program's attention, when traced for a CUDA device
 
 
 def grid_names(groups: int) -> list[str]:
@@ -50,10 +59,15 @@ class Packing:
     position_input: str | None = None
     groups: int = 4
     overhead: int = 512
+    attention: str = "grids"  # grids | varlen (see the module docstring)
+    bucket: int = 64  # varlen: the packed row's length rounds up to a multiple of this
+    longest: int = 0  # varlen: the longest sentence the graph takes (the kernel's bound on a span)
 
     def extra_inputs(self) -> list[str]:
         """The graph's inputs after the recipe's, in order."""
         positions = [] if self.position_input else ["pack_positions"]
+        if self.attention == "varlen":
+            return [*positions, "pack_layout", "pack_cu"]
         return [*positions, "pack_layout", "pack_tokens", *grid_names(self.groups)]
 
     def to_json(self) -> dict[str, object]:
@@ -65,6 +79,9 @@ class Packing:
             "position_input": self.position_input,
             "groups": self.groups,
             "overhead": self.overhead,
+            "attention": self.attention,
+            "bucket": self.bucket,
+            "longest": self.longest,
         }
 
     @classmethod
@@ -77,6 +94,9 @@ class Packing:
             position_input=data.get("position_input"),  # type: ignore[arg-type]
             groups=int(data.get("groups", 1)),  # type: ignore[arg-type]
             overhead=int(data.get("overhead", 512)),  # type: ignore[arg-type]
+            attention=str(data.get("attention", "grids")),
+            bucket=int(data.get("bucket", 64)),  # type: ignore[arg-type]
+            longest=int(data.get("longest", 0)),  # type: ignore[arg-type]
         )
 
     def pack(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -97,6 +117,8 @@ class Packing:
         if self.position_input is None:
             positions = cols if self.positions == "column" else self.offset + rank
             packed["pack_positions"] = positions.astype(np.int64)[None]
+        if self.attention == "varlen":
+            return self._varlen(packed, rows, cols, counts)
         layout = np.full(real.shape, tokens, dtype=np.int64)
         layout[rows, cols] = np.arange(tokens)
         packed["pack_layout"] = layout
@@ -125,7 +147,32 @@ class Packing:
         packed["pack_tokens"] = place
         return packed
 
+    def _varlen(
+        self, packed: dict[str, np.ndarray], rows: np.ndarray, cols: np.ndarray, counts: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """The varlen feeds: the row padded with filler to a multiple of `bucket` (at least one filler token,
+        so that the filler is a span of its own), the spans' starts, and the layout past the filler."""
+        tokens = len(rows)
+        length = -(-(tokens + 1) // self.bucket) * self.bucket
+        for name in [*self.per_token, "pack_positions"]:
+            if name in packed and name != self.mask:
+                row = packed[name]
+                packed[name] = np.concatenate([row, np.zeros((1, length - tokens), dtype=row.dtype)], axis=1)
+        layout = np.full(packed[self.mask].shape, length, dtype=np.int64)
+        layout[rows, cols] = np.arange(tokens)
+        packed["pack_layout"] = layout
+        packed["pack_cu"] = np.concatenate([[0], np.cumsum(counts), [length]]).astype(np.int32)
+        return packed
+
     def example_count(self, feeds: dict[str, np.ndarray]) -> tuple[int, int]:
         """(real tokens, padded tokens) of a batch: what packing saves, for the reports."""
         mask = np.asarray(feeds[self.mask])
         return int((mask != 0).sum()), int(mask.size)
+
+
+def run_details(packing: Packing, feeds: dict[str, np.ndarray], io: str) -> dict[str, object]:
+    """What a packed runner's row says about its batch: how many tokens were real, and when it was packed
+    (host I/O: on every call, as a server packs each batch it forms; device I/O: once, when staged)."""
+    real, padded = packing.example_count(feeds)
+    when = "on every call" if io == "host" else "once, when the inputs are staged on the GPU"
+    return {"real_tokens": real, "padded_tokens": padded, "packed": when}

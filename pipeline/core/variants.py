@@ -15,7 +15,16 @@ REFERENCE = "torch-fp32"  # the eager PyTorch FP32 model every artifact is compa
 PLAIN_EXPORTS = ("onnx-fp32", "torchscript-fp32")  # what a release manager sets any winner's cost against
 # artifact kinds, as manifest.json says; a packed graph takes packed feeds (pipeline/core/packing.py), so it is
 # a kind of its own: nothing that feeds an ONNX graph the recipe's inputs may take it for one
-FORMATS = ("torchscript", "onnx", "onnx-packed", "engine", "exported", "aoti")
+FORMATS = (
+    "torchscript",
+    "onnx",
+    "onnx-packed",
+    "engine",
+    "exported",
+    "aoti",
+    "exported-packed",
+    "aoti-packed",
+)
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 ENGINE_FLAVOURS = ("tensorrt", "tensorrt-rtx")
 VARIANTS = (
@@ -44,6 +53,8 @@ VARIANTS = (
     "aoti-fp32",  # AOTInductor package compiled for the deploy host's device
     "aoti-fp16",
     "aoti-bf16",
+    "exported-packed-fp16",  # packed tokens, variable-length attention (FlashAttention's on a GPU)
+    "aoti-packed-fp16",
 )
 _ENGINE_PREFIXES = ("engine", *ENGINE_FLAVOURS)
 DYNAMIC = (
@@ -86,6 +97,10 @@ class Variant:
             return (
                 "model.exported.pt2" if self.precision == "fp32" else f"model.exported.{self.precision}.pt2"
             )
+        if self.format == "exported-packed":
+            return f"model.exported.packed.{self.precision}.pt2"
+        if self.format == "aoti-packed":
+            return f"model.aoti.packed.{self.precision}.pt2"
         return f"model.aoti.{self.precision}.pt2"
 
     @property
@@ -105,7 +120,14 @@ class Variant:
             return "onnx-packed-fp32"
         if self.format == "aoti":
             return f"exported-{self.precision}"
+        if self.format == "aoti-packed":
+            return f"exported-packed-{self.precision}"
         return None
+
+    @property
+    def packed(self) -> bool:
+        """It takes a batch packed on the host (pipeline/core/packing.py), not the recipe's padded feeds."""
+        return self.format.endswith("-packed")
 
     @property
     def transformations(self) -> int:

@@ -23,7 +23,8 @@ from torch import nn
 from pipeline.core.packing import Packing, grid_names
 from pipeline.inputs.models import Bound, SentenceEncoder, mean_pool, pick_outputs
 
-ATTENTION = "pipeline_packed"  # the name the packed attention is registered under in transformers
+ATTENTION = "pipeline_packed"  # the names the packed attentions are registered under in transformers
+VARLEN = "pipeline_varlen"
 
 
 def packed_attention(
@@ -68,6 +69,47 @@ def packed_attention(
     return out.transpose(0, 1).unsqueeze(0), None
 
 
+def varlen_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    pack_cu: torch.Tensor | None = None,
+    pack_longest: int = 0,
+    **_: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention interface over a packed row whose sentences are spans (`pack_cu`): on a CUDA
+    device FlashAttention's variable-length kernel (ATen's own, so that torch.export and AOTInductor keep it as
+    one call); elsewhere the same spans as a block-diagonal mask, for hosts without the kernel. Which one is
+    decided when the model is traced, by the device it is traced on."""
+    if pack_cu is None or not pack_longest:
+        raise RuntimeError("varlen attention called without the packing inputs (pack_cu, the longest span)")
+    causal = bool(getattr(module, "is_causal", False))
+    heads, dim = query.shape[1], query.shape[3]
+    scale = scaling if scaling is not None else dim**-0.5
+    q, k, v = (t[0].transpose(0, 1).contiguous() for t in (query, key, value))  # [tokens, heads, dim]
+    if q.is_cuda:
+        out = torch.ops.aten._flash_attention_forward(
+            q, k, v, pack_cu, pack_cu, pack_longest, pack_longest, 0.0, causal, False, scale=scale
+        )[0]
+        return out.unsqueeze(0), None
+    if k.shape[1] != heads:  # grouped-query attention: the kernel takes it as it is, the mask path does not
+        k = k.repeat_interleave(heads // k.shape[1], dim=1)
+        v = v.repeat_interleave(heads // v.shape[1], dim=1)
+    place = torch.arange(q.shape[0], device=q.device)
+    span = torch.searchsorted(pack_cu[1:].to(place.dtype), place, right=True)
+    allowed = span[:, None] == span[None, :]
+    if causal:
+        allowed = allowed & (place[:, None] >= place[None, :])
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=allowed, scale=scale
+    )  # [heads, tokens, dim]
+    return out.transpose(0, 1).unsqueeze(0), None
+
+
 def padding_bias(grid: torch.Tensor, tokens: int | torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """A grid's additive attention bias, `[1, sentences, 1, length]`: the dtype's lowest value on the slots that
     hold no token (computed once per call, not once per layer)."""
@@ -78,6 +120,7 @@ def _register() -> None:
     from transformers import AttentionInterface
 
     AttentionInterface.register(ATTENTION, packed_attention)
+    AttentionInterface.register(VARLEN, varlen_attention)
 
 
 def transformer_of(module: nn.Module) -> nn.Module | None:
@@ -164,13 +207,16 @@ class PackedModel(nn.Module):
         kwargs = {n: given[n] for n in self.input_names if n != self.packing.mask}
         if not self.packing.position_input:
             kwargs["position_ids"] = given["pack_positions"]
-        grids = tuple(given[name] for name in grid_names(self.packing.groups))
         model = transformer_of(self.module)
         assert model is not None
-        tokens = given["pack_tokens"].shape[0]
-        dtype = next(model.parameters()).dtype
-        biases = tuple(padding_bias(grid, tokens, dtype) for grid in grids)
-        raw = model(**kwargs, pack_grids=grids, pack_biases=biases, pack_tokens=given["pack_tokens"])
+        if self.packing.attention == "varlen":
+            raw = model(**kwargs, pack_cu=given["pack_cu"], pack_longest=self.packing.longest)
+        else:
+            grids = tuple(given[name] for name in grid_names(self.packing.groups))
+            tokens = given["pack_tokens"].shape[0]
+            dtype = next(model.parameters()).dtype
+            biases = tuple(padding_bias(grid, tokens, dtype) for grid in grids)
+            raw = model(**kwargs, pack_grids=grids, pack_biases=biases, pack_tokens=given["pack_tokens"])
         layout = given["pack_layout"].reshape(-1)
 
         def unpacked(x: torch.Tensor) -> torch.Tensor:  # [1, T, ...] -> [B, S, ...], zero at padding
@@ -187,14 +233,14 @@ class PackedModel(nn.Module):
 
 
 @contextlib.contextmanager
-def packed_attention_on(module: nn.Module) -> Iterator[None]:
-    """The model's attention switched to the packed one while the block runs (tracing bakes it into the graph),
+def packed_attention_on(module: nn.Module, packing: Packing) -> Iterator[None]:
+    """The model's attention switched to the packing's while the block runs (tracing bakes it into the graph),
     and back after: the same module serves the padded reference in this process."""
     model = transformer_of(module)
     assert model is not None
     _register()
     before = model.config._attn_implementation
-    model.set_attn_implementation(ATTENTION)
+    model.set_attn_implementation(VARLEN if packing.attention == "varlen" else ATTENTION)
     try:
         yield
     finally:
@@ -208,7 +254,7 @@ def check_exact(
     None. Tolerance: FP32 rounding of a reordered sum, 1e-4 relative to the output's scale."""
     padded = module(*(torch.from_numpy(feeds[n]) for n in packed.input_names))
     packed_feeds = packing.pack(feeds)
-    with packed_attention_on(module):
+    with packed_attention_on(module, packing):
         got = packed(*(torch.from_numpy(packed_feeds[n]) for n in packed.graph_inputs()))
     real = torch.from_numpy(feeds[packing.mask] != 0)
     for name, want, have in zip(packed.outputs, padded, got, strict=True):

@@ -204,11 +204,14 @@ def _range_problems(i: int, spec: InputSpec) -> list[tuple[str, str]]:
 def _runtime_problems(recipe: Recipe) -> list[tuple[str, str]]:
     padding, problems = recipe.runtime.padding, []
     if padding is None:
-        for i, name in enumerate(recipe.variants.build):
-            if name.startswith("onnx-packed-"):
+        listed = [("build", recipe.variants.build), ("gpu", recipe.variants.gpu)]
+        for key, names in listed:
+            for i, name in enumerate(names):
+                if "-packed-" not in name:
+                    continue
                 problems.append(
                     (
-                        f"variants.build[{i}]",
+                        f"variants.{key}[{i}]",
                         f"{name} packs each batch's real tokens: it needs runtime.padding (the mask input "
                         "and the per-token outputs)",
                     )

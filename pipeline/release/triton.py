@@ -100,10 +100,10 @@ def signature_source(entry: dict[str, Any], artifacts: list[dict[str, Any]]) -> 
 def unservable(entry: dict[str, Any] | None, source: dict[str, Any] | None) -> str | None:
     if entry is None:
         return "the winner is not among the version's artifacts"
-    if entry["kind"] == "onnx-packed":
+    if entry["kind"].endswith("-packed"):
         return (
-            "a packed graph takes a batch packed on the host (pipeline/core/packing.py), which Triton's ONNX "
-            "Runtime backend does not do: serve onnx-fp32, or run the packed graph in process"
+            "a packed graph takes a batch packed on the host (pipeline/core/packing.py), which Triton's "
+            "backends do not do: serve onnx-fp32, or run the packed graph in process"
         )
     if entry["kind"] not in PLATFORMS:
         return f"Triton has no backend for a {entry['kind']} artifact"

@@ -5,7 +5,6 @@ this and nothing else; every line of it is backed by the sections below."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -119,13 +118,31 @@ def load_snippet(header: Dict, winner: Dict, names: list[str]) -> str | None:
         )
     if kind == "onnx-packed":
         provider = "CUDAExecutionProvider" if "cuda" in str(winner.get("runtime")) else "CPUExecutionProvider"
-        layout = json.dumps((entry.get("details") or {}).get("packing") or {})
+        layout = repr((entry.get("details") or {}).get("packing") or {})  # a Python literal
         return (
             "import onnxruntime as ort\n"
             "from pipeline.core.packing import Packing  # the batch layout the packed graph takes\n"
             f"packing = Packing.from_json({layout})\n"
             f'session = ort.InferenceSession("{file}", providers=["{provider}"])\n'
             f"outputs = session.run(None, packing.pack({{{feeds}}}))"
+        )
+    if kind in ("exported-packed", "aoti-packed"):
+        details = entry.get("details") or {}
+        layout = repr(details.get("packing") or {})
+        device = "cuda" if details.get("device") == "cuda" else "cpu"
+        load = (
+            f'torch.export.load("{file}").module()'
+            if kind == "exported-packed"
+            else f'torch._inductor.aoti_load_package("{file}")'
+        )
+        return (
+            "import torch\n"
+            "from pipeline.core.packing import Packing  # the batch layout the packed program takes\n"
+            f"packing = Packing.from_json({layout})\n"
+            f"model = {load}\n"
+            f"packed = packing.pack({{{feeds}}})\n"
+            f"order = {names!r} + packing.extra_inputs()\n"
+            f'outputs = model(*(torch.from_numpy(packed[n]).to("{device}") for n in order))'
         )
     if kind == "torchscript":
         return f'import torch\nmodel = torch.jit.load("{file}")\noutputs = model({call})'

@@ -19,6 +19,7 @@ from pipeline.stages import (
     benchmark,
     export_onnx,
     export_packed,
+    export_packed_pt2,
     export_pt2,
     export_torchscript,
     fp16,
@@ -43,6 +44,7 @@ BUILDS: dict[str, BuildFactory] = {
     # instead of beside validation; after the TorchScript export, whose eager checks on all CPU threads the
     # compile's parallel phase would slow; TensorRT builds wait for it (placed alone: they time tactics)
     "export_pt2": export_pt2.stages,
+    "export_packed_pt2": export_packed_pt2.stages,
     "export_onnx": export_onnx.stages,
     "export_packed": export_packed.stages,
     "fp16": fp16.stages,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pipeline.core.packing import Packing
+from pipeline.core.packing import Packing, run_details
 from pipeline.core.runtimes import Runtime
 from pipeline.runners.base import Family, Feeds, NotRunnable, Runner
 from pipeline.runners.loaders import SessionFromPath
@@ -51,12 +51,7 @@ class PackedOnnxRunner(OnnxRuntimeRunner):
     def prepare_impl(self, feeds: Feeds) -> None:
         super().prepare_impl(feeds)
         self._padded = feeds
-        real, padded = self.packing.example_count(feeds)
-        self.details["packing"] = {
-            "real_tokens": real,
-            "padded_tokens": padded,
-            "packed": "on every call" if self.io == "host" else "once, when the inputs are staged on the GPU",
-        }
+        self.details["packing"] = run_details(self.packing, feeds, self.io)
 
     def infer_prepared_impl(self) -> None:
         if self.io == "host":

@@ -7,6 +7,11 @@
   `torch-aoti-cuda-bucketed` (padding-aware, runtime.padding), `torch-aoti-cuda-graph` (explicit capture per
   shape, runtime.cuda_graphs) and `torch-aoti-cuda-graph-bucketed` (both).
 - `torch-cpu-bucketed`: the exported program, padding-aware, on the CPU.
+- `exported-packed-<p>` and `aoti-packed-<p>` (packed tokens, pipeline/stages/export_packed_pt2.py) run in the
+  same runtimes but the padding-aware ones (a packed batch has no padding left to trim): the runner packs the
+  recipe's feeds (pipeline/core/packing.py) on the host where it turns them into tensors, so with host I/O on
+  every call, and with device I/O once, when the inputs are staged on the GPU, as the packed ONNX runners do.
+  A program traced with the CUDA-only varlen kernel runs on CUDA only.
 
 Every mode is a runtime of its own, so that validation and the benchmark see each as a separate
 (artifact, runtime) pair. Compilation and graph capture happen in prepare(), outside the timed windows; the
@@ -23,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pipeline.core import host
+from pipeline.core.packing import FLASH_VARLEN, Packing, run_details
 from pipeline.core.runtimes import Runtime
 from pipeline.runners.base import Family, Feeds, NotRunnable, Runner
 from pipeline.runners.bucketing import Bucketing, Group, plan_key
@@ -33,6 +39,7 @@ from pipeline.runners.loaders import AotiPackageFromPath, ExportedProgramFromPat
 if TYPE_CHECKING:
     from pipeline.core.artifacts import ArtifactRecord
     from pipeline.inputs.specs import RunnerSettings
+    from pipeline.recipe import PaddingConfig
 
 Loader = Callable[[], Callable[..., Any]]
 CUDAGRAPH_MODES = frozenset({"reduce-overhead", "max-autotune"})
@@ -55,8 +62,10 @@ class Pt2Runner(Runner):
         compile_mode: str | None = None,
         bucketing: Bucketing | None = None,
         threads: int | None = None,
+        packing: Packing | None = None,
     ):
         self.artifact, self.runtime, self.io, self.device = artifact, runtime, io, device
+        self.packing = packing
         self._load, self._inputs, self._outputs, self._threads = load, inputs, outputs, threads
         self.compile_mode, self.bucketing = compile_mode, bucketing
         self.cuda_graph = cuda_graph or compile_mode in CUDAGRAPH_MODES
@@ -155,6 +164,8 @@ class Pt2Runner(Runner):
         self.details["prepare_s"][shape] = round(time.perf_counter() - started, 3)
         if self.bucketing is not None and self.bucketing.last_plan is not None:
             self.details["padding"] = dict(self.bucketing.last_plan)
+        if self.packing is not None:
+            self.details["packing"] = run_details(self.packing, feeds, self.io)
 
     def infer_prepared_impl(self) -> None:
         if self._replay is not None:  # the inputs are the captured graph's own buffers: one replay
@@ -205,6 +216,8 @@ class Pt2Runner(Runner):
     def _tensors(self, feeds: Feeds) -> list[Any]:
         import torch
 
+        if self.packing is not None:
+            feeds = self.packing.pack(feeds)
         missing = [name for name in self._inputs if name not in feeds]
         if missing:
             raise KeyError(f"{self.artifact}: feeds lack input(s) {missing} (got {sorted(feeds)})")
@@ -227,15 +240,29 @@ def _runner(
     io: str,
     **mode: Any,
 ) -> Pt2Runner:
-    """A runner of this artifact with the recipe's input and output names; `mode` as Pt2Runner takes it."""
-    names, outputs = settings.input_names, list(settings.outputs)
-    return Pt2Runner(artifact.name, runtime, load, names, outputs, device, io, **mode)
+    """A runner of this artifact with its input names (the recipe's, then the packing's for a packed artifact)
+    and the recipe's output names; `mode` as Pt2Runner takes it."""
+    packing = packing_of(artifact)
+    names, outputs = list(settings.input_names), list(settings.outputs)
+    if packing is not None:
+        names += packing.extra_inputs()
+    return Pt2Runner(artifact.name, runtime, load, names, outputs, device, io, packing=packing, **mode)
+
+
+def _padding(artifact: ArtifactRecord, settings: RunnerSettings) -> PaddingConfig | None:
+    """The padding-aware runs' settings, None for a packed artifact: its batches hold no padding to trim."""
+    return None if packing_of(artifact) else settings.runtime.padding
+
+
+def packing_of(artifact: ArtifactRecord) -> Packing | None:
+    found = artifact.details.get("packing")
+    return Packing.from_json(found) if isinstance(found, dict) else None
 
 
 def exported_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Pt2Runner]:
     """On a CUDA host: eager on the GPU plus one torch.compile runtime per mode; else eager on the CPU (and
     padding-aware, when the recipe configures it)."""
-    padding = settings.runtime.padding
+    padding = _padding(artifact, settings)
     if not host.has_cuda():
         load = ExportedProgramFromPath(artifact.path, "cpu")
         runners = [_runner(artifact, settings, "torch-cpu", load, "cpu", "host", threads=settings.threads)]
@@ -264,7 +291,7 @@ def exported_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list
 
 def aoti_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Pt2Runner] | NotRunnable:
     """The package runs on the device it was compiled for; on CUDA in plain, graph and bucketed modes."""
-    runtime = settings.runtime
+    runtime, padding = settings.runtime, _padding(artifact, settings)
     device = artifact.details.get("device", "cpu")
     if device == "cpu":
         load = AotiPackageFromPath(artifact.path, single_threaded=False, device="cpu")
@@ -275,8 +302,8 @@ def aoti_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Pt2
         )
     plain = AotiPackageFromPath(artifact.path, single_threaded=False, device=device)
     runners = [_runner(artifact, settings, "torch-aoti-cuda", plain, "cuda", io) for io in ("host", "device")]
-    if runtime.padding is not None:
-        bucketing = Bucketing(runtime.padding, settings)
+    if padding is not None:
+        bucketing = Bucketing(padding, settings)
         runners.append(
             _runner(
                 artifact, settings, "torch-aoti-cuda-bucketed", plain, "cuda", "device", bucketing=bucketing
@@ -289,8 +316,8 @@ def aoti_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Pt2
                 artifact, settings, "torch-aoti-cuda-graph", capturable, "cuda", "device", cuda_graph=True
             )
         )
-        if runtime.padding is not None:
-            bucketing = Bucketing(runtime.padding, settings)
+        if padding is not None:
+            bucketing = Bucketing(padding, settings)
             runners.append(
                 _runner(
                     artifact,
@@ -307,7 +334,9 @@ def aoti_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Pt2
 
 
 def pt2_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Runner] | NotRunnable:
-    if artifact.kind == "exported":
+    if artifact.details.get("attention") == FLASH_VARLEN and not host.has_cuda():
+        return NotRunnable(artifact.name, f"traced with {FLASH_VARLEN}, a CUDA kernel; no CUDA GPU here")
+    if artifact.kind in ("exported", "exported-packed"):
         return list(exported_runners(artifact, settings))
     found = aoti_runners(artifact, settings)
     return found if isinstance(found, NotRunnable) else list(found)
@@ -339,4 +368,6 @@ RUNTIMES = (
     Runtime("torch-aoti-cuda-graph-bucketed", "cuda", ("device",), package="torch"),
 )
 # exported: a torch.export ExportedProgram (.pt2); aoti: an AOTInductor package (.pt2), compiled for one device
-FAMILY = Family(kinds=("exported", "aoti"), runtimes=RUNTIMES, runners=pt2_runners)
+FAMILY = Family(
+    kinds=("exported", "aoti", "exported-packed", "aoti-packed"), runtimes=RUNTIMES, runners=pt2_runners
+)

@@ -61,17 +61,17 @@ class PackedExportConfig(StageConfig):
         )
 
 
-def packing_of(config: PackedExportConfig, module: torch.nn.Module) -> Packing:
+def packing_of(model: ModelSpec, padding: PaddingConfig, data: DataSpec, module: torch.nn.Module) -> Packing:
     """The layout this recipe's batches pack into: the mask, the inputs with a sequence axis, the positions."""
-    spec, mask = config.model, config.padding.mask_input
-    seq = config.data.sequence_dim
+    mask, seq = padding.mask_input, data.sequence_dim
     per_token = tuple(
-        s.name for s in spec.inputs if len(s.shape) > 1 and s.shape[1] == seq and s.name != mask
+        s.name for s in model.inputs if len(s.shape) > 1 and s.shape[1] == seq and s.name != mask
     )
     rule, offset = position_rule(module)
     position_input = "position_ids" if "position_ids" in per_token else None
-    pad = config.padding
-    return Packing(mask, per_token, rule, offset, position_input, pad.max_groups, pad.group_overhead_tokens)
+    return Packing(
+        mask, per_token, rule, offset, position_input, padding.max_groups, padding.group_overhead_tokens
+    )
 
 
 def _dynamic_axes(packing: Packing, config: PackedExportConfig) -> dict[str, dict[int, str]]:
@@ -112,7 +112,7 @@ def _run(ctx: RunContext, config: PackedExportConfig, inputs: dict[str, Artifact
     loaded = ctx.model(config.model)
     module, dataset = loaded.module, ctx.dataset(config.data)
     outputs, per_token = list(config.model.outputs), list(config.padding.per_token_outputs)
-    packing = packing_of(config, module)
+    packing = packing_of(config.model, config.padding, config.data, module)
     seq = config.data.sequence_dim
     longest = config.model.dims[seq].max if seq in config.model.dims else None
     why = why_not_packable(module, packing, outputs, per_token, longest)
@@ -133,7 +133,11 @@ def _run(ctx: RunContext, config: PackedExportConfig, inputs: dict[str, Artifact
                 )
     target = ctx.path(FP32.file)
     ctx.report("onnx-packed: exporting the packed model")
-    with captured(ctx.path("logs/export_packed.log")), packed_attention_on(module), torch.inference_mode():
+    with (
+        captured(ctx.path("logs/export_packed.log")),
+        packed_attention_on(module, packing),
+        torch.inference_mode(),
+    ):
         try:
             _export(packed, samples[0], config, target)
         except Exception as exc:  # noqa: BLE001 - the exporter's failure is this variant's, with its reason

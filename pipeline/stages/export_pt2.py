@@ -168,14 +168,14 @@ def export_program(
     }
     if config.fuse_projections:
         try:
-            program, details["fused_projections"] = _fused(program, example, dynamic)
+            program, details["fused_projections"] = fuse_program(program, example, dynamic)
         except Exception as exc:  # noqa: BLE001 - the unfused program is as correct: keep it, say why
             details["fused_projections"] = 0
             details["fuse_projections_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
     return program, details
 
 
-def _fused(
+def fuse_program(
     program: torch.export.ExportedProgram, example: tuple[torch.Tensor, ...], dynamic: tuple
 ) -> tuple[torch.export.ExportedProgram, int]:
     """The program with projections on one input fused (pipeline/toolchain/fuse_projections.py), re-exported."""
@@ -209,16 +209,31 @@ def _export(ctx: RunContext, config: ExportConfig, inputs: dict[str, ArtifactRec
 
 
 def _aoti(ctx: RunContext, config: AotiConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
-    """Compile in a child process (pipeline.toolchain.aoti_child): the stage runs in the background of the deploy."""
+    precision = config.precision
+    return compile_package(
+        ctx, config, inputs, source=parse(f"exported-{precision}"), target=parse(f"aoti-{precision}")
+    )
+
+
+def compile_package(
+    ctx: RunContext,
+    config: AotiConfig,
+    inputs: dict[str, ArtifactRecord],
+    *,
+    source: Variant,
+    target: Variant,
+) -> StageResult:
+    """Compile in a child process (pipeline.toolchain.aoti_child): the stage runs in the background of the
+    deploy. The package keeps its program's packing, which its runners need to feed it."""
     precision = config.precision
     device = target_device(config.device)
     if device == "cuda" and not host.has_cuda():
         raise RuntimeError("export.pt2.device is cuda, but this host has no CUDA GPU")
-    ctx.report(f"aoti {precision}: compiling with AOTInductor for {device}")
-    file, log = aoti_file(precision), f"logs/aoti_{precision}.log"
+    ctx.report(f"{target.name}: compiling with AOTInductor for {device}")
+    file, log = target.file or "", f"logs/{target.name.replace('-', '_')}.log"
     with tempfile.TemporaryDirectory(prefix="aoti-") as tmp:
         job = {
-            "source": str(inputs[f"exported-{precision}"].path),
+            "source": str(inputs[source.name].path),
             "target": str(ctx.path(file)),
             "device": device,
             "max_autotune": config.max_autotune,
@@ -245,8 +260,11 @@ def _aoti(ctx: RunContext, config: AotiConfig, inputs: dict[str, ArtifactRecord]
         "compile_s": outcome.result["compile_s"],
         "max_autotune": config.max_autotune,
     }
+    packing = inputs[source.name].details.get("packing")
+    if packing:
+        details |= {"packing": packing, "attention": inputs[source.name].details.get("attention")}
     return StageResult(
-        outputs=[Output(file, "aoti", f"aoti-{precision}", precision, details), Output(log, "log")],
+        outputs=[Output(file, target.format, target.name, precision, details), Output(log, "log")],
         details=details,
     )
 
@@ -256,7 +274,7 @@ def _own_lines(report: Callable[[str], None]) -> Callable[[str], None]:
     return lambda line: report(line) if line.startswith("[aoti]") else None
 
 
-def _aoti_environment(choice: str) -> Callable[[], dict[str, Any]]:
+def aoti_environment(choice: str) -> Callable[[], dict[str, Any]]:
     def environment() -> dict[str, Any]:
         device = target_device(choice)
         info = device_info(device) if device == "cpu" or host.has_cuda() else {"device": device}
@@ -290,7 +308,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
                     version=2,  # CHANGELOG.md, "Stage versions"
                     config=AotiConfig.from_recipe(recipe, precision),
                     run=_aoti,
-                    environment=_aoti_environment(recipe.export.pt2.device),
+                    environment=aoti_environment(recipe.export.pt2.device),
                     consumes=(f"exported-{precision}",),
                     produces=(f"aoti-{precision}",),
                     placement=BACKGROUND,  # half a minute or more of compiling in a child: validate goes on meanwhile

@@ -9,7 +9,16 @@ from tests.unit.runners.tiny_artifacts import record
 
 
 def test_every_runner_module_declares_its_family() -> None:
-    assert set(registry.kinds()) == {"torchscript", "onnx", "onnx-packed", "engine", "exported", "aoti"}
+    assert set(registry.kinds()) == {
+        "torchscript",
+        "onnx",
+        "onnx-packed",
+        "engine",
+        "exported",
+        "aoti",
+        "exported-packed",
+        "aoti-packed",
+    }
     declared = registry.runtimes()
     assert declared["onnxruntime-cuda"].on_gpu and not declared["onnxruntime-cpu"].on_gpu
     assert declared["tensorrt-rtx"].on_gpu  # no "-cuda" in its name, a GPU runtime all the same
