@@ -118,16 +118,19 @@ def run_job(
     timeout_s: float | None,
     report: Callable[[str], None] = print,
     cancel: threading.Event | None = None,
+    env: dict[str, str] | None = None,
 ) -> JobOutcome:
     """Run `python -m <module> JOB.json` (the job must name its `result` file), streaming output lines to
     `report`; kill it on timeout, on an exception in the waiting thread (Ctrl-C in the main thread), when
     `cancel` is set (the run stops while a background stage waits here: raises Cancelled once the child is
-    gone), and when this process dies."""
+    gone), and when this process dies. `env`: variables set for the child beside this process's own."""
     job_path = tmp / "job.json"
     job_path.write_text(json.dumps(job))
     command = [sys.executable, "-m", module, str(job_path)]
     start = time.perf_counter()
-    proc = popen_tied(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env())
+    proc = popen_tied(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env(**(env or {}))
+    )
     lines: list[str] = []
     pump = threading.Thread(target=_pump, args=(proc, lines, report), daemon=True)
     pump.start()

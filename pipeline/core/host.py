@@ -21,6 +21,15 @@ def gpu_name() -> str | None:
     return _torch_cuda()[1]
 
 
+def gpu_count() -> int:
+    """How many CUDA GPUs torch sees here (0 without one)."""
+    if not has_cuda():
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
+
+
 def has_ort_provider(provider: str) -> bool:
     """The provider is built into ONNX Runtime and a GPU is present where it needs one (onnxruntime-gpu lists
     its CUDA provider on GPU-less hosts too)."""

@@ -229,6 +229,12 @@ class BenchmarkConfig(Strict):
         "up to this long",
     )
     include_reference: bool = Field(True, description="also time the eager PyTorch reference")
+    parallel_gpus: Annotated[int, Field(ge=1, le=64)] = Field(
+        1,
+        description="time the GPU candidates on up to this many GPUs of this host at once, one process per GPU "
+        "that sees that GPU alone (CUDA_VISIBLE_DEVICES), an artifact's runtimes on one GPU; 1: on one GPU, "
+        "all interleaved. The GPUs must be alike: rows of different GPUs are compared with each other",
+    )
     profile: bool = Field(
         True,
         description="profile each timed row after its windows (kernel count, top kernels, time split, launch-, "

@@ -16,12 +16,12 @@ import contextlib
 import functools
 import gc
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline.bench import hosts
+from pipeline.bench import gpu_split, hosts
 from pipeline.bench.device import MemoryProbe, throughput
 from pipeline.bench.environment import capture_environment
 from pipeline.bench.matrix import MatrixReport, timed_batches
@@ -45,6 +45,7 @@ from pipeline.recipe import BenchmarkConfig, Recipe, ServerLoad
 from pipeline.runners.base import NotRunnable, Runner
 from pipeline.runners.compiled import release_all
 from pipeline.runners.registry import reference_runners, runners_for, runtime_environment
+from pipeline.stages import benchmark_worker
 from pipeline.stages.base import ALONE, Output, RunContext, Stage, StageConfig, StageResult
 
 SCHEMA_VERSION = 1
@@ -128,14 +129,19 @@ def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, Artifac
     policy = WindowPolicy.from_config(config.benchmark)
     artifacts = {name: record for name, record in inputs.items() if not name.startswith("report:")}
     work: MatrixReport = inputs[MATRIX].report()
-    candidates = _candidates(ctx, config, artifacts, work)
+    found = candidates(ctx, config, artifacts, work)
     not_run = list(work["not_run"]) + hosts.skipped_gpu_variants(config.gpu_only, work["gpu_host"])
-    shapes = benchmark_shapes(config.benchmark, config.data.dims, _token_lengths(ctx, config))
+    shapes = shapes_of(ctx, config)
     try:
         with frozen_heap():  # the collections after each shape walk only what the candidates made
-            results, failed = _measure_all(ctx, config, inputs, candidates, shapes, policy, work)
+            here, elsewhere = _share_out(ctx, config, inputs, found, work)
+            results, failed, measured = measure_shapes(ctx, config, here, shapes, policy, work)
+            results, failed = elsewhere.results + results, elsewhere.failed + failed
+            if ACCURACY in inputs:
+                accuracy = inputs[ACCURACY].report()
+                results = confirm_winner(ctx, config, results, accuracy, found, shapes, measured, policy)
             if config.benchmark.profile:
-                profile_rows(ctx, config, candidates, shapes, results)
+                profile_rows(ctx, config, here, shapes, results)
     finally:  # the compiled modules kept since validation (pipeline.runners.compiled)
         release_all()
         _free_memory()
@@ -145,6 +151,7 @@ def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, Artifac
             **_conditions(config, policy, shapes),
             "cuda_graphs": "per row (cuda_graph); captured outside the timed windows",
             "runtimes_timed": {**work["policy"], "not_timed": work["not_timed"]},
+            **({"parallel_gpus": elsewhere.describe()} if config.benchmark.parallel_gpus > 1 else {}),
         },
         "results": results,
         "not_run": not_run,  # artifacts this host cannot run at all
@@ -162,17 +169,19 @@ def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, Artifac
     return StageResult(outputs=[Output(REPORT, "report", "report:speed", value=report)], details=details)
 
 
-def _measure_all(
+def shapes_of(ctx: RunContext, config: BenchmarkStageConfig) -> list[BenchShape]:
+    return benchmark_shapes(config.benchmark, config.data.dims, _token_lengths(ctx, config))
+
+
+def measure_shapes(
     ctx: RunContext,
     config: BenchmarkStageConfig,
-    inputs: dict[str, ArtifactRecord],
     candidates: list[Candidate],
     shapes: list[BenchShape],
     policy: WindowPolicy,
     work: MatrixReport,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Every shape's rows and failures (the matrix's cells at that shape's batch), the would-be winner
-    confirmed."""
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[BenchShape, dict[Key, Measurement]]]:
+    """Every shape's rows and failures (the matrix's cells at that shape's batch), and the measurements."""
     results: list[dict[str, Any]] = []
     failed: list[dict[str, Any]] = []
     measured: dict[BenchShape, dict[Key, Measurement]] = {}
@@ -182,10 +191,65 @@ def _measure_all(
         rows, failures, measured[shape] = _measure_shape(ctx, config, shape, timed, policy)
         results += rows
         failed += failures
-    if ACCURACY in inputs:
-        accuracy = inputs[ACCURACY].report()
-        results = confirm_winner(ctx, config, results, accuracy, candidates, measured, policy)
-    return results, failed
+    return results, failed, measured
+
+
+@dataclass
+class Elsewhere:
+    """The cells timed by GPU workers (`benchmark.parallel_gpus`), or why none were."""
+
+    asked: int = 1
+    gpus: int = 0
+    groups: list[dict[str, Any]] = field(default_factory=list)  # per worker: its GPU and its cells
+    note: str | None = None
+    results: list[dict[str, Any]] = field(default_factory=list)
+    failed: list[dict[str, Any]] = field(default_factory=list)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "asked": self.asked,
+            "gpus_on_host": self.gpus,
+            "workers": self.groups,
+            "isolation": "one process per GPU, which sees that GPU alone (CUDA_VISIBLE_DEVICES); an artifact's "
+            "runtimes on one GPU; the CPU rows timed after the workers ended; a would-be winner that is "
+            "unstable timed again in this process beside its contenders, on one GPU",
+            **({"note": self.note} if self.note else {}),
+        }
+
+
+def _share_out(
+    ctx: RunContext,
+    config: BenchmarkStageConfig,
+    inputs: dict[str, ArtifactRecord],
+    found: list[Candidate],
+    work: MatrixReport,
+) -> tuple[list[Candidate], Elsewhere]:
+    """The candidates this process times, and what GPU workers timed of the others (all of them before this
+    process times its own: a CPU runtime's threads would spin on the cores the workers launch from)."""
+    asked = config.benchmark.parallel_gpus
+    if asked <= 1:
+        return found, Elsewhere()
+    count = host.gpu_count()
+    gpu = [c for c in found if on_gpu(c.runner)]
+    groups = gpu_split.split([c.key for c in gpu], min(asked, count)) if count >= 2 else []
+    elsewhere = Elsewhere(asked, count, note=gpu_split.plan_note(asked, count, len(groups)))
+    if len(groups) < 2:
+        return found, elsewhere
+    devices = gpu_split.visible_gpus(count)
+    ctx.report(f"benchmark: timing {len(gpu)} GPU cells on {len(groups)} GPUs, one worker each")
+    outcomes = benchmark_worker.run_workers(
+        ctx, config, inputs, work, list(zip(devices, groups, strict=False))
+    )
+    for device, keys, outcome in outcomes:
+        elsewhere.groups.append({"visible_device": device, "cells": [list(k) for k in keys]})
+        if outcome.get("ok"):
+            elsewhere.results += outcome["results"]
+            elsewhere.failed += outcome["failed"]
+            continue
+        reason = f"the benchmark worker on GPU {device} failed: {outcome.get('error')}"
+        elsewhere.failed += [{"artifact": a, "runtime": r, "io": io, "reason": reason} for a, r, io in keys]
+    timed = {key for _, keys, _ in outcomes for key in keys}
+    return [c for c in found if c.key not in timed], elsewhere
 
 
 def confirm_winner(
@@ -194,22 +258,25 @@ def confirm_winner(
     results: list[dict[str, Any]],
     accuracy: dict[str, Any],
     candidates: list[Candidate],
+    shapes: list[BenchShape],
     measured: dict[BenchShape, dict[Key, Measurement]],
     policy: WindowPolicy,
 ) -> list[dict[str, Any]]:
     """An unstable would-be winner is measured again before it is chosen: the rows contending with it
     (selection.unsettled_contenders) get more windows (interleaved, earlier windows kept, a second full
     budget), and their rows are rebuilt. Selection then decides on the new rows (provisionally, if still
-    unstable)."""
+    unstable). Contenders some of which a GPU worker timed are timed afresh here, side by side on one GPU."""
     contenders = unsettled_contenders(config.selection, {"results": results}, accuracy)
     if not contenders:
         return results
     chosen = contenders[0]
-    shape = next(s for s in measured if (s.batch, s.sequence) == (chosen.batch, chosen.recorded_sequence))
+    shape = next(s for s in shapes if (s.batch, s.sequence) == (chosen.batch, chosen.recorded_sequence))
     keys = {(r.artifact, r.runtime, r.io) for r in contenders}
     again = [c for c in candidates if c.key in keys]
+    before = measured.get(shape, {})
+    earlier = before if all(c.key in before for c in again) else None
     ctx.report(f"benchmark: the would-be winner {chosen.artifact} is unstable; measuring {len(again)} again")
-    rebuilt, _, _ = _measure_shape(ctx, config, shape, again, policy, earlier=measured[shape])
+    rebuilt, _, _ = _measure_shape(ctx, config, shape, again, policy, earlier=earlier)
     fresh = {Timing.read(r).id: r for r in rebuilt}
     return [fresh.get(Timing.read(r).id, r) for r in results]
 
@@ -218,7 +285,7 @@ def _token_lengths(ctx: RunContext, config: BenchmarkStageConfig) -> list[int]:
     return ctx.dataset(config.data).token_lengths() if config.benchmark.sequence_lengths == "data" else []
 
 
-def _candidates(
+def candidates(
     ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, ArtifactRecord], work: MatrixReport
 ) -> list[Candidate]:
     """A candidate per cell of the matrix, in the recipe's order (the reference first, if the recipe times
