@@ -30,6 +30,15 @@ def gpu_count() -> int:
     return torch.cuda.device_count()
 
 
+def gpu_names() -> list[str]:
+    """Every CUDA GPU's name, in torch's order ([] without one)."""
+    if not has_cuda():
+        return []
+    import torch
+
+    return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+
+
 def has_ort_provider(provider: str) -> bool:
     """The provider is built into ONNX Runtime and a GPU is present where it needs one (onnxruntime-gpu lists
     its CUDA provider on GPU-less hosts too)."""

@@ -26,8 +26,8 @@ A graph whose attention is a variable-length kernel (`attention: varlen`, FlashA
 needs no grids: it reads each sentence's span from `pack_cu` `[batch + 2]` (int32), the running count of tokens
 at each sentence's start, then the row's end. The row is padded with filler tokens up to a multiple of `bucket`,
 which form one last sentence of their own (no real token attends to them, nor they to one): a CUDA graph
-captured for one row length then serves every batch whose real tokens round to it. `pack_layout` points padded
-slots past the filler, to the zero row.
+captured for one batch shape and row length then serves every batch of that shape whose real tokens round to
+it. `pack_layout` points padded slots past the filler, to the zero row.
 """
 
 from __future__ import annotations
@@ -157,7 +157,8 @@ class Packing:
         for name in [*self.per_token, "pack_positions"]:
             if name in packed and name != self.mask:
                 row = packed[name]
-                packed[name] = np.concatenate([row, np.zeros((1, length - tokens), dtype=row.dtype)], axis=1)
+                filler = np.zeros((1, length - tokens, *row.shape[2:]), dtype=row.dtype)
+                packed[name] = np.concatenate([row, filler], axis=1)
         layout = np.full(packed[self.mask].shape, length, dtype=np.int64)
         layout[rows, cols] = np.arange(tokens)
         packed["pack_layout"] = layout

@@ -125,11 +125,6 @@ class Variant:
         return None
 
     @property
-    def packed(self) -> bool:
-        """It takes a batch packed on the host (pipeline/core/packing.py), not the recipe's padded feeds."""
-        return self.format.endswith("-packed")
-
-    @property
     def transformations(self) -> int:
         """Steps between the trained model and what runs: 1 a plain export, 2 one conversion (optimizer, FP16
         or packing), 3 two of them or a quantization, 4 a compiler (engines, torch.export, AOTInductor)."""

@@ -2,8 +2,10 @@
 sentence. The layout of its inputs is pipeline/core/packing.py's.
 
 A transformers model reaches attention through one pluggable function (`attn_implementation`), so packing
-needs no change to the user's model: the packed attention gathers each sentence's queries, keys and values into
-a `[batch, heads, longest, dim]` grid, masks the grid's padding, and scatters the result back to the tokens.
+needs no change to the user's model. Two attentions: for ONNX graphs, which have no variable-length attention,
+`packed_attention` gathers each sentence's queries, keys and values into a `[batch, heads, longest, dim]` grid,
+masks the grid's padding, and scatters the result back to the tokens; for PyTorch programs, `varlen_attention`
+reads each sentence's span of the row (FlashAttention's variable-length kernel on a GPU that has it).
 Positions come in as an input (a packed row would otherwise number its tokens 0..tokens-1). Everything else a
 transformer layer does works token by token, so the packed model computes what the padded one does on every
 real token. A model that mixes tokens some other way (a convolution over the sequence, a pooler that reads
@@ -81,17 +83,18 @@ def varlen_attention(
     pack_longest: int = 0,
     **_: Any,
 ) -> tuple[torch.Tensor, None]:
-    """transformers' attention interface over a packed row whose sentences are spans (`pack_cu`): on a CUDA
-    device FlashAttention's variable-length kernel (ATen's own, so that torch.export and AOTInductor keep it as
-    one call); elsewhere the same spans as a block-diagonal mask, for hosts without the kernel. Which one is
-    decided when the model is traced, by the device it is traced on."""
+    """transformers' attention interface over a packed row whose sentences are spans (`pack_cu`): on a GPU
+    FlashAttention runs on (flash_varlen_runs), FlashAttention's variable-length kernel (ATen's own, so that
+    torch.export and AOTInductor keep it as one call); elsewhere the same spans as a block-diagonal mask, whose
+    scores cover the whole row: quadratic in the batch's tokens, for small batches and checks, not for speed.
+    Which one is decided when the model is traced, by the device it is traced on."""
     if pack_cu is None or not pack_longest:
         raise RuntimeError("varlen attention called without the packing inputs (pack_cu, the longest span)")
     causal = bool(getattr(module, "is_causal", False))
     heads, dim = query.shape[1], query.shape[3]
     scale = scaling if scaling is not None else dim**-0.5
     q, k, v = (t[0].transpose(0, 1).contiguous() for t in (query, key, value))  # [tokens, heads, dim]
-    if q.is_cuda:
+    if flash_varlen_runs(q.device, dim, q.dtype):
         out = torch.ops.aten._flash_attention_forward(
             q, k, v, pack_cu, pack_cu, pack_longest, pack_longest, 0.0, causal, False, scale=scale
         )[0]
@@ -108,6 +111,14 @@ def varlen_attention(
         q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=allowed, scale=scale
     )  # [heads, tokens, dim]
     return out.transpose(0, 1).unsqueeze(0), None
+
+
+def flash_varlen_runs(device: torch.device, head_dim: int, dtype: torch.dtype) -> bool:
+    """Whether ATen's FlashAttention kernel takes this: a CUDA GPU of compute capability 8.0 or later (Ampere
+    on), FP16 or BF16, heads of at most 256 values."""
+    if device.type != "cuda" or dtype not in (torch.float16, torch.bfloat16) or head_dim > 256:
+        return False
+    return torch.cuda.get_device_capability(device) >= (8, 0)
 
 
 def padding_bias(grid: torch.Tensor, tokens: int | torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

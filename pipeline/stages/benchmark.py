@@ -35,6 +35,7 @@ from pipeline.check.speed import THROUGHPUT
 from pipeline.check.timings import Timing
 from pipeline.core import host
 from pipeline.core.artifacts import ArtifactRecord
+from pipeline.core.children import Cancelled
 from pipeline.core.files import write_report
 from pipeline.core.heap import frozen_heap
 from pipeline.core.packages import package_version
@@ -140,8 +141,9 @@ def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, Artifac
             if ACCURACY in inputs:
                 accuracy = inputs[ACCURACY].report()
                 results = confirm_winner(ctx, config, results, accuracy, found, shapes, measured, policy)
-            if config.benchmark.profile:
-                profile_rows(ctx, config, here, shapes, results)
+            if config.benchmark.profile:  # the rows without one: a GPU worker profiled its own
+                bare = {(r["artifact"], r["runtime"], r["io"]) for r in results if "profile" not in r}
+                profile_rows(ctx, config, [c for c in found if c.key in bare], shapes, results)
     finally:  # the compiled modules kept since validation (pipeline.runners.compiled)
         release_all()
         _free_memory()
@@ -210,9 +212,9 @@ class Elsewhere:
             "asked": self.asked,
             "gpus_on_host": self.gpus,
             "workers": self.groups,
-            "isolation": "one process per GPU, which sees that GPU alone (CUDA_VISIBLE_DEVICES); an artifact's "
-            "runtimes on one GPU; the CPU rows timed after the workers ended; a would-be winner that is "
-            "unstable timed again in this process beside its contenders, on one GPU",
+            "isolation": "one process per GPU, which sees that GPU alone (CUDA_VISIBLE_DEVICES), on CPU cores of "
+            "its own; an artifact's runtimes on one GPU; the CPU rows timed after the workers ended; a would-be "
+            "winner that is unstable timed again in this process beside its contenders, on one GPU",
             **({"note": self.note} if self.note else {}),
         }
 
@@ -233,6 +235,10 @@ def _share_out(
     gpu = [c for c in found if on_gpu(c.runner)]
     groups = gpu_split.split([c.key for c in gpu], min(asked, count)) if count >= 2 else []
     elsewhere = Elsewhere(asked, count, note=gpu_split.plan_note(asked, count, len(groups)))
+    names = host.gpu_names()
+    if len(groups) >= 2 and len(set(names)) > 1:  # rows of unlike GPUs would be ranked against each other
+        elsewhere.note = f"benchmark.parallel_gpus is {asked}, but this host's GPUs differ ({', '.join(names)}): timed on one"
+        groups = []
     if len(groups) < 2:
         return found, elsewhere
     devices = gpu_split.visible_gpus(count)
@@ -240,6 +246,9 @@ def _share_out(
     outcomes = benchmark_worker.run_workers(
         ctx, config, inputs, work, list(zip(devices, groups, strict=False))
     )
+    if ctx.cancel.is_set():  # the run is stopping: its workers are gone
+        raise Cancelled()
+    batches = timed_batches(work)
     for device, keys, outcome in outcomes:
         elsewhere.groups.append({"visible_device": device, "cells": [list(k) for k in keys]})
         if outcome.get("ok"):
@@ -247,7 +256,11 @@ def _share_out(
             elsewhere.failed += outcome["failed"]
             continue
         reason = f"the benchmark worker on GPU {device} failed: {outcome.get('error')}"
-        elsewhere.failed += [{"artifact": a, "runtime": r, "io": io, "reason": reason} for a, r, io in keys]
+        elsewhere.failed += [
+            {"artifact": a, "runtime": r, "io": io, "batch": batch, "reason": reason}
+            for a, r, io in keys
+            for batch in sorted(batches.get((a, r, io), ()))
+        ]
     timed = {key for _, keys, _ in outcomes for key in keys}
     return [c for c in found if c.key not in timed], elsewhere
 

@@ -2,9 +2,12 @@
 
 Run as `python -m pipeline.stages.benchmark_worker JOB.json` (pipeline.core.children.run_job), with
 CUDA_VISIBLE_DEVICES set to one GPU. The job carries the benchmark stage's own config, the artifacts' records,
-the matrix of work and the cells this GPU times; the worker measures them exactly as the stage does in process
-(pipeline/stages/benchmark.py: the same candidates, shapes, windows and profiles) and returns the rows and
-failures as JSON, each row saying which GPU it ran on. Its progress lines are the stage's, tagged with the GPU.
+the matrix of work and the cells this GPU times; the worker measures them with the stage's own functions
+(pipeline/stages/benchmark.py: the same candidates, shapes, windows and profiles; its torch.compile modules are
+compiled afresh, not kept from validation) and returns the rows and failures as JSON, each row saying which
+GPU it ran on. Workers run at once on one host: each is pinned to CPU cores of its own, so that one's loading
+and compiling stays off the cores another launches its timed calls from. Its progress lines are the stage's,
+tagged with the GPU.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ def job_for(
     keys: list[tuple[str, str, str]],
     device: str,
     result: Path,
+    cores: list[int] | None = None,
 ) -> dict[str, Any]:
     """The job of one worker: everything it measures from, as JSON beside the stage's config (pickled next to
     the result file, in the parent's temporary folder)."""
@@ -48,6 +52,7 @@ def job_for(
         "matrix": matrix,
         "keys": [list(k) for k in keys],
         "device": device,
+        "cores": cores,
         "result": str(result),
     }
 
@@ -101,12 +106,15 @@ def run_workers(
 
 def measure(job: dict[str, Any]) -> dict[str, Any]:
     from pipeline.bench.windows import WindowPolicy
+    from pipeline.core.heap import frozen_heap
     from pipeline.core.host import gpu_name
     from pipeline.stages import benchmark
     from pipeline.stages.base import RunContext
 
     device = job["device"]
     tag = f"[gpu {device}]"
+    if job.get("cores") and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, job["cores"])
     try:
         config = pickle.loads(Path(job["config"]).read_bytes())  # noqa: S301 - written by this deploy's parent
         inputs = {a["name"]: ArtifactRecord(**{**a, "path": Path(a["path"])}) for a in job["artifacts"]}
@@ -116,13 +124,14 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
         work = job["matrix"]
         candidates = [c for c in benchmark.candidates(ctx, config, inputs, work) if c.key in keys]
         shapes = benchmark.shapes_of(ctx, config)
-        results, failed, _ = benchmark.measure_shapes(ctx, config, candidates, shapes, policy, work)
-        if config.benchmark.profile:
-            benchmark.profile_rows(ctx, config, candidates, shapes, results)
+        with frozen_heap():  # as in the stage: the collections after each shape walk only what it made
+            results, failed, _ = benchmark.measure_shapes(ctx, config, candidates, shapes, policy, work)
+            if config.benchmark.profile:
+                benchmark.profile_rows(ctx, config, candidates, shapes, results)
     except Exception as exc:  # noqa: BLE001 - the worker's failure is its GPU's cells', with the reason
         traceback.print_exc()
         return {"ok": False, "error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:800]}"}
-    where = {"visible_device": device, "name": gpu_name(), "process": os.getpid()}
+    where = {"visible_device": device, "name": gpu_name(), "process": os.getpid(), "cores": job.get("cores")}
     for row in results:
         row.setdefault("runtime_details", {})["gpu_worker"] = where
     return {"ok": True, "results": results, "failed": failed, "gpu": where}

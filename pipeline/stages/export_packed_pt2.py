@@ -6,9 +6,10 @@ ONNX graph has no variable-length attention. PyTorch has one: FlashAttention's v
 sentence's span of the packed row directly, so nothing is gathered, masked or scattered around attention
 (pipeline/inputs/packed_model.py, `varlen_attention`; the layout is pipeline/core/packing.py's `varlen`).
 
-The kernel exists on CUDA only, in FP16 and BF16. The model is traced on the device the package is built for:
-on a GPU host the graph holds the kernel; elsewhere it holds the same spans as a block-diagonal mask, so that
-the variant is built, validated and timed on any host, and says which attention it holds. Before export the
+The kernel exists on CUDA only (Ampere on), in FP16 and BF16. The model is traced on the device the package is
+built for: on such a GPU the graph holds the kernel; elsewhere it holds the same spans as a block-diagonal
+mask (quadratic in a batch's tokens: right for checks and small batches, not for speed), and details.attention
+says which, read from the traced graph. Before export the
 packed model is run beside the padded one in FP32 on the CPU, as the ONNX packing is: a model that mixes tokens
 outside attention is refused with the difference.
 """
@@ -49,7 +50,8 @@ class PackedPt2Config(StageConfig):
     precision: str
     device: str  # export.pt2.device: auto | cpu | cuda
     fuse_projections: bool
-    padding: PaddingConfig
+    mask_input: str  # runtime.padding's: the grid settings there are the ONNX packing's, not read here
+    per_token_outputs: list[str]
     model: ModelSpec
     data: DataSpec
 
@@ -61,7 +63,8 @@ class PackedPt2Config(StageConfig):
             precision=EXPORTED.precision,
             device=pt2.device,
             fuse_projections=pt2.fuse_projections,
-            padding=recipe.runtime.padding,
+            mask_input=recipe.runtime.padding.mask_input,
+            per_token_outputs=list(recipe.runtime.padding.per_token_outputs),
             model=ModelSpec.from_recipe(recipe, recipe_dir),
             data=DataSpec.from_recipe(recipe, recipe_dir),
         )
@@ -69,10 +72,22 @@ class PackedPt2Config(StageConfig):
 
 def varlen_packing(config: PackedPt2Config, module: torch.nn.Module) -> Packing:
     """The recipe's packing (mask, per-token inputs, positions) with spans for the varlen kernel."""
-    grids = packing_of(config.model, config.padding, config.data, module)
+    padding = PaddingConfig(mask_input=config.mask_input, per_token_outputs=config.per_token_outputs)
+    grids = packing_of(config.model, padding, config.data, module)
+    # the kernel's bound on a span: the longest sentence, or the filler (up to a bucket of tokens)
+    longest = max(_longest_sentence(config), BUCKET)
+    return dataclasses.replace(grids, attention="varlen", bucket=BUCKET, longest=longest)
+
+
+def _longest_sentence(config: PackedPt2Config) -> int:
     seq = config.data.sequence_dim
-    longest = config.model.dims[seq].max if seq in config.model.dims else 0
-    return dataclasses.replace(grids, attention="varlen", bucket=BUCKET, longest=max(longest, BUCKET))
+    return config.model.dims[seq].max if seq in config.model.dims else 0
+
+
+def _attention_in(program: torch.export.ExportedProgram) -> str:
+    """Which attention the traced graph holds: read from the graph, not assumed from the device."""
+    flash = torch.ops.aten._flash_attention_forward.default
+    return FLASH_VARLEN if any(node.target is flash for node in program.graph.nodes) else MASKED
 
 
 def _dynamic(packing: Packing, config: PackedPt2Config, names: list[str]) -> tuple[dict[int, Any], ...]:
@@ -101,9 +116,9 @@ def _dynamic(packing: Packing, config: PackedPt2Config, names: list[str]) -> tup
 def _export(ctx: RunContext, config: PackedPt2Config, inputs: dict[str, ArtifactRecord]) -> StageResult:
     loaded = ctx.model(config.model)
     module, dataset = loaded.module, ctx.dataset(config.data)
-    outputs, per_token = list(config.model.outputs), list(config.padding.per_token_outputs)
+    outputs, per_token = list(config.model.outputs), list(config.per_token_outputs)
     packing = varlen_packing(config, module)
-    why = why_not_packable(module, packing, outputs, per_token, packing.longest)
+    why = why_not_packable(module, packing, outputs, per_token, _longest_sentence(config) or None)
     if why:
         raise StageError(f"{EXPORTED.name}: {why}")
     batch_dim = config.data.batch_dim
@@ -119,6 +134,8 @@ def _export(ctx: RunContext, config: PackedPt2Config, inputs: dict[str, Artifact
                     "assumes each sentence's tokens meet only in attention"
                 )
     device = export_pt2.target_device(config.device)
+    if device == "cuda" and not host.has_cuda():
+        raise StageError(f"{EXPORTED.name}: export.pt2.device is cuda, but this host has no CUDA GPU")
     dtype = export_pt2.DTYPES[config.precision]
     copied = copy.deepcopy(module).to(device=device, dtype=dtype).eval()
     packed = PackedModel(copied, packing, config.model.input_names, outputs).eval()
@@ -141,7 +158,7 @@ def _export(ctx: RunContext, config: PackedPt2Config, inputs: dict[str, Artifact
         WEIGHTS: loaded.weights_digest(),
         "precision": config.precision,
         "device": device,
-        "attention": FLASH_VARLEN if device == "cuda" else MASKED,
+        "attention": _attention_in(program),
         "packing": packing.to_json(),
         "io_dtype": "float32 (floating outputs)",
     }

@@ -15,6 +15,7 @@ import torch
 from pipeline.core.packing import FLASH_VARLEN, Packing
 from pipeline.inputs.packed_model import PackedModel, check_exact, position_rule
 from pipeline.report.card import load_snippet
+from pipeline.stages.export_packed_pt2 import MASKED
 from tests.integration.test_deploy_cli import cli
 from tests.integration.test_packed import NAMES, _bound, _llama, _padded, _recipe
 from tests.zoo import models as zoo
@@ -25,6 +26,24 @@ def _varlen(module: torch.nn.Module, bucket: int = 8) -> Packing:
     return Packing(
         "attention_mask", ("input_ids",), rule, offset, attention="varlen", bucket=bucket, longest=16
     )
+
+
+def _attention_of(path: Path) -> str:
+    flash = torch.ops.aten._flash_attention_forward.default
+    nodes = torch.export.load(str(path)).graph.nodes
+    return FLASH_VARLEN if any(n.target is flash for n in nodes) else MASKED
+
+
+def test_a_per_token_input_with_features_packs_with_its_features() -> None:
+    feeds = _padded(3, 8, seed=1)
+    feeds["features"] = np.random.default_rng(0).normal(size=(3, 8, 5)).astype(np.float32)
+    packing = Packing("attention_mask", ("input_ids", "features"), attention="varlen", bucket=8, longest=8)
+    packed = packing.pack(feeds)
+    real = feeds["attention_mask"] != 0
+    real[:, 0] |= ~real.any(axis=1)
+    row = packed["input_ids"].shape[1]
+    assert packed["features"].shape == (1, row, 5)
+    assert np.array_equal(packed["features"][0, : int(real.sum())], feeds["features"][real])
 
 
 def test_the_varlen_layout_holds_each_sentence_as_one_span() -> None:
@@ -87,9 +106,9 @@ def test_a_deploy_builds_validates_and_times_the_packed_program(tmp_path: Path) 
     entry = next(a for a in manifest["artifacts"] if a["name"] == "exported-packed-fp16")
     assert entry["kind"] == "exported-packed"
     on_gpu = torch.cuda.is_available()
-    assert entry["details"]["attention"] == (
-        FLASH_VARLEN if on_gpu else "block-diagonal mask (scaled_dot_product_attention)"
-    )
+    # what the record says is what the saved graph holds: the kernel on a GPU, the mask here
+    assert entry["details"]["attention"] == _attention_of(version / entry["path"])
+    assert entry["details"]["attention"] == (FLASH_VARLEN if on_gpu else MASKED)
     assert entry["details"]["packing"]["attention"] == "varlen"
     assert entry["details"]["packing"]["positions"] == "offset"  # RoBERTa's numbering, found from the model
     accuracy = json.loads((version / "reports" / "accuracy.json").read_text())
@@ -122,6 +141,8 @@ def test_on_a_gpu_the_package_holds_the_varlen_kernel_and_passes_in_a_cuda_graph
     manifest = json.loads((version / "manifest.json").read_text())
     entry = next(a for a in manifest["artifacts"] if a["name"] == "aoti-packed-fp16")
     assert entry["details"]["attention"] == FLASH_VARLEN
+    exported = next(a for a in manifest["artifacts"] if a["name"] == "exported-packed-fp16")
+    assert _attention_of(version / exported["path"]) == FLASH_VARLEN  # the kernel is in the graph itself
     accuracy = json.loads((version / "reports" / "accuracy.json").read_text())
     validated = accuracy["artifacts"]["aoti-packed-fp16"]["runtimes"]
     assert validated["torch-aoti-cuda-graph"]["passed"] is True
