@@ -1,8 +1,16 @@
-"""Suite-wide collection order."""
+"""Suite-wide collection order, and a terminal's Ctrl-C for the processes the tests start."""
 
 from __future__ import annotations
 
+import signal
+
 import pytest
+
+# A suite started in the background (`make test &`, nohup) inherits SIGINT ignored, and every process a test
+# starts would too: the tests that press Ctrl-C on a deploy or a fleet would then test nothing. Python's own
+# handler here makes the children start with SIGINT's default, as under a terminal or CI.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

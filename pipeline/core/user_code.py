@@ -50,11 +50,20 @@ def _record_sigint(signum: int, frame: FrameType | None) -> None:
 @contextlib.contextmanager
 def interrupts_watched() -> Iterator[None]:
     """Record SIGINT while the block runs (Ctrl-C still raises KeyboardInterrupt where it did). Only from the
-    main thread, and only over Python's default handler: a handler someone else installed is left alone."""
-    owned = (
-        threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    )
+    main thread, and only over Python's default handler (or none, where SIGINT is ignored): a handler someone
+    else installed is left alone."""
+    main = threading.current_thread() is threading.main_thread()
+    if main and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # started with SIGINT ignored (in the background, under nohup): no Ctrl-C can reach this process, so
+        # every KeyboardInterrupt in it is code's
+        _Watch.signalled.clear()
+        _Watch.active = True
+        try:
+            yield
+        finally:
+            _Watch.active = False
+        return
+    owned = main and signal.getsignal(signal.SIGINT) is signal.default_int_handler
     if not owned:
         yield
         return
