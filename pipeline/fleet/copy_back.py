@@ -46,11 +46,12 @@ def run_job_copying_back(job: Job) -> Iterator[Any]:
             "promotions": store.promotions()[logged:],
             "node": os.uname().nodename,
         }
+        # before the first yield: once the driver has the last chunk it may end this task's process
+        keep_scratch(scratch, result["attempt"])
         yield result
         if folder:
             attempt = result["attempt"]
             yield from read_chunks(folder, files, lambda rel, data: corrupt_copy(rel, data, attempt))
-        keep_scratch(scratch, result["attempt"])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
