@@ -11,6 +11,7 @@ pass. The graph is run in a child at the recipe's smallest and largest shapes, a
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
@@ -36,6 +37,9 @@ from pipeline.stages.export_onnx import corner_batches
 from pipeline.stages.fp16 import convert, onnxruntime_check
 from pipeline.toolchain import onnx_tools, ort_probe
 from pipeline.toolchain.onnx_tools import captured
+
+if TYPE_CHECKING:
+    from pipeline.inputs.data import Dataset
 
 FP32, FP16 = parse("onnx-packed-fp32"), parse("onnx-packed-fp16")
 TOKENS = "packed_tokens"  # the dynamic axis of the packed row, as the graph names it
@@ -72,6 +76,49 @@ def packing_of(model: ModelSpec, padding: PaddingConfig, data: DataSpec, module:
     return Packing(
         mask, per_token, rule, offset, position_input, padding.max_groups, padding.group_overhead_tokens
     )
+
+
+def longest_sentence(model: ModelSpec, data: DataSpec) -> int | None:
+    """The recipe's longest sequence (a local attention window must cover it), None without a sequence dim."""
+    seq = data.sequence_dim
+    return model.dims[seq].max if seq in model.dims else None
+
+
+def checked_samples(
+    name: str,
+    module: torch.nn.Module,
+    packing: Packing,
+    model: ModelSpec,
+    dataset: Dataset,
+    per_token: list[str],
+) -> list[dict[str, np.ndarray]]:
+    """The recipe's batches the packed model was run on beside the padded one (up to two validation batches),
+    once it is shown to reproduce it there; a model it cannot pack, or whose packed run differs, fails the
+    variant `name` with the reason before anything is exported."""
+    outputs = list(model.outputs)
+    why = why_not_packable(module, packing, outputs, per_token, longest_sentence(model, dataset.spec))
+    if why:
+        raise StageError(f"{name}: {why}")
+    batch_dim = dataset.spec.batch_dim
+    batch = max(2, model.dims[batch_dim].opt) if batch_dim in model.dims else None
+    samples = dataset.validation_feeds(batch or 1)[:2] or [dataset.corner_feeds("opt", batch)]
+    reference = PackedModel(module, packing, model.input_names, outputs).eval()
+    with torch.inference_mode():
+        for feeds in samples:
+            problem = check_exact(module, reference, feeds, packing, per_token)
+            if problem:
+                raise StageError(
+                    f"{name}: packing does not reproduce this model ({problem}): the packed model assumes "
+                    "each sentence's tokens meet only in attention, and positions by column or from the padding "
+                    "index; this model works another way"
+                )
+    return samples
+
+
+def real_token_share(packing: Packing, samples: list[dict[str, np.ndarray]]) -> float:
+    """The share of real tokens in the checked batches, for the artifact's record."""
+    real, padded = zip(*(packing.example_count(f) for f in samples), strict=True)
+    return round(sum(real) / sum(padded), 4)
 
 
 def _dynamic_axes(packing: Packing, config: PackedExportConfig) -> dict[str, dict[int, str]]:
@@ -113,24 +160,8 @@ def _run(ctx: RunContext, config: PackedExportConfig, inputs: dict[str, Artifact
     module, dataset = loaded.module, ctx.dataset(config.data)
     outputs, per_token = list(config.model.outputs), list(config.padding.per_token_outputs)
     packing = packing_of(config.model, config.padding, config.data, module)
-    seq = config.data.sequence_dim
-    longest = config.model.dims[seq].max if seq in config.model.dims else None
-    why = why_not_packable(module, packing, outputs, per_token, longest)
-    if why:
-        raise StageError(f"onnx-packed: {why}")
+    samples = checked_samples("onnx-packed", module, packing, config.model, dataset, per_token)
     packed = PackedModel(module, packing, config.model.input_names, outputs).eval()
-    batch_dim = config.data.batch_dim
-    batch = max(2, config.model.dims[batch_dim].opt) if batch_dim in config.model.dims else None
-    samples = dataset.validation_feeds(batch or 1)[:2] or [dataset.corner_feeds("opt", batch)]
-    with torch.inference_mode():
-        for feeds in samples:
-            problem = check_exact(module, packed, feeds, packing, per_token)
-            if problem:
-                raise StageError(
-                    f"onnx-packed: packing does not reproduce this model ({problem}): the packed model assumes "
-                    "each sentence's tokens meet only in attention, and positions by column or from the padding "
-                    "index; this model works another way"
-                )
     target = ctx.path(FP32.file)
     ctx.report("onnx-packed: exporting the packed model")
     with (
@@ -148,13 +179,12 @@ def _run(ctx: RunContext, config: PackedExportConfig, inputs: dict[str, Artifact
     onnx_tools.drop_initializer_value_info(model)
     onnx.checker.check_model(model, full_check=False)
     onnx.save(model, str(target))
-    corners = corner_batches(config.model, batch_dim)
+    corners = corner_batches(config.model, config.data.batch_dim)
     problem = ort_probe.corner_problem(
         target, {c: packing.pack(dataset.corner_feeds(c, b)) for c, b in corners.items()}
     )
     if problem:
         raise StageError(f"onnx-packed: the packed graph does not run at the recipe's shapes: {problem}")
-    real, padded = zip(*(packing.example_count(f) for f in samples), strict=True)
     details = {
         "exporter": "legacy",
         "opset": config.onnx.opset,
@@ -162,7 +192,7 @@ def _run(ctx: RunContext, config: PackedExportConfig, inputs: dict[str, Artifact
         "packing": packing.to_json(),
         "inputs": [i.name for i in model.graph.input],
         "nodes": len(model.graph.node),
-        "real_token_share": round(sum(real) / sum(padded), 4),  # of the checked validation batches
+        "real_token_share": real_token_share(packing, samples),
     }
     result = [Output(FP32.file, FP32.format, FP32.name, "fp32", details)]
     if config.fp16 is not None:

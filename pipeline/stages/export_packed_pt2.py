@@ -33,12 +33,12 @@ from pipeline.core.packages import package_version
 from pipeline.core.packing import FLASH_VARLEN, Packing
 from pipeline.core.variants import Variant, parse
 from pipeline.decide.verdict import WEIGHTS
-from pipeline.inputs.packed_model import PackedModel, check_exact, packed_attention_on, why_not_packable
+from pipeline.inputs.packed_model import PackedModel, packed_attention_on
 from pipeline.inputs.specs import DataSpec, ModelSpec
 from pipeline.recipe import PaddingConfig, Recipe
 from pipeline.stages import export_pt2
 from pipeline.stages.base import BACKGROUND, Output, RunContext, Stage, StageConfig, StageResult
-from pipeline.stages.export_packed import packing_of
+from pipeline.stages.export_packed import checked_samples, longest_sentence, packing_of, real_token_share
 from pipeline.toolchain.onnx_tools import captured
 
 EXPORTED, AOTI = parse("exported-packed-fp16"), parse("aoti-packed-fp16")
@@ -75,13 +75,8 @@ def varlen_packing(config: PackedPt2Config, module: torch.nn.Module) -> Packing:
     padding = PaddingConfig(mask_input=config.mask_input, per_token_outputs=config.per_token_outputs)
     grids = packing_of(config.model, padding, config.data, module)
     # the kernel's bound on a span: the longest sentence, or the filler (up to a bucket of tokens)
-    longest = max(_longest_sentence(config), BUCKET)
+    longest = max(longest_sentence(config.model, config.data) or 0, BUCKET)
     return dataclasses.replace(grids, attention="varlen", bucket=BUCKET, longest=longest)
-
-
-def _longest_sentence(config: PackedPt2Config) -> int:
-    seq = config.data.sequence_dim
-    return config.model.dims[seq].max if seq in config.model.dims else 0
 
 
 def _attention_in(program: torch.export.ExportedProgram) -> str:
@@ -118,21 +113,7 @@ def _export(ctx: RunContext, config: PackedPt2Config, inputs: dict[str, Artifact
     module, dataset = loaded.module, ctx.dataset(config.data)
     outputs, per_token = list(config.model.outputs), list(config.per_token_outputs)
     packing = varlen_packing(config, module)
-    why = why_not_packable(module, packing, outputs, per_token, _longest_sentence(config) or None)
-    if why:
-        raise StageError(f"{EXPORTED.name}: {why}")
-    batch_dim = config.data.batch_dim
-    batch = max(2, config.model.dims[batch_dim].opt) if batch_dim in config.model.dims else None
-    samples = dataset.validation_feeds(batch or 1)[:2] or [dataset.corner_feeds("opt", batch)]
-    reference = PackedModel(module, packing, config.model.input_names, outputs).eval()
-    with torch.inference_mode():
-        for feeds in samples:
-            problem = check_exact(module, reference, feeds, packing, per_token)
-            if problem:
-                raise StageError(
-                    f"{EXPORTED.name}: packing does not reproduce this model ({problem}): the packed model "
-                    "assumes each sentence's tokens meet only in attention"
-                )
+    samples = checked_samples(EXPORTED.name, module, packing, config.model, dataset, per_token)
     device = export_pt2.target_device(config.device)
     if device == "cuda" and not host.has_cuda():
         raise StageError(f"{EXPORTED.name}: export.pt2.device is cuda, but this host has no CUDA GPU")
@@ -163,15 +144,11 @@ def _export(ctx: RunContext, config: PackedPt2Config, inputs: dict[str, Artifact
         "io_dtype": "float32 (floating outputs)",
     }
     if config.fuse_projections:
-        try:
-            program, details["fused_projections"] = export_pt2.fuse_program(program, example, dynamic)
-        except Exception as exc:  # noqa: BLE001 - the unfused program is as correct: keep it, say why
-            details["fused_projections"] = 0
-            details["fuse_projections_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        program, fused = export_pt2.fuse_program(program, example, dynamic)
+        details |= fused
     torch.export.save(program, str(ctx.path(EXPORTED.file or "")))
     details["export_s"] = round(time.perf_counter() - started, 2)
-    real, padded = zip(*(packing.example_count(f) for f in samples), strict=True)
-    details["real_token_share"] = round(sum(real) / sum(padded), 4)  # of the checked validation batches
+    details["real_token_share"] = real_token_share(packing, samples)
     return StageResult(
         outputs=[
             Output(EXPORTED.file or "", EXPORTED.format, EXPORTED.name, config.precision, details),

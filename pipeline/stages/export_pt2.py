@@ -167,15 +167,25 @@ def export_program(
         "dims": {name: [rng.min, rng.max] for name, rng in spec.dims.items()},
     }
     if config.fuse_projections:
-        try:
-            program, details["fused_projections"] = fuse_program(program, example, dynamic)
-        except Exception as exc:  # noqa: BLE001 - the unfused program is as correct: keep it, say why
-            details["fused_projections"] = 0
-            details["fuse_projections_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        program, fused = fuse_program(program, example, dynamic)
+        details |= fused
     return program, details
 
 
 def fuse_program(
+    program: torch.export.ExportedProgram, example: tuple[torch.Tensor, ...], dynamic: tuple
+) -> tuple[torch.export.ExportedProgram, dict[str, Any]]:
+    """The program with projections on one input fused, and what the details say of it (`fused_projections`,
+    with `fuse_projections_error` where fusing failed and the unfused program, as correct, is kept)."""
+    try:
+        program, count = _fused(program, example, dynamic)
+    except Exception as exc:  # noqa: BLE001 - the unfused program is as correct: keep it, say why
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        return program, {"fused_projections": 0, "fuse_projections_error": error}
+    return program, {"fused_projections": count}
+
+
+def _fused(
     program: torch.export.ExportedProgram, example: tuple[torch.Tensor, ...], dynamic: tuple
 ) -> tuple[torch.export.ExportedProgram, int]:
     """The program with projections on one input fused (pipeline/toolchain/fuse_projections.py), re-exported."""
