@@ -21,15 +21,6 @@ def gpu_name() -> str | None:
     return _torch_cuda()[1]
 
 
-def gpu_count() -> int:
-    """How many CUDA GPUs torch sees here (0 without one)."""
-    if not has_cuda():
-        return 0
-    import torch
-
-    return torch.cuda.device_count()
-
-
 def gpu_names() -> list[str]:
     """Every CUDA GPU's name, in torch's order ([] without one)."""
     if not has_cuda():

@@ -231,11 +231,11 @@ def _share_out(
     asked = config.benchmark.parallel_gpus
     if asked <= 1:
         return found, Elsewhere()
-    count = host.gpu_count()
+    names = host.gpu_names()
+    count = len(names)
     gpu = [c for c in found if on_gpu(c.runner)]
     groups = gpu_split.split([c.key for c in gpu], min(asked, count)) if count >= 2 else []
     elsewhere = Elsewhere(asked, count, note=gpu_split.plan_note(asked, count, len(groups)))
-    names = host.gpu_names()
     if len(groups) >= 2 and len(set(names)) > 1:  # rows of unlike GPUs would be ranked against each other
         elsewhere.note = f"benchmark.parallel_gpus is {asked}, but this host's GPUs differ ({', '.join(names)}): timed on one"
         groups = []
