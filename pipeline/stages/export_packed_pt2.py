@@ -85,6 +85,25 @@ def _attention_in(program: torch.export.ExportedProgram) -> str:
     return FLASH_VARLEN if any(node.target is flash for node in program.graph.nodes) else MASKED
 
 
+def savable(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """FlashAttention's kernel also returns its random-number state as uint64 tensors, which torch.export's
+    serializer before torch 2.12 has no dtype for, so saving fails. That state is unused here (no dropout), so
+    where the serializer lacks uint64 it is recorded as int64 of the same shape: loading re-traces the kernel
+    and gets its real outputs back."""
+    from torch._export.serde import serialize
+
+    if torch.uint64 in getattr(serialize, "_TORCH_TO_SERIALIZE_DTYPE", {torch.uint64: None}):
+        return program
+    flash = torch.ops.aten._flash_attention_forward.default
+    for node in program.graph.nodes:
+        if node.target is flash and isinstance(node.meta.get("val"), tuple):
+            node.meta["val"] = tuple(
+                torch.empty_like(v, dtype=torch.int64) if getattr(v, "dtype", None) == torch.uint64 else v
+                for v in node.meta["val"]
+            )
+    return program
+
+
 def _dynamic(packing: Packing, config: PackedPt2Config, names: list[str]) -> tuple[dict[int, Any], ...]:
     """One symbolic dim per recipe dim, the packed row's length, and the number of spans."""
     dims = {n: torch.export.Dim(n, min=r.min, max=r.max) for n, r in config.model.dims.items()}
@@ -146,7 +165,7 @@ def _export(ctx: RunContext, config: PackedPt2Config, inputs: dict[str, Artifact
     if config.fuse_projections:
         program, fused = export_pt2.fuse_program(program, example, dynamic)
         details |= fused
-    torch.export.save(program, str(ctx.path(EXPORTED.file or "")))
+    torch.export.save(savable(program), str(ctx.path(EXPORTED.file or "")))
     details["export_s"] = round(time.perf_counter() - started, 2)
     details["real_token_share"] = real_token_share(packing, samples)
     return StageResult(

@@ -15,7 +15,7 @@ import torch
 from pipeline.core.packing import FLASH_VARLEN, Packing
 from pipeline.inputs.packed_model import PackedModel, check_exact, position_rule
 from pipeline.report.card import load_snippet
-from pipeline.stages.export_packed_pt2 import MASKED
+from pipeline.stages.export_packed_pt2 import MASKED, savable
 from tests.integration.test_deploy_cli import cli
 from tests.integration.test_packed import NAMES, _bound, _llama, _padded, _recipe
 from tests.zoo import models as zoo
@@ -89,6 +89,30 @@ def test_a_span_layout_with_the_wrong_positions_is_caught() -> None:
     with torch.inference_mode():
         problem = check_exact(module, packed, _padded(4, 16, 0, 1), packing, ["last_hidden_state"])
     assert problem and problem.startswith("output 'last_hidden_state' differs by")
+
+
+def test_a_program_holding_the_flash_kernel_saves_where_the_serializer_has_no_uint64(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch 2.11's serializer has no uint64 (the kernel's unused RNG state); the H200's deploy failed on it."""
+    from torch._export.serde import serialize
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    class Spans(torch.nn.Module):
+        def forward(self, q: torch.Tensor, cu: torch.Tensor) -> torch.Tensor:
+            return torch.ops.aten._flash_attention_forward(q, q, q, cu, cu, 64, 64, 0.0, False, False)[0]
+
+    with FakeTensorMode(allow_non_fake_inputs=True):  # a CUDA program traced without a GPU
+        q = torch.empty(128, 4, 32, device="cuda", dtype=torch.float16)
+        cu = torch.tensor([0, 50, 128], dtype=torch.int32, device="cuda")
+        program = torch.export.export(Spans(), (q, cu), strict=False)
+    program.example_inputs = None  # fake tensors: loading them back is not what is checked here
+    monkeypatch.delitem(serialize._TORCH_TO_SERIALIZE_DTYPE, torch.uint64)
+    with pytest.raises(Exception, match="_flash_attention_forward"):
+        torch.export.save(program, str(tmp_path / "as_traced.pt2"))
+    torch.export.save(savable(program), str(tmp_path / "spans.pt2"))
+    monkeypatch.undo()
+    assert _attention_of(tmp_path / "spans.pt2") == FLASH_VARLEN
 
 
 def test_a_deploy_builds_validates_and_times_the_packed_program(tmp_path: Path) -> None:
