@@ -25,7 +25,7 @@ FORMATS = (
     "exported-packed",
     "aoti-packed",
 )
-PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8", "fp8")
 ENGINE_FLAVOURS = ("tensorrt", "tensorrt-rtx")
 VARIANTS = (
     "torchscript-fp32",
@@ -50,9 +50,11 @@ VARIANTS = (
     "exported-fp32",  # torch.export ExportedProgram
     "exported-fp16",
     "exported-bf16",
+    "exported-fp8",  # FP16 with its linear layers in FP8, scales calibrated (Hopper's FP8 tensor cores)
     "aoti-fp32",  # AOTInductor package compiled for the deploy host's device
     "aoti-fp16",
     "aoti-bf16",
+    "aoti-fp8",
     "exported-packed-fp16",  # packed tokens, variable-length attention (FlashAttention's on a GPU)
     "aoti-packed-fp16",
 )

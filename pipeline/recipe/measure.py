@@ -85,6 +85,7 @@ DEFAULT_TOLERANCES: dict[str, dict[str, Any]] = {
     "fp32": {"max_abs": 1e-3, "cosine": 0.9999},
     "fp16": {"max_abs": 5e-2, "cosine": 0.999, "informational": ["max_abs"]},
     "int8": {"max_abs": 1.0, "cosine": 0.98, "informational": ["max_abs"]},
+    "fp8": {"max_abs": 1.0, "cosine": 0.98, "informational": ["max_abs"]},  # 8 bits, as INT8
     # BF16 must be as accurate as FP16 to be chosen: the same gate by default
     "bf16": {"max_abs": 5e-2, "cosine": 0.999, "informational": ["max_abs"]},
 }
@@ -117,9 +118,9 @@ def merged_tolerances(given: Any) -> Any:
 class ValidationConfig(Strict):
     tolerances: dict[Precision, Tolerance] = Field(
         default_factory=_default_tolerances,
-        description="thresholds per precision (fp32, fp16, int8, bf16), merged key by key into the defaults "
+        description="thresholds per precision (fp32, fp16, int8, bf16, fp8), merged key by key into the defaults "
         "(fp32 max_abs 1e-3 and cosine 0.9999; fp16 and bf16 cosine 0.999, max_abs 0.05 informational; int8 "
-        "cosine 0.98, max_abs 1.0 informational): write a metric as null to drop its gate",
+        "and fp8 cosine 0.98, max_abs 1.0 informational): write a metric as null to drop its gate",
     )
 
     @model_validator(mode="before")

@@ -336,6 +336,13 @@ def aoti_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Pt2
 def pt2_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Runner] | NotRunnable:
     if artifact.details.get("attention") == FLASH_VARLEN and not host.has_cuda():
         return NotRunnable(artifact.name, f"traced with {FLASH_VARLEN}, a CUDA kernel; no CUDA GPU here")
+    from pipeline.toolchain.fp8_linear import fp8_gemm_runs
+
+    if artifact.precision == "fp8" and host.has_cuda() and not fp8_gemm_runs():
+        return NotRunnable(
+            artifact.name,
+            f"FP8 GEMMs need compute capability 8.9 or later (Ada, Hopper); {host.gpu_name()} lacks them",
+        )
     if artifact.kind in ("exported", "exported-packed"):
         return list(exported_runners(artifact, settings))
     found = aoti_runners(artifact, settings)

@@ -25,6 +25,7 @@ from torch import nn
 from pipeline.core import host
 from pipeline.core.artifacts import ArtifactRecord
 from pipeline.core.children import run_job
+from pipeline.core.errors import StageError
 from pipeline.core.packages import package_version
 from pipeline.core.variants import Variant, parse
 from pipeline.decide.verdict import WEIGHTS
@@ -33,9 +34,13 @@ from pipeline.inputs.specs import DataSpec, ModelSpec
 from pipeline.recipe import Recipe
 from pipeline.stages.base import BACKGROUND, Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.toolchain.aoti import device_info
+from pipeline.toolchain.fp8_linear import input_amax, to_fp8
 from pipeline.toolchain.onnx_tools import captured
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# FP8 is FP16 with its linear layers in FP8 (pipeline/toolchain/fp8_linear.py): the dtype the rest computes in
+COMPUTE = {**DTYPES, "fp8": torch.float16}
+CALIBRATION_BATCH = 8
 
 
 class ExportConfig(StageConfig):
@@ -152,10 +157,14 @@ def export_program(
     )
     example = positional(feeds, spec)
     nhwc = channels_last(config.memory_format, module, example)
-    module = module.to(DTYPES[precision])
+    dtype = COMPUTE[precision]
+    fp8 = fp8_layers(ctx, config, module) if precision == "fp8" else {}
+    module = module.to(dtype)
+    if fp8:
+        to_fp8(module, fp8, dtype)
     if nhwc:
         module = module.to(memory_format=torch.channels_last)
-    wrapped = KeepIoTypes(module, DTYPES[precision], channels_last=nhwc).eval()
+    wrapped = KeepIoTypes(module, dtype, channels_last=nhwc).eval()
     with torch.no_grad():
         program = torch.export.export(wrapped, example, dynamic_shapes=(dynamic,), strict=False)
     details: dict[str, Any] = {
@@ -166,10 +175,34 @@ def export_program(
         "io_dtype": "float32 (floating inputs and outputs)",
         "dims": {name: [rng.min, rng.max] for name, rng in spec.dims.items()},
     }
+    if fp8:
+        details |= {
+            "fp8_layers": sorted(fp8),
+            "fp8_scales": "static: per tensor, inputs calibrated on the calibration split",
+            "calibration_hash": ctx.dataset(config.data).calibration_hash(),
+        }
     if config.fuse_projections:
         program, fused = fuse_program(program, example, dynamic)
         details |= fused
     return program, details
+
+
+def fp8_layers(ctx: RunContext, config: ExportConfig, module: nn.Module) -> dict[str, float]:
+    """Each FP8-able layer's calibrated input range, from the FP32 model on the calibration split; refused
+    where there is none, since the copy would be the FP16 one under another name."""
+    dataset, spec = ctx.dataset(config.data), config.model
+    batches = [positional(feeds, spec) for feeds in dataset.calibration_feeds(CALIBRATION_BATCH)]
+    if not batches:
+        raise StageError(
+            "exported-fp8: the calibration split is empty (data.calibration and the sample count)"
+        )
+    amax = input_amax(module, batches)
+    if not amax:
+        raise StageError(
+            "exported-fp8: no nn.Linear layer FP8's GEMM takes (both widths multiples of 16) was reached on the "
+            "calibration split: an FP8 copy would be the FP16 one"
+        )
+    return amax
 
 
 def fuse_program(
@@ -296,7 +329,7 @@ def aoti_environment(choice: str) -> Callable[[], dict[str, Any]]:
 def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[Stage]:
     """An export stage per exported-<p> variant asked for, an AOTInductor stage per aoti-<p>."""
     out = []
-    for precision in DTYPES:
+    for precision in COMPUTE:
         if any(v.name == f"exported-{precision}" for v in variants):
             out.append(
                 Stage(

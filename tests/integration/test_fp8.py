@@ -1,0 +1,82 @@
+"""FP8 with static scales on the compiled PyTorch path: a calibrated FP8 layer stays close to its FP16 twin
+and saturates beyond its calibrated range; a deploy builds `exported-fp8` with its linear layers as
+`_scaled_mm`, validates it on its own runtime with the 8-bit gates, and refuses a model with no layer FP8's GEMM
+takes. On a GPU with FP8 tensor cores the AOTInductor package passes in a CUDA graph."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from pipeline.toolchain.fp8_linear import Fp8Linear, fp8_gemm_runs, input_amax, quantizable, to_fp8
+from tests.integration.test_deploy_cli import cli
+from tests.integration.test_packed import _recipe
+
+ZOO = Path(__file__).parents[1] / "zoo" / "recipes"
+
+
+def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(
+        nn.functional.cosine_similarity(a.detach().flatten().float(), b.detach().flatten().float(), dim=0)
+    )
+
+
+def test_a_calibrated_fp8_layer_follows_its_linear_and_saturates_past_its_range() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 32), nn.GELU(), nn.Linear(32, 48), nn.Linear(48, 3))
+    assert sorted(quantizable(model)) == ["0", "2"]  # 3 outputs: not a width FP8's GEMM takes
+    calibration = [(torch.randn(16, 64),) for _ in range(4)]
+    amax = input_amax(model, calibration)
+    assert set(amax) == {"0", "2"} and amax["0"] == max(float(b[0].abs().max()) for b in calibration)
+    reference = model(calibration[0][0])
+    swapped = to_fp8(model.half(), amax, torch.float16)
+    assert swapped == ["0", "2"] and isinstance(model[0], Fp8Linear) and type(model[3]) is nn.Linear
+    assert model[0].weight_fp8.dtype == torch.float8_e4m3fn
+    assert _cosine(model(calibration[0][0].half()), reference) > 0.995
+    layer = model[0]
+    beyond = torch.full((1, 64), 100.0 * amax["0"], dtype=torch.float16)
+    at_range = torch.full((1, 64), amax["0"], dtype=torch.float16)
+    torch.testing.assert_close(layer(beyond), layer(at_range))  # inputs past the calibrated range saturate
+
+
+def test_a_deploy_builds_and_validates_the_fp8_program(tmp_path: Path) -> None:
+    recipe = _recipe(tmp_path, "roberta", "last_hidden_state")
+    variants = "variants.build=[onnx-fp32, exported-fp8]"
+    result = cli("deploy", str(recipe), "--set", variants, root=tmp_path / "out")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    version = tmp_path / "out" / "packed" / "v0001"
+    manifest = json.loads((version / "manifest.json").read_text())
+    entry = next(a for a in manifest["artifacts"] if a["name"] == "exported-fp8")
+    assert entry["kind"] == "exported" and entry["precision"] == "fp8"
+    assert "attention.self.query" in " ".join(entry["details"]["fp8_layers"])
+    nodes = torch.export.load(str(version / entry["path"])).graph.nodes
+    gemms = [n for n in nodes if n.target is torch.ops.aten._scaled_mm.default]
+    assert len(gemms) == len(entry["details"]["fp8_layers"])
+    accuracy = json.loads((version / "reports" / "accuracy.json").read_text())
+    runtime = "torch-cuda" if fp8_gemm_runs() else "torch-cpu"
+    checked = accuracy["artifacts"]["exported-fp8"]
+    assert checked["runtimes"][runtime]["passed"] is True
+    cosines = [c for c in checked["checks"] if c["metric"] == "cosine" and c["runtime"] == runtime]
+    assert cosines and all(c["threshold"] == 0.98 and c["passed"] for c in cosines)  # 8-bit gates, not FP16's
+
+
+def test_a_model_without_a_layer_fp8_takes_fails_its_variant_with_the_reason(tmp_path: Path) -> None:
+    variants = "variants.build=[onnx-fp32, exported-fp8]"
+    result = cli("deploy", str(ZOO / "mobilenet.yaml"), "--set", variants, root=tmp_path / "out")
+    out = result.stdout + result.stderr
+    assert "exported-fp8" in out and "no nn.Linear layer FP8's GEMM takes" in out, out[-3000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not fp8_gemm_runs(), reason="needs a GPU with FP8 tensor cores")
+def test_on_a_hopper_gpu_the_fp8_package_passes_in_a_cuda_graph(tmp_path: Path) -> None:
+    recipe = _recipe(tmp_path, "bert", "last_hidden_state")
+    variants = "variants.build=[onnx-fp32, exported-fp8, aoti-fp8]"
+    result = cli("deploy", str(recipe), "--set", variants, root=tmp_path / "out")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    accuracy = json.loads((tmp_path / "out" / "packed" / "v0001" / "reports" / "accuracy.json").read_text())
+    assert accuracy["artifacts"]["aoti-fp8"]["runtimes"]["torch-aoti-cuda-graph"]["passed"] is True
