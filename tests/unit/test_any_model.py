@@ -147,7 +147,7 @@ def test_a_partial_tolerance_override_keeps_the_other_gates() -> None:
     fp32 = loaded.recipe.validation.tolerances["fp32"]
     assert (fp32.max_abs, fp32.cosine) == (1e-9, 0.9999)
     resolved = resolved_recipe(loaded)["validation"]["tolerances"]
-    assert set(resolved) == {"fp32", "fp16", "int8", "bf16"}
+    assert set(resolved) == {"fp32", "fp16", "int8", "bf16", "fp8"}
     assert resolved["int8"]["cosine"] == 0.98 and resolved["fp16"]["informational"] == ["max_abs"]
 
 

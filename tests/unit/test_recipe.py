@@ -145,7 +145,7 @@ def test_the_served_objective_needs_the_server_scenario_and_one_p99_target(tmp_p
 def test_float_fields_say_number_and_unknown_mapping_keys_are_named(tmp_path: Path) -> None:
     lines = _problems(tmp_path, TINY, ("validation.tolerances={int4: {cosine: 0.5}}",))
     assert lines == [
-        "--set validation.tolerances={int4: {cosine: 0.5}}: validation.tolerances.int4: unknown key 'int4'; expected 'fp32', 'fp16', 'bf16' or 'int8'"
+        "--set validation.tolerances={int4: {cosine: 0.5}}: validation.tolerances.int4: unknown key 'int4'; expected 'fp32', 'fp16', 'bf16', 'int8' or 'fp8'"
     ]
     [line] = _problems(tmp_path, TINY, ("validation.tolerances.fp32.max_abs=0",))
     assert line.endswith("must be a positive number (got 0)")

@@ -92,7 +92,7 @@ CHANGES = {
         f"validation.tolerances.{p}.outputs": [
             f"validation.tolerances.{p}.outputs={{pooled: {{cosine: 0.99}}}}"
         ]
-        for p in ("fp32", "int8", "bf16")
+        for p in ("fp32", "int8", "bf16", "fp8")
     },
     "validation.tolerances.fp16.outputs.pooled.outputs": [
         "validation.tolerances.fp16.outputs.pooled.outputs={pooled: {cosine: 0.5}}"
