@@ -199,8 +199,8 @@ def fp8_layers(ctx: RunContext, config: ExportConfig, module: nn.Module) -> dict
     amax = input_amax(module, batches)
     if not amax:
         raise StageError(
-            "exported-fp8: no nn.Linear layer FP8's GEMM takes (both widths multiples of 16) was reached on the "
-            "calibration split: an FP8 copy would be the FP16 one"
+            "exported-fp8: no linear layer FP8's GEMM takes (nn.Linear or transformers' Conv1D, both widths "
+            "multiples of 16) was reached on the calibration split: an FP8 copy would be the FP16 one"
         )
     return amax
 

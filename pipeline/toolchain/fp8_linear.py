@@ -8,7 +8,8 @@ GEMM is one `torch._scaled_mm` call (cuBLASLt's FP8 GEMM on a GPU, with the bias
 
 Each weight has one scale (its absolute maximum over 448, e4m3's largest value); each layer's input has one,
 from the absolute maximum it saw on the calibration split, and values beyond it saturate. Layers whose
-widths are not multiples of 16 (cuBLASLt's FP8 rule) stay in FP16.
+widths are not multiples of 16 (cuBLASLt's FP8 rule) stay in FP16, as do layers other than nn.Linear and
+transformers' Conv1D.
 """
 
 from __future__ import annotations
@@ -24,18 +25,22 @@ ALIGN = 16
 
 
 class Fp8Linear(nn.Module):
-    """A Linear computing in FP8 with a calibrated input scale; its inputs and outputs keep their dtype."""
+    """A linear layer computing in FP8 with a calibrated input scale; its inputs and outputs keep their dtype.
+    Made from an nn.Linear or a transformers Conv1D (GPT-2's linear layer, its weight stored transposed)."""
 
-    def __init__(self, linear: nn.Linear, input_amax: float, dtype: torch.dtype):
+    def __init__(self, layer: nn.Module, input_amax: float, dtype: torch.dtype):
         super().__init__()
-        weight = linear.weight.detach().float()
+        weight = layer.weight.detach().float()
+        if not isinstance(layer, nn.Linear):
+            weight = weight.t()  # Conv1D keeps [in, out]
+        weight = weight.contiguous()  # [out, in]: its transpose is the column-major operand cuBLASLt takes
         weight_scale = weight.abs().max().clamp(min=1e-12) / FP8_MAX
         self.register_buffer("weight_fp8", (weight / weight_scale).to(FP8))
         self.register_buffer("weight_scale", weight_scale.reshape(()))
         self.register_buffer("input_scale", torch.tensor(max(input_amax, 1e-12) / FP8_MAX))
-        bias = linear.bias
+        bias = layer.bias
         self.register_buffer("bias", None if bias is None else bias.detach().to(dtype))
-        self.out_features = linear.out_features
+        self.out_features = weight.shape[0]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])
@@ -56,13 +61,15 @@ def fp8_gemm_runs() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
 
 
-def quantizable(module: nn.Module) -> dict[str, nn.Linear]:
-    """The Linear layers FP8's GEMM takes, by qualified name."""
-    return {
-        name: sub
-        for name, sub in module.named_modules()
-        if type(sub) is nn.Linear and sub.in_features % ALIGN == 0 and sub.out_features % ALIGN == 0
-    }
+def quantizable(module: nn.Module) -> dict[str, nn.Module]:
+    """The linear layers FP8's GEMM takes (nn.Linear, transformers' Conv1D), by qualified name."""
+    found = {}
+    for name, sub in module.named_modules():
+        linear = type(sub) is nn.Linear or type(sub).__name__ == "Conv1D"
+        weight = getattr(sub, "weight", None)
+        if linear and weight is not None and weight.dim() == 2 and all(w % ALIGN == 0 for w in weight.shape):
+            found[name] = sub
+    return found
 
 
 def input_amax(module: nn.Module, batches: Iterable[tuple[torch.Tensor, ...]]) -> dict[str, float]:

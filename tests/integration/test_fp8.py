@@ -15,6 +15,7 @@ from torch import nn
 from pipeline.toolchain.fp8_linear import Fp8Linear, fp8_gemm_runs, input_amax, quantizable, to_fp8
 from tests.integration.test_deploy_cli import cli
 from tests.integration.test_packed import _recipe
+from tests.zoo import models as zoo
 
 ZOO = Path(__file__).parents[1] / "zoo" / "recipes"
 
@@ -68,7 +69,7 @@ def test_a_model_without_a_layer_fp8_takes_fails_its_variant_with_the_reason(tmp
     variants = "variants.build=[onnx-fp32, exported-fp8]"
     result = cli("deploy", str(ZOO / "mobilenet.yaml"), "--set", variants, root=tmp_path / "out")
     out = result.stdout + result.stderr
-    assert "exported-fp8" in out and "no nn.Linear layer FP8's GEMM takes" in out, out[-3000:]
+    assert "exported-fp8" in out and "no linear layer FP8's GEMM takes" in out, out[-3000:]
 
 
 @pytest.mark.gpu
@@ -80,3 +81,14 @@ def test_on_a_hopper_gpu_the_fp8_package_passes_in_a_cuda_graph(tmp_path: Path) 
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     accuracy = json.loads((tmp_path / "out" / "packed" / "v0001" / "reports" / "accuracy.json").read_text())
     assert accuracy["artifacts"]["aoti-fp8"]["runtimes"]["torch-aoti-cuda-graph"]["passed"] is True
+
+
+def test_gpt2s_conv1d_layers_take_fp8_as_linear_layers_do() -> None:
+    model = zoo.gpt2().eval()
+    ids = torch.randint(0, 500, (4, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        reference = model(ids).logits
+        amax = input_amax(model, [(ids,)])
+        swapped = to_fp8(model.half(), amax, torch.float16)
+        assert "transformer.h.0.attn.c_attn" in swapped and "transformer.h.0.mlp.c_proj" in swapped
+        assert _cosine(model(ids).logits, reference) > 0.99
