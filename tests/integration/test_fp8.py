@@ -47,7 +47,9 @@ def test_a_calibrated_fp8_layer_follows_its_linear_and_saturates_past_its_range(
 def test_a_deploy_builds_and_validates_the_fp8_program(tmp_path: Path) -> None:
     recipe = _recipe(tmp_path, "roberta", "last_hidden_state")
     variants = "variants.build=[onnx-fp32, exported-fp8]"
-    result = cli("deploy", str(recipe), "--set", variants, root=tmp_path / "out")
+    quick = ["benchmark.batch_sizes=[1]", "selection.objective.batch=1", "benchmark.profile=false"]
+    sets = [arg for setting in (variants, *quick) for arg in ("--set", setting)]
+    result = cli("deploy", str(recipe), *sets, root=tmp_path / "out")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     version = tmp_path / "out" / "packed" / "v0001"
     manifest = json.loads((version / "manifest.json").read_text())
@@ -66,8 +68,9 @@ def test_a_deploy_builds_and_validates_the_fp8_program(tmp_path: Path) -> None:
 
 
 def test_a_model_without_a_layer_fp8_takes_fails_its_variant_with_the_reason(tmp_path: Path) -> None:
-    variants = "variants.build=[onnx-fp32, exported-fp8]"
-    result = cli("deploy", str(ZOO / "mobilenet.yaml"), "--set", variants, root=tmp_path / "out")
+    sets = ["--set", "variants.build=[exported-fp8]", "--set", "variants.required=[exported-fp8]"]
+    result = cli("deploy", str(ZOO / "mobilenet.yaml"), *sets, root=tmp_path / "out")
+    assert result.returncode != 0  # the one variant asked for failed
     out = result.stdout + result.stderr
     assert "exported-fp8" in out and "no linear layer FP8's GEMM takes" in out, out[-3000:]
 
