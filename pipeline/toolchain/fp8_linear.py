@@ -40,7 +40,13 @@ class Fp8Linear(nn.Module):
         self.register_buffer("input_scale", torch.tensor(max(input_amax, 1e-12) / FP8_MAX))
         bias = layer.bias
         self.register_buffer("bias", None if bias is None else bias.detach().to(dtype))
-        self.out_features = weight.shape[0]
+        self.out_features, self.compute_dtype = weight.shape[0], dtype
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The weight as the model's own code may read it (T5 casts its activations to its output layer's weight
+        dtype): dequantized, in the dtype the model computes in. Unused in the GEMM, so compilers drop it."""
+        return self.weight_fp8.to(self.compute_dtype) * self.weight_scale.to(self.compute_dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])

@@ -39,6 +39,8 @@ def test_a_calibrated_fp8_layer_follows_its_linear_and_saturates_past_its_range(
     assert model[0].weight_fp8.dtype == torch.float8_e4m3fn
     assert _cosine(model(calibration[0][0].half()), reference) > 0.995
     layer = model[0]
+    # model code reading its layer's weight (T5 casts to its dtype) sees it dequantized, in the compute dtype
+    assert layer.weight.dtype == torch.float16 and layer.weight.shape == (32, 64)
     beyond = torch.full((1, 64), 100.0 * amax["0"], dtype=torch.float16)
     at_range = torch.full((1, 64), amax["0"], dtype=torch.float16)
     torch.testing.assert_close(layer(beyond), layer(at_range))  # inputs past the calibrated range saturate
