@@ -13,7 +13,7 @@ unset PYTHONDONTWRITEBYTECODE  # see scripts/gpu_smoke.sh
 out=${OUT:-/tmp/out}
 root=${ROOT:-/tmp/gpu-zoo}
 mkdir -p "$out" "$root/big" "$root/tiny"
-gpu='[exported-fp16, aoti-fp16]'
+gpu='[exported-fp16, aoti-fp16, aoti-fp8]'
 for model in ${MODELS-resnet50 bert-base}; do
   start=$(date +%s)
   timeout "${DEPLOY_TIMEOUT:-900}" python3 -m pipeline deploy "tests/zoo/gpu/$model.yaml" \
