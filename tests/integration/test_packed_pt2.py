@@ -16,6 +16,7 @@ from pipeline.core.packing import FLASH_VARLEN, Packing
 from pipeline.inputs.packed_model import PackedModel, check_exact, position_rule
 from pipeline.report.card import load_snippet
 from pipeline.stages.export_packed_pt2 import MASKED, savable
+from pipeline.toolchain.fp8_linear import fp8_gemm_runs
 from tests.integration.test_deploy_cli import cli
 from tests.integration.test_packed import NAMES, _bound, _llama, _padded, _recipe
 from tests.zoo import models as zoo
@@ -116,17 +117,19 @@ def test_a_program_holding_the_flash_kernel_saves_where_the_serializer_has_no_ui
 
 
 def test_a_deploy_builds_validates_and_times_the_packed_program(tmp_path: Path) -> None:
+    """One deploy for two variants of the compiled path: the packed program and the FP8 one (_check_fp8)."""
     recipe = _recipe(tmp_path, "roberta", "last_hidden_state")
     result = cli(
         "deploy",
         str(recipe),
         "--set",
-        "variants.build=[onnx-fp32, exported-packed-fp16]",
+        "variants.build=[onnx-fp32, exported-packed-fp16, exported-fp8]",
         root=tmp_path / "out",
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     version = tmp_path / "out" / "packed" / "v0001"
     manifest = json.loads((version / "manifest.json").read_text())
+    _check_fp8(version, manifest)
     entry = next(a for a in manifest["artifacts"] if a["name"] == "exported-packed-fp16")
     assert entry["kind"] == "exported-packed"
     on_gpu = torch.cuda.is_available()
@@ -170,3 +173,19 @@ def test_on_a_gpu_the_package_holds_the_varlen_kernel_and_passes_in_a_cuda_graph
     accuracy = json.loads((version / "reports" / "accuracy.json").read_text())
     validated = accuracy["artifacts"]["aoti-packed-fp16"]["runtimes"]
     assert validated["torch-aoti-cuda-graph"]["passed"] is True
+
+
+def _check_fp8(version: Path, manifest: dict) -> None:
+    """`exported-fp8`: its linear layers are `_scaled_mm` calls, validated on its own runtime by 8-bit gates."""
+    entry = next(a for a in manifest["artifacts"] if a["name"] == "exported-fp8")
+    assert entry["kind"] == "exported" and entry["precision"] == "fp8"
+    assert "attention.self.query" in " ".join(entry["details"]["fp8_layers"])
+    nodes = torch.export.load(str(version / entry["path"])).graph.nodes
+    gemms = [n for n in nodes if n.target is torch.ops.aten._scaled_mm.default]
+    assert len(gemms) == len(entry["details"]["fp8_layers"])
+    accuracy = json.loads((version / "reports" / "accuracy.json").read_text())
+    runtime = "torch-cuda" if fp8_gemm_runs() else "torch-cpu"
+    checked = accuracy["artifacts"]["exported-fp8"]
+    assert checked["runtimes"][runtime]["passed"] is True
+    cosines = [c for c in checked["checks"] if c["metric"] == "cosine" and c["runtime"] == runtime]
+    assert cosines and all(c["threshold"] == 0.98 and c["passed"] for c in cosines)  # 8-bit gates, not FP16's
