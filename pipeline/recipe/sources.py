@@ -153,7 +153,8 @@ class DataConfig(Strict):
         description="where representative inputs come from"
     )
     calibration: Samples = Field(
-        64, description="samples in the calibration split (INT8 only), at most 100000 (hours of CPU already)"
+        64,
+        description="samples in the calibration split (INT8 and FP8 scales), at most 100000 (hours of CPU already)",
     )
     validation: Samples = Field(
         32, description="samples in the held-out validation split, at most 100000 (hours of CPU already)"

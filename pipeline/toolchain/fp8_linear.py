@@ -15,6 +15,7 @@ transformers' Conv1D.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -31,8 +32,9 @@ class Fp8Linear(nn.Module):
     def __init__(self, layer: nn.Module, input_amax: float, dtype: torch.dtype):
         super().__init__()
         weight = layer.weight.detach().float()
-        if not isinstance(layer, nn.Linear):
-            weight = weight.t()  # Conv1D keeps [in, out]
+        self.transposed = not isinstance(layer, nn.Linear)  # Conv1D keeps [in, out]
+        if self.transposed:
+            weight = weight.t()
         weight = weight.contiguous()  # [out, in]: its transpose is the column-major operand cuBLASLt takes
         weight_scale = weight.abs().max().clamp(min=1e-12) / FP8_MAX
         self.register_buffer("weight_fp8", (weight / weight_scale).to(FP8))
@@ -40,26 +42,30 @@ class Fp8Linear(nn.Module):
         self.register_buffer("input_scale", torch.tensor(max(input_amax, 1e-12) / FP8_MAX))
         bias = layer.bias
         self.register_buffer("bias", None if bias is None else bias.detach().to(dtype))
-        self.out_features, self.compute_dtype = weight.shape[0], dtype
+        self.out_features, self.in_features = weight.shape
+        self.nf = self.out_features  # Conv1D's name for it
+        self.compute_dtype = dtype
 
     @property
     def weight(self) -> torch.Tensor:
         """The weight as the model's own code may read it (T5 casts its activations to its output layer's weight
-        dtype): dequantized, in the dtype the model computes in. Unused in the GEMM, so compilers drop it."""
-        return self.weight_fp8.to(self.compute_dtype) * self.weight_scale.to(self.compute_dtype)
+        dtype), in the layer's own layout: dequantized, in the dtype the model computes in. Unused by the GEMM:
+        Inductor drops it, an eager run pays one dequantize per read."""
+        weight = self.weight_fp8.to(self.compute_dtype) * self.weight_scale.to(self.compute_dtype)
+        return weight.t() if self.transposed else weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])
         quantized = (rows.float() / self.input_scale).clamp(-FP8_MAX, FP8_MAX).to(FP8)
-        out = torch._scaled_mm(
+        out = torch._scaled_mm(  # on CUDA the bias must be in the output's dtype: the compute dtype
             quantized,
             self.weight_fp8.t(),
             scale_a=self.input_scale,
             scale_b=self.weight_scale,
             bias=self.bias,
-            out_dtype=x.dtype,
+            out_dtype=self.compute_dtype,
         )
-        return out.reshape(*x.shape[:-1], self.out_features)
+        return out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
 
 
 def fp8_gemm_runs() -> bool:
@@ -83,13 +89,16 @@ def input_amax(module: nn.Module, batches: Iterable[tuple[torch.Tensor, ...]]) -
     seen: dict[str, float] = {}
 
     def hook(name: str):
-        def record(_: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
-            value = float(args[0].detach().abs().max())
-            seen[name] = max(seen.get(name, 0.0), value)
+        def record(_: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            given = args[0] if args else next(iter(kwargs.values()), None)  # `layer(input=x)` too
+            if isinstance(given, torch.Tensor):
+                value = float(given.detach().abs().max())
+                seen[name] = max(seen.get(name, 0.0), value)
 
         return record
 
-    handles = [sub.register_forward_pre_hook(hook(name)) for name, sub in quantizable(module).items()]
+    layers = quantizable(module).items()
+    handles = [sub.register_forward_pre_hook(hook(name), with_kwargs=True) for name, sub in layers]
     try:
         with torch.no_grad():
             for batch in batches:

@@ -41,9 +41,12 @@ def test_a_calibrated_fp8_layer_follows_its_linear_and_saturates_past_its_range(
     layer = model[0]
     # model code reading its layer's weight (T5 casts to its dtype) sees it dequantized, in the compute dtype
     assert layer.weight.dtype == torch.float16 and layer.weight.shape == (32, 64)
+    assert (layer.in_features, layer.out_features) == (64, 32)
     beyond = torch.full((1, 64), 100.0 * amax["0"], dtype=torch.float16)
     at_range = torch.full((1, 64), amax["0"], dtype=torch.float16)
     torch.testing.assert_close(layer(beyond), layer(at_range))  # inputs past the calibrated range saturate
+    upcast = layer(at_range.float())  # a model that upcasts before a layer gets its dtype back
+    assert upcast.dtype == torch.float32 and torch.allclose(upcast, layer(at_range).float())
 
 
 def test_a_model_without_a_layer_fp8_takes_fails_its_variant_with_the_reason(tmp_path: Path) -> None:
@@ -73,4 +76,6 @@ def test_gpt2s_conv1d_layers_take_fp8_as_linear_layers_do() -> None:
         amax = input_amax(model, [(ids,)])
         swapped = to_fp8(model.half(), amax, torch.float16)
         assert "transformer.h.0.attn.c_attn" in swapped and "transformer.h.0.mlp.c_proj" in swapped
+        attention = model.transformer.h[0].attn.c_attn
+        assert attention.weight.shape == (32, 96) and attention.nf == 96  # Conv1D's own layout and names
         assert _cosine(model(ids).logits, reference) > 0.99

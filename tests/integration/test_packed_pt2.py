@@ -177,6 +177,8 @@ def test_on_a_gpu_the_package_holds_the_varlen_kernel_and_passes_in_a_cuda_graph
 
 def _check_fp8(version: Path, manifest: dict) -> None:
     """`exported-fp8`: its linear layers are `_scaled_mm` calls, validated on its own runtime by 8-bit gates."""
+    if torch.cuda.is_available() and not fp8_gemm_runs():
+        return  # a GPU without FP8 tensor cores: not runnable here, and said so (pipeline/runners/pt2.py)
     entry = next(a for a in manifest["artifacts"] if a["name"] == "exported-fp8")
     assert entry["kind"] == "exported" and entry["precision"] == "fp8"
     assert "attention.self.query" in " ".join(entry["details"]["fp8_layers"])
