@@ -53,28 +53,24 @@ def interrupts_watched() -> Iterator[None]:
     main thread, and only over Python's default handler (or none, where SIGINT is ignored): a handler someone
     else installed is left alone."""
     main = threading.current_thread() is threading.main_thread()
-    if main and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        # started with SIGINT ignored (in the background, under nohup): no Ctrl-C can reach this process, so
-        # every KeyboardInterrupt in it is code's
-        _Watch.signalled.clear()
-        _Watch.active = True
-        try:
-            yield
-        finally:
-            _Watch.active = False
-        return
-    owned = main and signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    if not owned:
+    handler = signal.getsignal(signal.SIGINT)
+    owned = main and handler is signal.default_int_handler
+    # started with SIGINT ignored (in the background, under nohup): no Ctrl-C can reach this process, so every
+    # KeyboardInterrupt in it is code's
+    ignored = main and handler is signal.SIG_IGN
+    if not (owned or ignored):
         yield
         return
     _Watch.signalled.clear()
-    signal.signal(signal.SIGINT, _record_sigint)
+    if owned:
+        signal.signal(signal.SIGINT, _record_sigint)
     _Watch.active = True
     try:
         yield
     finally:
         _Watch.active = False
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if owned:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def ignore_interrupts() -> None:

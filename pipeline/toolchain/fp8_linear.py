@@ -20,6 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from pipeline.core import host
+
 FP8 = torch.float8_e4m3fn
 FP8_MAX = float(torch.finfo(FP8).max)  # 448
 ALIGN = 16
@@ -70,7 +72,7 @@ class Fp8Linear(nn.Module):
 
 def fp8_gemm_runs() -> bool:
     """Whether this host's GPU has FP8 tensor cores (compute capability 8.9 on: Ada, Hopper and later)."""
-    return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
+    return host.has_cuda() and torch.cuda.get_device_capability() >= (8, 9)
 
 
 def quantizable(module: nn.Module) -> dict[str, nn.Module]:
