@@ -22,7 +22,7 @@ import torch
 LENGTH = 128
 
 
-def _graphed(fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+def graphed(fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -35,7 +35,7 @@ def _graphed(fn: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
     return lambda: (graph.replay(), out)[1]
 
 
-def _p50_ms(fn: Callable[[], Any], calls: int = 50) -> float:
+def p50_ms(fn: Callable[[], Any], calls: int = 50) -> float:
     for _ in range(5):
         fn()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -92,9 +92,9 @@ def main(batches: list[int]) -> None:
         packed = {k: v.cuda() for k, v in packed.items()}
         with torch.inference_mode():
             model.set_attn_implementation("sdpa")
-            padded = _p50_ms(_graphed(lambda f=feeds: compiled(**f).last_hidden_state))
+            padded = p50_ms(graphed(lambda f=feeds: compiled(**f).last_hidden_state))
             model.set_attn_implementation("peer_varlen")
-            varlen = _p50_ms(_graphed(lambda p=packed, s=spans: model(**p, spans=s).last_hidden_state))
+            varlen = p50_ms(graphed(lambda p=packed, s=spans: model(**p, spans=s).last_hidden_state))
         share = tokens / real.numel()
         print(
             f"batch {batch}: {share:.0%} real tokens; padded torch.compile + CUDA graph {padded:.3f} ms; "

@@ -2,7 +2,7 @@
 # GPU host run: the GPU tests, then a deploy of the default recipe with every
 # GPU-capable variant (no TensorRT engines: no TensorRT runtime there) at batches 1, 32 and 256 (validated on
 # every runtime it times), and the speed table; the reports (not the artifacts) go to $OUT.
-# Environment: SKIP_TESTS=1 skips pytest; VARIANTS and BATCHES override the defaults below; DEPLOY_TIMEOUT (s);
+# Environment: SKIP_TESTS=1 skips pytest; VARIANTS and BATCHES override the defaults below (VARIANTS= : the recipe's own); DEPLOY_TIMEOUT (s);
 # ROOT is the output root (the reports are read from there: not --set output.root).
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD
@@ -30,11 +30,14 @@ fi
 # packed FP16 graph, onnx-packed-fp16, with the packed FP32 graph it is converted from).
 # BF16 (exported-bf16, aoti-bf16) costs another AOTInductor compile (70 s on the H200) and a torch.compile: add
 # it through VARIANTS when that time is available.
-variants=${VARIANTS:-'[torchscript-fp32, onnx-fp32, onnx-fp16, onnx-int8, onnx-optimized-fp32, onnx-optimized-fp16, exported-fp16, aoti-fp16]'}
+variants=${VARIANTS-'[torchscript-fp32, onnx-fp32, onnx-fp16, onnx-int8, onnx-optimized-fp32, onnx-optimized-fp16, exported-fp16, aoti-fp16]'}
+# VARIANTS set and empty: the recipe's own variants.build, as `make deploy RECIPE=bert.yaml` builds them
+choice=()
+[ -n "$variants" ] && choice=(--set "variants.build=$variants")
 batches=${BATCHES:-'[1,32,256]'}
 start=$(date +%s)
 timeout "${DEPLOY_TIMEOUT:-900}" "$py" -m pipeline deploy recipes/bert.yaml --set output.root=$root \
-  --set "variants.build=$variants" --set "benchmark.batch_sizes=$batches" --set dims.batch.max=256 "$@" 2>&1 \
+  "${choice[@]}" --set "benchmark.batch_sizes=$batches" --set dims.batch.max=256 "$@" 2>&1 \
   | grep -v '^W[0-9]' | tee "$out/deploy.txt"
 echo "exit ${PIPESTATUS[0]} after $(( $(date +%s) - start )) s" | tee -a "$out/deploy.txt"
 # the newest version, signed off or not (its reports say why)

@@ -16,6 +16,7 @@ import subprocess
 from typing import Any
 
 from pipeline.core.packages import package_version
+from pipeline.runners.torch_cuda import CUDNN_BENCHMARK
 
 # Distribution names per TensorRT flavour, looked up before importing anything (importing a TensorRT
 # module loads native libraries that the build stage keeps to child processes).
@@ -69,6 +70,7 @@ def _torch_info() -> dict[str, Any] | None:
     if _safe(torch.cuda.is_available, False):
         info["tf32_matmul"] = torch.backends.cuda.matmul.allow_tf32
         info["tf32_cudnn"] = torch.backends.cudnn.allow_tf32
+        info["cudnn_benchmark"] = CUDNN_BENCHMARK  # what every torch runner on CUDA sets as it activates
     return info
 
 

@@ -35,6 +35,7 @@ from pipeline.runners.bucketing import Bucketing, Group, plan_key
 from pipeline.runners.compiled import compiled
 from pipeline.runners.cuda_graphs import GraphCache
 from pipeline.runners.loaders import AotiPackageFromPath, ExportedProgramFromPath
+from pipeline.runners.torch_cuda import autotune_convolutions
 
 if TYPE_CHECKING:
     from pipeline.core.artifacts import ArtifactRecord
@@ -111,6 +112,7 @@ class Pt2Runner(Runner):
             if reused:  # its weights were on the device before this activation: the memory probe adds them
                 self.details["resident_bytes"] = kept.resident_bytes
         if self.device != "cpu":
+            autotune_convolutions()
             self.cuda_stream = torch.cuda.current_stream(torch.device(self.device))
 
     def deactivate_impl(self) -> None:

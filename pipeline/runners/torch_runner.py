@@ -17,6 +17,7 @@ from pipeline.core.runtimes import Runtime
 from pipeline.core.variants import REFERENCE
 from pipeline.runners.base import Family, Feeds, Runner
 from pipeline.runners.loaders import ModuleOnDevice, TorchScriptFromPath
+from pipeline.runners.torch_cuda import autotune_convolutions
 
 if TYPE_CHECKING:
     import torch
@@ -61,6 +62,7 @@ class TorchRunner(Runner):
             torch.set_num_threads(self._threads)
         self._module = self._load()
         if self.device != "cpu":
+            autotune_convolutions()
             self.cuda_stream = torch.cuda.current_stream(torch.device(self.device))
 
     def infer_impl(self, feeds: Feeds) -> Feeds:
