@@ -29,6 +29,7 @@ from pipeline.runners.ort_session import (
     CUDA_OPTIONS,
     CUDA_PROVIDER,
     ORT_TYPES,
+    layout_options,
     load_onnxruntime,
     session_options,
 )
@@ -49,6 +50,7 @@ class OnnxRuntimeRunner(Runner):
         provider: str = CPU_PROVIDER,
         io: str = "host",
         bucketing: Bucketing | None = None,
+        layout: dict[str, str] | None = None,
     ):
         if io == "device" and provider != CUDA_PROVIDER:
             raise ValueError("device I/O needs the CUDA execution provider")
@@ -57,7 +59,10 @@ class OnnxRuntimeRunner(Runner):
         self.artifact, self.path, self.io = artifact, Path(load.path), io
         self.runtime = "onnxruntime-cuda" if provider == CUDA_PROVIDER else "onnxruntime-cpu"
         self.bucketing = bucketing
-        self.details: dict[str, Any] = {}
+        self.layout = layout or {}  # the CUDA provider's layout option for this graph (layout_options)
+        self.details: dict[str, Any] = (
+            {"cuda_layout": "nhwc"} if self.layout and provider == CUDA_PROVIDER else {}
+        )
         if bucketing is not None:
             self.runtime += "-bucketed"
         self._load, self._provider, self._recipe_outputs = load, provider, recipe_outputs
@@ -201,11 +206,11 @@ class OnnxRuntimeRunner(Runner):
     def _cuda_options(self) -> dict[str, str]:
         """Run on a stream we own (when torch has CUDA) so that CUDA events can be recorded on it."""
         if not host.has_cuda():
-            return dict(CUDA_OPTIONS)
+            return {**CUDA_OPTIONS, **self.layout}
         import torch
 
         self.cuda_stream = torch.cuda.Stream()
-        return {**CUDA_OPTIONS, "user_compute_stream": str(self.cuda_stream.cuda_stream)}
+        return {**CUDA_OPTIONS, **self.layout, "user_compute_stream": str(self.cuda_stream.cuda_stream)}
 
 
 def _nodes_per_call(events: list[dict[str, Any]], walls: list[float]) -> list[CallProfile]:
@@ -258,9 +263,10 @@ def onnx_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Onn
         bucketing = Bucketing(settings.runtime.padding, settings, "cpu")
         runners.append(OnnxRuntimeRunner(artifact.name, load, outputs, bucketing=bucketing))
     if cuda_provider_available() and cuda_declined(artifact.path, settings) is None:
+        layout = layout_options(artifact.path, artifact.precision)
         runners += [
-            OnnxRuntimeRunner(artifact.name, load, outputs, CUDA_PROVIDER, "host"),
-            OnnxRuntimeRunner(artifact.name, load, outputs, CUDA_PROVIDER, "device"),
+            OnnxRuntimeRunner(artifact.name, load, outputs, CUDA_PROVIDER, "host", layout=layout),
+            OnnxRuntimeRunner(artifact.name, load, outputs, CUDA_PROVIDER, "device", layout=layout),
         ]
     return runners
 

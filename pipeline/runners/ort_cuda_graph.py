@@ -36,6 +36,7 @@ from pipeline.runners.ort_session import (
     CUDA_OPTIONS,
     CUDA_PROVIDER,
     ORT_TYPES,
+    layout_options,
     load_onnxruntime,
     session_options,
 )
@@ -113,8 +114,8 @@ def runtime_shape_ops(model: onnx.ModelProto) -> list[str]:
     return [n.name or n.op_type for n in model.graph.node if n.op_type in SHAPE_OPS]
 
 
-def provider_options(stream: int | None) -> dict[str, str]:
-    options = {**CUDA_OPTIONS, "enable_cuda_graph": "1"}
+def provider_options(stream: int | None, layout: dict[str, str]) -> dict[str, str]:
+    options = {**CUDA_OPTIONS, **layout, "enable_cuda_graph": "1"}
     if stream is not None:
         options["user_compute_stream"] = str(stream)
     return options
@@ -154,9 +155,10 @@ class OrtCudaGraphRunner(Runner):
     io = "device"
     cuda_graph = True
 
-    def __init__(self, artifact: str, path: Path, settings: RunnerSettings):
+    def __init__(self, artifact: str, path: Path, settings: RunnerSettings, precision: str):
         self.artifact, self.path, self._settings = artifact, Path(path), settings
         self._threads = settings.threads
+        self._layout = layout_options(self.path, precision)
         self._source: Path | None = None  # the graph with its weights apart (weights_apart)
         self._entries: dict[tuple[tuple[str, int], ...], _Entry] = {}
         self._current: _Entry | None = None
@@ -169,6 +171,8 @@ class OrtCudaGraphRunner(Runner):
         self.cuda_stream = torch.cuda.Stream()
         self._source = weights_apart(self.path)
         self.details = {"cuda_graph": True, "sessions": {}, "user_stream": True}
+        if self._layout:
+            self.details["cuda_layout"] = "nhwc"
 
     def deactivate_impl(self) -> None:
         self._entries, self._current, self._source, self.cuda_stream = {}, None, None, None
@@ -227,12 +231,14 @@ class OrtCudaGraphRunner(Runner):
         stream = self.cuda_stream.cuda_stream if self.cuda_stream is not None else None
         try:
             session = ort.InferenceSession(
-                data, options, providers=[(CUDA_PROVIDER, provider_options(stream))]
+                data, options, providers=[(CUDA_PROVIDER, provider_options(stream, self._layout))]
             )
         except Exception:  # noqa: BLE001 - a build that refuses graphs on a user stream: let it use its own
             if stream is None:
                 raise
-            session = ort.InferenceSession(data, options, providers=[(CUDA_PROVIDER, provider_options(None))])
+            session = ort.InferenceSession(
+                data, options, providers=[(CUDA_PROVIDER, provider_options(None, self._layout))]
+            )
             self.cuda_stream, self.details["user_stream"] = None, False
         binding = session.io_binding()
         inputs, outputs = {}, {}
@@ -263,13 +269,72 @@ class OrtCudaGraphRunner(Runner):
 
 
 def graph_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[OrtCudaGraphRunner]:
-    """A graph-mode runner for FP32/FP16 graphs where the CUDA provider sees a GPU and the recipe wants
-    graphs (INT8 Q/DQ and dynamic-quantized graphs have nodes the CUDA provider does not run)."""
+    """A graph-mode runner for FP32/FP16 graphs where the CUDA provider sees a GPU, runs every data node,
+    can capture the graph, and the recipe wants graphs (INT8 Q/DQ and dynamic-quantized graphs have nodes the
+    CUDA provider does not run)."""
     if not settings.runtime.cuda_graphs or artifact.precision not in ("fp32", "fp16"):
         return []
     if not cuda_provider_available() or cuda_declined(artifact.path, settings) is not None:
         return []
-    return [OrtCudaGraphRunner(artifact.name, Path(artifact.path), settings)]
+    if capture_refused(artifact, settings) is not None:
+        return []
+    return [OrtCudaGraphRunner(artifact.name, Path(artifact.path), settings, artifact.precision)]
+
+
+def capture_refused(artifact: ArtifactRecord, settings: RunnerSettings) -> str | None:
+    """Why ONNX Runtime cannot capture this graph in a CUDA graph, or None.
+
+    Every node may run on the CUDA provider and the capture still fail: a kernel that synchronizes or copies
+    through the host mid-run (ONNX Runtime 1.31's LSTM, seen on an H100) ends the capture with an error. That is
+    a limit of the runtime's graph mode for this graph, not a defect of the artifact, which its other CUDA rows
+    still validate; so the runtime is not offered for it, with the reason, instead of failing the variant. Tried
+    once per graph file and process, at the recipe's smallest shapes (the first shape validation runs)."""
+    path = Path(artifact.path)
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _REFUSED:
+        _REFUSED[key] = _try_capture(
+            OrtCudaGraphRunner(artifact.name, path, settings, artifact.precision), settings
+        )
+    return _REFUSED[key]
+
+
+_REFUSED: dict[tuple[str, int, int], str | None] = {}
+
+
+def _try_capture(runner: OrtCudaGraphRunner, settings: RunnerSettings) -> str | None:
+    feeds = {
+        spec.name: np.full(
+            [settings.dims[d].min if isinstance(d, str) else d for d in spec.shape],
+            spec.low if spec.low is not None else 0,
+            dtype=spec.dtype,
+        )
+        for spec in settings.inputs
+    }
+    try:
+        runner.activate()
+        runner.prepare(feeds)
+    except Exception as error:  # noqa: BLE001 - any failure to capture is the reason the reports give
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        version = load_onnxruntime().__version__
+        return f"onnxruntime {version} cannot capture this graph in a CUDA graph ({first})"
+    finally:
+        runner.deactivate()
+    return None
+
+
+def graph_declined(artifact: ArtifactRecord, settings: RunnerSettings) -> dict[str, str]:
+    """The graph runtime's own reason for not offering itself (the provider's reasons are the plain CUDA
+    runtime's, in onnxruntime_runner)."""
+    if not settings.runtime.cuda_graphs or artifact.precision not in ("fp32", "fp16"):
+        return {}
+    try:
+        if not cuda_provider_available() or cuda_declined(artifact.path, settings) is not None:
+            return {}
+    except ImportError:  # no onnxruntime: the plain runtime says so
+        return {}
+    reason = capture_refused(artifact, settings)
+    return {RUNTIME: reason} if reason else {}
 
 
 RUNTIMES = (
@@ -282,4 +347,4 @@ RUNTIMES = (
         twin_why=CUDA_TWIN_WHY,
     ),
 )
-FAMILY = Family(kinds=("onnx",), runtimes=RUNTIMES, runners=graph_runners)
+FAMILY = Family(kinds=("onnx",), runtimes=RUNTIMES, runners=graph_runners, declined=graph_declined)

@@ -61,8 +61,10 @@ def test_fixed_model_computes_the_same(fixed, feeds) -> None:
 
 def test_session_and_provider_options() -> None:
     fp32 = {"use_tf32": "0"}  # an FP32 graph computes in FP32
-    assert provider_options(1234) == {**fp32, "enable_cuda_graph": "1", "user_compute_stream": "1234"}
-    assert provider_options(None) == {**fp32, "enable_cuda_graph": "1"}
+    assert provider_options(1234, {}) == {**fp32, "enable_cuda_graph": "1", "user_compute_stream": "1234"}
+    assert provider_options(None, {}) == {**fp32, "enable_cuda_graph": "1"}
+    nhwc = {"prefer_nhwc": "1"}
+    assert provider_options(None, nhwc) == {**fp32, **nhwc, "enable_cuda_graph": "1"}
     options = graph_session_options(2)
     assert options.get_session_config_entry("session.disable_cpu_ep_fallback") == "1"
     assert options.intra_op_num_threads == 2
@@ -73,7 +75,9 @@ def test_dims_of_follow_the_recipe_shapes(ctx, feeds) -> None:
 
 
 def test_which_artifacts_get_a_graph_runner(ctx, onnx_artifact, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Which artifacts, given a CUDA provider that captures them (this host has none: the GPU tests capture)."""
     monkeypatch.setattr(ort_cuda_graph, "cuda_provider_available", lambda: True)
+    monkeypatch.setattr(ort_cuda_graph, "capture_refused", lambda artifact, settings: None)
     (runner,) = graph_runners(onnx_artifact, ctx.settings)
     assert (runner.runtime, runner.io, runner.cuda_graph) == ("onnxruntime-cuda-graph", "device", True)
     assert graph_runners(replace(onnx_artifact, precision="int8"), ctx.settings) == []
@@ -84,3 +88,37 @@ def test_which_artifacts_get_a_graph_runner(ctx, onnx_artifact, monkeypatch: pyt
     assert graph_runners(onnx_artifact, no_graphs) == []
     monkeypatch.setattr(ort_cuda_graph, "cuda_provider_available", lambda: False)
     assert graph_runners(onnx_artifact, ctx.settings) == []
+
+
+def _conv_graph(path: Path, elem: int) -> Path:
+    """A one-Conv ONNX graph of the given element type, saved."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    dtype = np.float16 if elem == TensorProto.FLOAT16 else np.float32
+    weight = numpy_helper.from_array(np.ones((4, 3, 3, 3), dtype), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+        "conv",
+        [helper.make_tensor_value_info("x", elem, ["batch", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", elem, ["batch", 4, 8, 8])],
+        [weight],
+    )
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_fp16_convolutions_ask_for_the_nhwc_kernels(tmp_path: Path, onnx_artifact) -> None:
+    from pipeline.runners.ort_session import layout_options
+
+    fp16 = _conv_graph(tmp_path / "conv.fp16.onnx", onnx.TensorProto.FLOAT16)
+    fp32 = _conv_graph(tmp_path / "conv.onnx", onnx.TensorProto.FLOAT)
+    assert layout_options(fp16, "fp16") == {"prefer_nhwc": "1"}
+    assert layout_options(fp32, "fp32") == {}  # not measured in FP32: NCHW stays
+    assert layout_options(onnx_artifact.path, "fp16") == {}  # no convolution: nothing to lay out
+
+
+def test_a_graph_runner_is_made_with_its_layout(tmp_path: Path, ctx) -> None:
+    fp16 = _conv_graph(tmp_path / "conv.fp16.onnx", onnx.TensorProto.FLOAT16)
+    runner = ort_cuda_graph.OrtCudaGraphRunner("onnx-fp16", fp16, ctx.settings, "fp16")
+    assert runner._layout == {"prefer_nhwc": "1"}
+    assert ort_cuda_graph.OrtCudaGraphRunner("onnx-fp32", fp16, ctx.settings, "fp32")._layout == {}
