@@ -269,16 +269,18 @@ class OrtCudaGraphRunner(Runner):
 
 
 def graph_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[OrtCudaGraphRunner]:
-    """A graph-mode runner for FP32/FP16 graphs where the CUDA provider sees a GPU, runs every data node,
-    can capture the graph, and the recipe wants graphs (INT8 Q/DQ and dynamic-quantized graphs have nodes the
-    CUDA provider does not run)."""
-    if not settings.runtime.cuda_graphs or artifact.precision not in ("fp32", "fp16"):
-        return []
-    if not cuda_provider_available() or cuda_declined(artifact.path, settings) is not None:
-        return []
-    if capture_refused(artifact, settings) is not None:
+    """A graph-mode runner where the graph is eligible (_eligible) and ONNX Runtime can capture it."""
+    if not _eligible(artifact, settings) or capture_refused(artifact, settings) is not None:
         return []
     return [OrtCudaGraphRunner(artifact.name, Path(artifact.path), settings, artifact.precision)]
+
+
+def _eligible(artifact: ArtifactRecord, settings: RunnerSettings) -> bool:
+    """The recipe wants graphs, the graph is FP32/FP16 (INT8 Q/DQ and dynamic-quantized graphs have nodes the
+    CUDA provider does not run), the CUDA provider sees a GPU and runs every data node of it."""
+    if not settings.runtime.cuda_graphs or artifact.precision not in ("fp32", "fp16"):
+        return False
+    return cuda_provider_available() and cuda_declined(artifact.path, settings) is None
 
 
 def capture_refused(artifact: ArtifactRecord, settings: RunnerSettings) -> str | None:
@@ -324,12 +326,10 @@ def _try_capture(runner: OrtCudaGraphRunner, settings: RunnerSettings) -> str | 
 
 
 def graph_declined(artifact: ArtifactRecord, settings: RunnerSettings) -> dict[str, str]:
-    """The graph runtime's own reason for not offering itself (the provider's reasons are the plain CUDA
-    runtime's, in onnxruntime_runner)."""
-    if not settings.runtime.cuda_graphs or artifact.precision not in ("fp32", "fp16"):
-        return {}
+    """The graph runtime's own reason for not offering itself: a graph it cannot capture (the provider's
+    reasons are the plain CUDA runtime's, in onnxruntime_runner)."""
     try:
-        if not cuda_provider_available() or cuda_declined(artifact.path, settings) is not None:
+        if not _eligible(artifact, settings):
             return {}
     except ImportError:  # no onnxruntime: the plain runtime says so
         return {}
