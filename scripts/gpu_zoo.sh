@@ -6,18 +6,21 @@
 # Prints each model's verdict, failures, claims check and speed table (scripts/zoo_summary.py); writes
 # $OUT/zoo.md and $OUT/reports.tgz (every version's reports/, winner.json and manifest.json).
 # Environment: MODELS (default "resnet50 bert-base"; empty: none), TINY=0 skips the tiny zoo, ZOO_JOBS (4),
-# DEPLOY_TIMEOUT (s, per deploy), ROOT (the output root).
+# DEPLOY_TIMEOUT (s, per deploy), ROOT (the output root), SET (recipe overrides for the big models, separated by
+# spaces, e.g. SET="export.pt2.max_autotune=true").
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD
 unset PYTHONDONTWRITEBYTECODE  # see scripts/gpu_smoke.sh
 out=${OUT:-/tmp/out}
 root=${ROOT:-/tmp/gpu-zoo}
 mkdir -p "$out" "$root/big" "$root/tiny"
-gpu='[exported-fp16, aoti-fp16, aoti-fp8]'
+gpu='[exported-fp16, aoti-fp16, aoti-fp8, aoti-int8]'
+overrides=()
+for item in ${SET:-}; do overrides+=(--set "$item"); done
 for model in ${MODELS-resnet50 bert-base}; do
   start=$(date +%s)
   timeout "${DEPLOY_TIMEOUT:-900}" python3 -m pipeline deploy "tests/zoo/gpu/$model.yaml" \
-    --set "output.root=$root/big" > "$out/$model.log" 2>&1
+    --set "output.root=$root/big" "${overrides[@]}" > "$out/$model.log" 2>&1
   echo "$model: exit $? after $(( $(date +%s) - start )) s" | tee -a "$out/times.txt"
 done
 if [ "${TINY:-1}" != 0 ]; then
