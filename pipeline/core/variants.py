@@ -51,10 +51,14 @@ VARIANTS = (
     "exported-fp16",
     "exported-bf16",
     "exported-fp8",  # FP16 with its linear layers in FP8, scales calibrated (Hopper's FP8 tensor cores)
+    # FP16 with its linear layers in INT8, scales calibrated, for a GPU's INT8 tensor cores (torch's INT8 GEMM on
+    # a CPU is a slow reference: MiniLM at batch 1 took 0.5 s on this CPU; CPU hosts have onnx-int8-*)
+    "exported-int8",
     "aoti-fp32",  # AOTInductor package compiled for the deploy host's device
     "aoti-fp16",
     "aoti-bf16",
     "aoti-fp8",
+    "aoti-int8",
     "exported-packed-fp16",  # packed tokens, variable-length attention (FlashAttention's on a GPU)
     "aoti-packed-fp16",
 )

@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -31,15 +31,38 @@ from pipeline.core.variants import Variant, parse
 from pipeline.decide.verdict import WEIGHTS
 from pipeline.inputs.models import positional
 from pipeline.inputs.specs import DataSpec, ModelSpec
-from pipeline.recipe import Recipe
+from pipeline.recipe import Recipe, Tolerance
 from pipeline.stages.base import BACKGROUND, Output, RunContext, Stage, StageConfig, StageResult
+from pipeline.stages.static_mix import StaticMix, chosen_layers
 from pipeline.toolchain.aoti import device_info
-from pipeline.toolchain.fp8_linear import input_amax, to_fp8
+from pipeline.toolchain.fp8_linear import to_fp8
+from pipeline.toolchain.int8_linear import to_int8
 from pipeline.toolchain.onnx_tools import captured
+from pipeline.toolchain.static_linear import input_amax
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-# FP8 is FP16 with its linear layers in FP8 (pipeline/toolchain/fp8_linear.py): the dtype the rest computes in
-COMPUTE = {**DTYPES, "fp8": torch.float16}
+# FP8 and INT8 are FP16 with their linear layers in 8 bits, scales calibrated (pipeline/toolchain/
+# static_linear.py): the dtype the rest computes in
+COMPUTE = {**DTYPES, "fp8": torch.float16, "int8": torch.float16}
+
+
+class StaticPrecision(NamedTuple):
+    """An 8-bit precision of the compiled path: how its layers are swapped in, its name in messages, and how its
+    scales are set (the artifact's details say so)."""
+
+    swap: Callable[[nn.Module, dict[str, float], torch.dtype], list[str]]
+    label: str
+    scales: str
+
+
+STATIC = {
+    "fp8": StaticPrecision(to_fp8, "FP8", "static: per tensor, inputs calibrated on the calibration split"),
+    "int8": StaticPrecision(
+        to_int8,
+        "INT8",
+        "static: weights per output channel, inputs per tensor calibrated on the calibration split",
+    ),
+}
 CALIBRATION_BATCH = 8
 
 
@@ -49,10 +72,15 @@ class ExportConfig(StageConfig):
     fuse_projections: bool
     memory_format: str  # export.pt2.memory_format
     model: ModelSpec
-    data: DataSpec  # the example inputs
+    data: DataSpec  # the example inputs, and the calibration split of the 8-bit precisions
+    # the 8-bit precisions: the gate their layers are chosen by (pipeline/stages/static_mix.py), else None
+    tolerance: Tolerance | None = None
+    padding: tuple[str | None, int] = (None, 0)  # validation.padding_mask and padding_value
 
     @classmethod
     def from_recipe(cls, recipe: Recipe, recipe_dir: Path, precision: str) -> ExportConfig:
+        validation = recipe.validation
+        static = precision in STATIC
         return cls(
             precision=precision,
             attention=recipe.export.pt2.attention,
@@ -60,6 +88,8 @@ class ExportConfig(StageConfig):
             memory_format=recipe.export.pt2.memory_format,
             model=ModelSpec.from_recipe(recipe, recipe_dir),
             data=DataSpec.from_recipe(recipe, recipe_dir),
+            tolerance=validation.tolerances.get(precision) if static else None,
+            padding=(validation.padding_mask, validation.padding_value) if static else (None, 0),
         )
 
 
@@ -158,10 +188,10 @@ def export_program(
     example = positional(feeds, spec)
     nhwc = channels_last(config.memory_format, module, example)
     dtype = COMPUTE[precision]
-    fp8 = fp8_layers(ctx, config, module) if precision == "fp8" else {}
+    static, mix = calibrated_layers(ctx, config, module) if precision in STATIC else ({}, {})
     module = module.to(dtype)
-    if fp8:
-        to_fp8(module, fp8, dtype)
+    if static:
+        STATIC[precision].swap(module, static, dtype)
     if nhwc:
         module = module.to(memory_format=torch.channels_last)
     wrapped = KeepIoTypes(module, dtype, channels_last=nhwc).eval()
@@ -175,10 +205,11 @@ def export_program(
         "io_dtype": "float32 (floating inputs and outputs)",
         "dims": {name: [rng.min, rng.max] for name, rng in spec.dims.items()},
     }
-    if fp8:
+    if static:
         details |= {
-            "fp8_layers": sorted(fp8),
-            "fp8_scales": "static: per tensor, inputs calibrated on the calibration split",
+            f"{precision}_layers": sorted(static),
+            f"{precision}_scales": STATIC[precision].scales,
+            f"{precision}_mix": mix,
             "calibration_hash": ctx.dataset(config.data).calibration_hash(),
         }
     if config.fuse_projections:
@@ -187,22 +218,40 @@ def export_program(
     return program, details
 
 
-def fp8_layers(ctx: RunContext, config: ExportConfig, module: nn.Module) -> dict[str, float]:
-    """Each FP8-able layer's calibrated input range, from the FP32 model on the calibration split; refused
-    where there is none, since the copy would be the FP16 one under another name."""
-    dataset, spec = ctx.dataset(config.data), config.model
-    batches = [positional(feeds, spec) for feeds in dataset.calibration_feeds(CALIBRATION_BATCH)]
+def calibrated_layers(
+    ctx: RunContext, config: ExportConfig, module: nn.Module
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """The 8-bit layers and their calibrated input ranges, from the FP32 model on the calibration split: every
+    calibrated layer, or the mix that passes the gate (pipeline/stages/static_mix.py), with what the details say
+    of the choice. Refused where no layer qualifies, since the copy would be the FP16 one under another name."""
+    dataset, spec, static = ctx.dataset(config.data), config.model, STATIC[config.precision]
+    feeds = dataset.calibration_feeds(CALIBRATION_BATCH)
+    batches = [positional(f, spec) for f in feeds]
+    variant = f"exported-{config.precision}"
     if not batches:
-        raise StageError(
-            "exported-fp8: the calibration split is empty (data.calibration and the sample count)"
-        )
+        raise StageError(f"{variant}: the calibration split is empty (data.calibration and the sample count)")
     amax = input_amax(module, batches)
     if not amax:
         raise StageError(
-            "exported-fp8: no linear layer FP8's GEMM takes (nn.Linear or transformers' Conv1D, both widths "
-            "multiples of 16) was reached on the calibration split: an FP8 copy would be the FP16 one"
+            f"{variant}: no linear layer {static.label}'s GEMM takes (nn.Linear or transformers' Conv1D, both "
+            f"widths multiples of 16) was reached on the calibration split: an {static.label} copy would be the "
+            "FP16 one"
         )
-    return amax
+    assert config.tolerance is not None
+    mix = StaticMix(
+        module,
+        lambda m: KeepIoTypes(m, torch.float32),
+        batches,
+        feeds,
+        spec.outputs,
+        config.tolerance,
+        config.padding,
+    )
+    try:
+        layers, details = chosen_layers(mix, amax, static.swap, static.label, ctx.report)
+    except StageError as error:
+        raise StageError(f"{variant}: {error}") from None
+    return {name: amax[name] for name in layers}, details
 
 
 def fuse_program(

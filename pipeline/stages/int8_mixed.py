@@ -131,7 +131,9 @@ class Mixes:
             self.config.tolerance,
             {"calibration": masks},
         )
-        return accuracy.passed, max((_share(c) for c in accuracy.checks if not c.informational), default=0.0)
+        return accuracy.passed, max(
+            (tolerance_used(c) for c in accuracy.checks if not c.informational), default=0.0
+        )
 
     def runner(self, path: Path, label: str) -> OnnxRuntimeRunner:
         load = SessionFromPath(path, self.config.threads, session_options)
@@ -146,7 +148,7 @@ class Mixes:
             runner.deactivate()
 
 
-def _share(check: Check) -> float:
+def tolerance_used(check: Check) -> float:
     """The share of its tolerance a check uses; a failed finiteness or comparability check is past any."""
     if check.metric in (FINITE, COMPARABLE) or check.reason is not None:
         return math.inf if check.blocking else 0.0

@@ -117,19 +117,21 @@ def test_a_program_holding_the_flash_kernel_saves_where_the_serializer_has_no_ui
 
 
 def test_a_deploy_builds_validates_and_times_the_packed_program(tmp_path: Path) -> None:
-    """One deploy for two variants of the compiled path: the packed program and the FP8 one (_check_fp8)."""
+    """One deploy for three variants of the compiled path: the packed program and the FP8 and INT8 ones
+    (_check_static)."""
     recipe = _recipe(tmp_path, "roberta", "last_hidden_state")
     result = cli(
         "deploy",
         str(recipe),
         "--set",
-        "variants.build=[onnx-fp32, exported-packed-fp16, exported-fp8]",
+        "variants.build=[onnx-fp32, exported-packed-fp16, exported-fp8, exported-int8]",
         root=tmp_path / "out",
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     version = tmp_path / "out" / "packed" / "v0001"
     manifest = json.loads((version / "manifest.json").read_text())
-    _check_fp8(version, manifest)
+    _check_static(version, manifest, "fp8", torch.ops.aten._scaled_mm.default)
+    _check_static(version, manifest, "int8", torch.ops.aten._int_mm.default)
     entry = next(a for a in manifest["artifacts"] if a["name"] == "exported-packed-fp16")
     assert entry["kind"] == "exported-packed"
     on_gpu = torch.cuda.is_available()
@@ -175,19 +177,21 @@ def test_on_a_gpu_the_package_holds_the_varlen_kernel_and_passes_in_a_cuda_graph
     assert validated["torch-aoti-cuda-graph"]["passed"] is True
 
 
-def _check_fp8(version: Path, manifest: dict) -> None:
-    """`exported-fp8`: its linear layers are `_scaled_mm` calls, validated on its own runtime by 8-bit gates."""
-    if torch.cuda.is_available() and not fp8_gemm_runs():
+def _check_static(version: Path, manifest: dict, precision: str, gemm: object) -> None:
+    """`exported-fp8` / `exported-int8`: its linear layers are calls of the 8-bit GEMM, validated on its own
+    runtime by 8-bit gates."""
+    if precision == "fp8" and torch.cuda.is_available() and not fp8_gemm_runs():
         return  # a GPU without FP8 tensor cores: not runnable here, and said so (pipeline/runners/pt2.py)
-    entry = next(a for a in manifest["artifacts"] if a["name"] == "exported-fp8")
-    assert entry["kind"] == "exported" and entry["precision"] == "fp8"
-    assert "attention.self.query" in " ".join(entry["details"]["fp8_layers"])
+    name = f"exported-{precision}"
+    entry = next(a for a in manifest["artifacts"] if a["name"] == name)
+    assert entry["kind"] == "exported" and entry["precision"] == precision
+    layers = entry["details"][f"{precision}_layers"]
+    assert "attention.self.query" in " ".join(layers)
     nodes = torch.export.load(str(version / entry["path"])).graph.nodes
-    gemms = [n for n in nodes if n.target is torch.ops.aten._scaled_mm.default]
-    assert len(gemms) == len(entry["details"]["fp8_layers"])
+    assert len([n for n in nodes if n.target is gemm]) == len(layers)
     accuracy = json.loads((version / "reports" / "accuracy.json").read_text())
-    runtime = "torch-cuda" if fp8_gemm_runs() else "torch-cpu"
-    checked = accuracy["artifacts"]["exported-fp8"]
+    runtime = "torch-cuda" if torch.cuda.is_available() else "torch-cpu"
+    checked = accuracy["artifacts"][name]
     assert checked["runtimes"][runtime]["passed"] is True
     cosines = [c for c in checked["checks"] if c["metric"] == "cosine" and c["runtime"] == runtime]
     assert cosines and all(c["threshold"] == 0.98 and c["passed"] for c in cosines)  # 8-bit gates, not FP16's
