@@ -39,7 +39,7 @@ from pipeline.report.facts import (
 )
 from pipeline.report.inputs import inputs_section
 from pipeline.report.load import load_section
-from pipeline.report.mixed import mixed_precision_section
+from pipeline.report.mixed import mixed_precision_section, static_mix_section
 from pipeline.report.profile import profile_section
 from pipeline.report.record import artifacts_section, conditions_section, stages_section
 
@@ -68,6 +68,7 @@ def build_document(
         _speed(header, speed, winner, images.get("latency")),
         load_section(load, winner, images.get("load")),
         mixed_precision_section(header),
+        static_mix_section(header),
         profile_section(speed, winner),
         _flags(speed),
         _not_timed(speed),

@@ -1,6 +1,7 @@
-"""The report's Mixed precision section (the recipe builds onnx-int8-mixed): which layers were quantized and
-why, in the stage's own measurements (pipeline/stages/int8_mixed.py): each mix it judged and timed, side by
-side, and every layer's sensitivity, most sensitive first."""
+"""The report's sections on precision chosen by measurement, in the stages' own measurements: Mixed precision
+(the recipe builds onnx-int8-mixed, pipeline/stages/int8_mixed.py): which layers were quantized and why, each
+mix it judged and timed, side by side, and every layer's sensitivity, most sensitive first; and the 8-bit layers
+of the compiled programs (pipeline/stages/static_mix.py)."""
 
 from __future__ import annotations
 
@@ -108,5 +109,45 @@ def _share(value: Any) -> str:
 
 
 def _sensitivity(layer: Dict) -> float:
-    value = layer.get("sensitivity")
+    return _number(layer.get("sensitivity"))
+
+
+def _number(value: Any) -> float:
     return float("inf") if value is None else float(value)
+
+
+def static_mix_section(header: Dict) -> Section:
+    """The 8-bit layers of the compiled programs (exported-/aoti-fp8 and -int8, pipeline/stages/static_mix.py):
+    which layers went to 8 bits, and, where every layer at once failed the gate, each layer's sensitivity. The
+    AOTInductor package is compiled from the exported program, so one precision's mix is said once."""
+    blocks: list[Block] = []
+    seen: set[str] = set()
+    for artifact in header.get("artifacts") or []:
+        details = artifact.get("details") or {}
+        precision = str(artifact.get("precision"))
+        mix = details.get(f"{precision}_mix")
+        if not isinstance(mix, Mapping) or precision in seen:
+            continue
+        seen.add(precision)
+        names = [str(a.get("name")) for a in header.get("artifacts") or [] if a.get("precision") == precision]
+        names = [n for n in names if n.startswith(("exported-", "aoti-")) and "packed" not in n]
+        blocks.append(Para(f"{' and '.join(names)}: {mix.get('mix', '?')}."))
+        sensitivity = mix.get("sensitivity") or {}
+        if sensitivity:
+            kept = set(mix.get("kept_float") or [])
+            ordered = sorted(sensitivity.items(), key=lambda item: -_number(item[1]))  # most sensitive first
+            rows: list[list[Text]] = [
+                [name, _share(value), "no (kept in FP16)" if name in kept else "yes"]
+                for name, value in ordered
+            ]
+            tones = ["warn" if name in kept else "" for name, _ in ordered]
+            blocks += [
+                Para(
+                    "Each layer's sensitivity is the share of the gate's tolerance it uses quantized alone, on the "
+                    "calibration split; layers were added least sensitive first, up to the most that pass "
+                    "together. Most sensitive first:",
+                    tone="note",
+                ),
+                Table(["layer", "tolerance used alone", f"in {precision.upper()}"], rows, tones),
+            ]
+    return Section("8-bit layers of the compiled programs", blocks)

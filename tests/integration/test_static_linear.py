@@ -15,6 +15,9 @@ import torch
 from torch import nn
 
 from pipeline.recipe import Tolerance
+from pipeline.report.blocks import Document
+from pipeline.report.markdown import markdown_from
+from pipeline.report.mixed import static_mix_section
 from pipeline.stages.export_pt2 import KeepIoTypes
 from pipeline.stages.static_mix import StaticMix, chosen_layers
 from pipeline.toolchain.fp8_linear import Fp8Linear, fp8_gemm_runs, to_fp8
@@ -157,3 +160,14 @@ def test_a_layer_with_outlier_inputs_stays_in_float_and_the_rest_go_to_8_bits(pr
     assert details["sensitivity"]["2"] > 1.0 > max(details["sensitivity"][n] for n in ("0", "3", "4"))
     assert len(reports) == 4  # progress per layer measured
     assert mix.verdict(layers, amax, swap)[0]
+    artifact = {
+        "name": f"exported-{precision}",
+        "precision": precision,
+        "details": {f"{precision}_mix": details},
+    }
+    text = markdown_from(Document("t", "s", True, [static_mix_section({"artifacts": [artifact]})]))
+    rows = [line for line in text.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert rows[0].startswith("| 2 |") and rows[0].endswith("| no (kept in FP16) |"), (
+        text
+    )  # most sensitive first
+    assert all(row.endswith("| yes |") for row in rows[1:]) and len(rows) == 4, text
