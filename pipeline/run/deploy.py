@@ -318,6 +318,7 @@ def _verified_latest(store: Store, console: Console) -> Path | None:
         + ("; …" if len(damage) > 5 else "")
         + " — building a new version",
         highlight=False,
+        soft_wrap=True,  # whole, however long the path: the damaged files' names come last
     )
     return None
 
