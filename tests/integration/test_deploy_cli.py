@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -327,7 +328,8 @@ def test_quiet_keeps_the_result_and_verbose_every_message(first) -> None:
     quiet = cli("deploy", str(TINY), "-q", "--set", "benchmark.warmup_s=0.11", root=root)
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr[-2000:]
     lines = quiet.stdout.splitlines()
-    assert lines[0].startswith("signed off: ") and "┃" not in quiet.stdout  # no summary table
+    # a busy host may leave the winner unsettled: still signed off, said so on the same line
+    assert re.match(r"signed off( \(provisional: [^)]*\))?: ", lines[0]) and "┃" not in quiet.stdout
     assert any(line.startswith("winner: ") for line in lines)
     verbose = cli("deploy", str(TINY), "-v", "--rebench", "--set", "benchmark.warmup_s=0.11", root=root)
     assert verbose.returncode == 0

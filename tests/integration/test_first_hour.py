@@ -79,7 +79,8 @@ def test_quickstart_signs_off_with_readable_progress(clone: Path, quickstart) ->
     # progress on stderr, the result on stdout: `deploy | tee` keeps what was decided
     assert re.search(rf"^{STAMP} \[2/6\]  +ran export_onnx .* total 0:\d\d:\d\d", quickstart.stderr, re.M)
     assert not re.search(rf"^{STAMP} \[", quickstart.stdout, re.M)
-    assert re.search(r"^signed off: .*tiny/v0001$", quickstart.stdout, re.M)
+    # a busy host may leave the winner unsettled: still signed off, said so on the same line
+    assert re.search(r"^signed off( \(provisional: [^)]*\))?: .*tiny/v0001$", quickstart.stdout, re.M)
     assert re.search(r"^v0001 .* signed off .* winner \S+ \(latest\)$", quickstart.stdout, re.M)
 
 
