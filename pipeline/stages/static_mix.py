@@ -111,7 +111,14 @@ def chosen_layers(
         report(f"{label} layer sensitivity {i}/{len(layers)} ({layer})")
         sensitivity[layer] = mix.verdict([layer], amax, swap, SENSITIVITY_BATCHES)[1]
     order = sorted(layers, key=lambda name: sensitivity[name])
-    best, _ = choose(len(order), lambda count: mix.verdict(order[:count], amax, swap)[0], step=1)
+    verdicts = {len(order): False}  # every layer: judged above
+
+    def passes(count: int) -> bool:
+        if count not in verdicts:
+            verdicts[count] = mix.verdict(order[:count], amax, swap)[0]
+        return verdicts[count]
+
+    best, _ = choose(len(order), passes, step=1)
     if best == 0:
         least = order[0]
         raise StageError(
