@@ -131,9 +131,7 @@ class Mixes:
             self.config.tolerance,
             {"calibration": masks},
         )
-        return accuracy.passed, max(
-            (tolerance_used(c) for c in accuracy.checks if not c.informational), default=0.0
-        )
+        return judgement(accuracy)
 
     def runner(self, path: Path, label: str) -> OnnxRuntimeRunner:
         load = SessionFromPath(path, self.config.threads, session_options)
@@ -146,6 +144,14 @@ class Mixes:
             return [runner.infer(f) for f in feeds]
         finally:
             runner.deactivate()
+
+
+def judgement(accuracy: ArtifactAccuracy) -> tuple[bool, float]:
+    """Whether a mix passes the gate, and the largest share of its tolerance a required check uses (its
+    sensitivity, for one layer alone)."""
+    return accuracy.passed, max(
+        (tolerance_used(c) for c in accuracy.checks if not c.informational), default=0.0
+    )
 
 
 def tolerance_used(check: Check) -> float:
@@ -306,14 +312,14 @@ def _details(
         "target": "onnxruntime",
         "quantized_count": chosen,
         "layers": [
-            {"node": name, "sensitivity": _finite(sensitivity[name]), "quantized": name in quantized}
+            {"node": name, "sensitivity": finite(sensitivity[name]), "quantized": name in quantized}
             for name in layers
         ],
         "mixes": [
             {
                 "quantized": k,
                 "passes": verdicts[k][0],
-                "tolerance_share": _finite(verdicts[k][1]),
+                "tolerance_share": finite(verdicts[k][1]),
                 "p50_ms": round(stats[k]["p50_ms"], 3),
                 "p50_ci95_ms": [round(v, 3) for v in stats[k]["p50_ci95_ms"]],
                 "vs_float": round(stats[0]["p50_ms"] / stats[k]["p50_ms"], 3),
@@ -333,7 +339,7 @@ def _details(
     }
 
 
-def _finite(share: float) -> float | None:
+def finite(share: float) -> float | None:
     """A share for JSON: None past any tolerance (a non-finite output)."""
     return round(share, 4) if math.isfinite(share) else None
 

@@ -16,6 +16,7 @@ The choice uses the calibration split only; validation then judges the artifact 
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +28,7 @@ from pipeline.check.accuracy import ArtifactAccuracy, evaluate, real_tokens
 from pipeline.core.errors import StageError
 from pipeline.inputs.data import Feeds
 from pipeline.recipe import Tolerance
-from pipeline.stages.int8_mixed import choose, tolerance_used
+from pipeline.stages.int8_mixed import choose, finite, judgement
 from pipeline.toolchain.static_linear import simulated
 
 SENSITIVITY_BATCHES = 4  # of the calibration split, for each layer alone
@@ -78,9 +79,7 @@ class StaticMix:
             self.tolerance,
             {"calibration": self.masks[:batches]},
         )
-        return bool(accuracy), max(
-            (tolerance_used(c) for c in accuracy.checks if not c.informational), default=0.0
-        )
+        return judgement(accuracy)
 
     def _run(self, module: nn.Module, batches: int | None = None) -> list[dict[str, np.ndarray]]:
         wrapped = self.wrap(module).eval()
@@ -123,13 +122,18 @@ def chosen_layers(
         least = order[0]
         raise StageError(
             f"no layer can be quantized to {label} within the gate on the calibration split: the least "
-            f"sensitive, {least}, uses {sensitivity[least]:.2f}x its tolerance alone"
+            f"sensitive, {least}, "
+            + (
+                f"uses {sensitivity[least]:.2f}x its tolerance alone"
+                if math.isfinite(sensitivity[least])
+                else "fails a required check outright alone"
+            )
         )
     kept = order[best:]
     details = {
         "mix": f"{best} of {len(order)} layers in {label}, least sensitive first: with every layer the model "
         f"failed the gate on the calibration split; {len(kept)} kept in FP16",
         "kept_float": kept,
-        "sensitivity": {name: round(value, 4) for name, value in sorted(sensitivity.items())},
+        "sensitivity": {name: finite(value) for name, value in sorted(sensitivity.items())},
     }
     return order[:best], details
