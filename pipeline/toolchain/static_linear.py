@@ -29,9 +29,9 @@ class StaticLinear(nn.Module):
 
     def __init__(self, layer: nn.Module, dtype: torch.dtype):
         super().__init__()
-        weight = layer.weight.detach().float()
         self.transposed = not isinstance(layer, nn.Linear)  # Conv1D keeps [in, out]
-        self.out_features, self.in_features = weight.t().shape if self.transposed else weight.shape
+        rows, columns = layer.weight.shape
+        self.out_features, self.in_features = (columns, rows) if self.transposed else (rows, columns)
         self.nf = self.out_features  # Conv1D's name for it
         self.compute_dtype = dtype
         bias = layer.bias
