@@ -295,16 +295,40 @@ def capture_refused(artifact: ArtifactRecord, settings: RunnerSettings) -> str |
     stat = path.stat()
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
     if key not in _REFUSED:
-        _REFUSED[key] = _try_capture(
-            OrtCudaGraphRunner(artifact.name, path, settings, artifact.precision), settings
-        )
+        _REFUSED[key] = _capture_in_child(artifact, settings)
     return _REFUSED[key]
+
+
+PROBE_TIMEOUT_S = 300.0  # a capture at the smallest shapes takes seconds; a hung driver must not hold the deploy
+
+
+def _capture_in_child(artifact: ArtifactRecord, settings: RunnerSettings) -> str | None:
+    """try_capture in a child process (pipeline/runners/ort_capture_probe.py says why)."""
+    from pipeline.core.children import run_job
+    from pipeline.runners.ort_capture_probe import MODULE
+
+    with tempfile.TemporaryDirectory(prefix="capture-probe-") as tmp:
+        job = {
+            "name": artifact.name,
+            "path": str(Path(artifact.path).resolve()),
+            "precision": artifact.precision,
+            "settings": settings.model_dump(mode="json"),
+            "result": str(Path(tmp) / "result.json"),
+        }
+        outcome = run_job(MODULE, job, Path(tmp), PROBE_TIMEOUT_S, report=lambda line: None)
+    if outcome.result is not None and outcome.result.get("ok"):
+        return outcome.result["refused"]
+    death = outcome.death(PROBE_TIMEOUT_S, "capture probe", "its limit")
+    return f"onnxruntime {load_onnxruntime().__version__} cannot capture this graph in a CUDA graph ({death})"
 
 
 _REFUSED: dict[tuple[str, int, int], str | None] = {}
 
 
-def _try_capture(runner: OrtCudaGraphRunner, settings: RunnerSettings) -> str | None:
+def try_capture(runner: OrtCudaGraphRunner, settings: RunnerSettings) -> str | None:
+    """None when the runner captures its graph at the recipe's smallest shapes, else why not. Run in the probe's
+    own process, which ends right after: the runner is not released here, since releasing a session after a
+    failed capture is what aborted the process (the reason is written before the process ends)."""
     feeds = {
         spec.name: np.full(
             [settings.dims[d].min if isinstance(d, str) else d for d in spec.shape],
@@ -320,8 +344,6 @@ def _try_capture(runner: OrtCudaGraphRunner, settings: RunnerSettings) -> str | 
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         version = load_onnxruntime().__version__
         return f"onnxruntime {version} cannot capture this graph in a CUDA graph ({first})"
-    finally:
-        runner.deactivate()
     return None
 
 

@@ -1,0 +1,34 @@
+"""The CUDA-graph capture probe's own process (`python -m pipeline.runners.ort_capture_probe JOB.json`).
+
+A capture that fails can leave the CUDA context unusable: on an H100, ONNX Runtime 1.31 aborted the whole
+process when the next session was released after its LSTM refused to be captured. The probe therefore tries
+the capture in a child (pipeline/core/children.run_job), and a child that dies is one more reason not to offer
+the graph runtime, never the end of the deploy that asked."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.children import serve_job
+
+MODULE = "pipeline.runners.ort_capture_probe"
+
+
+def probe(job: dict[str, Any]) -> dict[str, Any]:
+    """The job's graph captured at the recipe's smallest shapes: {"ok": True, "refused": reason or None}."""
+    from pipeline.inputs.specs import RunnerSettings
+    from pipeline.runners.ort_cuda_graph import OrtCudaGraphRunner, try_capture
+
+    settings = RunnerSettings.model_validate(job["settings"])
+    runner = OrtCudaGraphRunner(job["name"], Path(job["path"]), settings, job["precision"])
+    return {"ok": True, "refused": try_capture(runner, settings)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    return serve_job(argv, MODULE, "capture probe", probe)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
