@@ -299,7 +299,8 @@ def capture_refused(artifact: ArtifactRecord, settings: RunnerSettings) -> str |
     return _REFUSED[key]
 
 
-PROBE_TIMEOUT_S = 300.0  # a capture at the smallest shapes takes seconds; a hung driver must not hold the deploy
+# a capture at the smallest shapes takes seconds; a hung driver must not hold the deploy
+PROBE_TIMEOUT_S = 300.0
 
 
 def _capture_in_child(artifact: ArtifactRecord, settings: RunnerSettings) -> str | None:

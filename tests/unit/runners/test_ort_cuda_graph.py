@@ -124,7 +124,6 @@ def test_a_graph_runner_is_made_with_its_layout(tmp_path: Path, ctx) -> None:
     assert ort_cuda_graph.OrtCudaGraphRunner("onnx-fp32", fp16, ctx.settings, "fp32")._layout == {}
 
 
-
 def test_a_capture_that_fails_in_the_probe_process_comes_back_as_the_reason(ctx, onnx_artifact) -> None:
     """The probe runs in a process of its own (a failed capture can abort the process that tried it, seen on an
     H100): the recipe's settings travel to it and its failure comes back as the reason (here: no CUDA)."""
