@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -181,9 +181,20 @@ def directionless(reference: np.ndarray) -> bool:
     """Whether cosine cannot judge this output: one value per sample (a score, a class index: the cosine of
     two single numbers is only whether their signs agree, so a score off by 20% or a class changed from 3 to 4
     has cosine 1), or integer or boolean values (labels, ids, flags: equal or not)."""
-    if integer_values(reference):
-        return True
+    return integer_values(reference) or one_value_per_sample(reference)
+
+
+def one_value_per_sample(reference: np.ndarray) -> bool:
+    """A score or a count: at most one value per sample in this batch."""
     return reference.ndim <= 1 or reference.size <= reference.shape[0]
+
+
+def per_sample_everywhere(reference: Mapping[str, list[Outputs]], output: str) -> bool:
+    """Whether an output holds one value per sample at every input set. Decided once per output, as pre-flight
+    decides its kind: an output of [batch, items] has one value per sample only where items is 1 (a corner),
+    and its gates must not change with the shape it was run at."""
+    values = [np.asarray(b[output]) for batches in reference.values() for b in batches if output in b]
+    return bool(values) and all(one_value_per_sample(v) for v in values)
 
 
 def output_spread(references: Iterable[np.ndarray]) -> float:
@@ -584,6 +595,7 @@ def evaluate(
     the batches are measured (per-token outputs on real tokens only, by `masks`), combined, and checked
     against the tolerance; embedding outputs also get the neighbour agreement over the held-out data."""
     masks = masks or {}
+    flat = {output: per_sample_everywhere(reference, output) for output in outputs}
     spreads = {output: held_out_spread(reference, output) for output in outputs}
     for inputs, ref_batches in reference.items():
         got = actual.get(inputs, [])
@@ -593,7 +605,10 @@ def evaluate(
                 measure(ref[output], got[i].get(output) if i < len(got) else None, batch_masks[i])
                 for i, ref in enumerate(ref_batches)
             ]
-            accuracy.checks += checks_for(output, inputs, combine(per_batch), tolerance, spreads[output])
+            combined = combine(per_batch)
+            if combined.problem is None and not combined.exact:
+                combined = replace(combined, directionless=flat[output])
+            accuracy.checks += checks_for(output, inputs, combined, tolerance, spreads[output])
             if inputs == "data":
                 check = neighbour_check(output, ref_batches, got, tolerance, neighbours_k)
                 if check is not None:
@@ -605,8 +620,10 @@ def held_out_spread(reference: Mapping[str, list[Outputs]], output: str) -> floa
     """output_spread of a one-value-per-sample output over the held-out data's samples (every input set's
     when there is no held-out data): the basis of its bound at every input set, the corners' batches of one
     or two samples included. None for other outputs, or when no batch has the output."""
+    if not per_sample_everywhere(reference, output):
+        return None  # only a one-value-per-sample output is bounded by its spread (and it is small)
     sets = [reference["data"]] if reference.get("data") else list(reference.values())
     values = [np.asarray(b[output]) for batches in sets for b in batches if output in b]
-    if not values or any(output_kind(v) != PER_SAMPLE for v in values):
-        return None  # only a one-value-per-sample output is bounded by its spread (and it is small)
+    if not values or any(integer_values(v) for v in values):
+        return None  # labels and ids: any change is wrong, whatever their spread
     return output_spread(values)

@@ -394,3 +394,25 @@ def test_one_value_per_sample_bound_follows_the_precisions_cosine_and_the_output
         c for c in checks_for("score", "data", measure(ref, ref + 0.02), int8) if c.metric == "max_abs"
     ]
     assert not bound.passed and bound.threshold == pytest.approx(0.01)
+
+
+def test_an_output_is_one_value_per_sample_only_where_it_is_at_every_input_set() -> None:
+    """A ranker's item scores [batch, items] hold one value per sample at a corner where items is 1: they are
+    still values there, gated by cosine as at every other shape, not by the spread of a score (whose basis
+    would then differ between input sets), as pre-flight's kind says."""
+    rng = np.random.default_rng(0)
+    one = rng.standard_normal((2, 1)).astype(np.float32)
+    many = rng.standard_normal((4, 5)).astype(np.float32)
+    reference = {"min": [{"items": one}], "data": [{"items": many}]}
+    actual = {"min": [{"items": -one}], "data": [{"items": many}]}  # every sign flipped at the corner
+    fp16 = Tolerance(max_abs=5e-2, cosine=0.999, informational=["max_abs"])
+    result = evaluate(ArtifactAccuracy("onnx-fp16", "fp16", "onnxruntime-cpu"), reference, actual, ["items"], fp16)
+    at_min = {c.metric: c for c in result.checks if c.inputs == "min"}
+    assert not at_min["cosine"].informational and not at_min["cosine"].passed
+    assert at_min["max_abs"].informational and at_min["max_abs"].scale != pytest.approx(np.std(many))
+    # a score at every input set keeps its spread-based bound, the held-out samples' spread
+    scores = {"min": [{"s": one}], "data": [{"s": many[:, :1]}]}
+    result = evaluate(ArtifactAccuracy("onnx-fp16", "fp16", "onnxruntime-cpu"), scores, scores, ["s"], fp16)
+    bounds = {c.inputs: c for c in result.checks if c.metric == "max_abs"}
+    assert not bounds["min"].informational
+    assert bounds["min"].scale == pytest.approx(np.std(many[:, :1])) == bounds["data"].scale
