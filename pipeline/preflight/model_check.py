@@ -351,6 +351,16 @@ def _output_problems(loaded: LoadedRecipe, names: list[str] | None, outputs: lis
                     "outputs must be real tensors with at least one dim",
                 )
             )
+        elif value.is_floating_point() and not bool(torch.isfinite(value).any()):
+            # a model that gives nothing finite: no artifact can ever be checked against it, which the
+            # deploy's validation would find only after every export
+            problems.append(
+                loaded.problem(
+                    f"outputs[{i}]",
+                    f"the model's output '{declared[i]}' is NaN/inf everywhere at the min shape (synthetic "
+                    "inputs in the recipe's ranges): fix the model, or the inputs' ranges (inputs[].low/high)",
+                )
+            )
     return problems
 
 

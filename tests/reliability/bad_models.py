@@ -190,11 +190,21 @@ def chatty(**kwargs: int) -> nn.Module:
 class _NotFinite(_Wrapping):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         hidden, pooled = self.inner(input_ids, attention_mask)
-        return hidden, torch.log(pooled - pooled.max() - 1.0)  # the log of a negative number: NaN
+        return hidden, torch.log(pooled - pooled.mean())  # the log of a negative number: NaN (about half)
 
 
 def not_finite(**kwargs: int) -> nn.Module:
     return _NotFinite()
+
+
+class _NanEverywhere(_Wrapping):
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        hidden, pooled = self.inner(input_ids, attention_mask)
+        return hidden, torch.full_like(pooled, float("nan"))
+
+
+def nan_everywhere(**kwargs: int) -> nn.Module:
+    return _NanEverywhere()
 
 
 class _Stepwise(nn.Module):

@@ -499,6 +499,12 @@ CASES = [
         overrides=(f"model.entrypoint={BAD}:empty_output",),
     ),
     Case(
+        "an output NaN everywhere",
+        "model",
+        "outputs[1]: the model's output 'pooled' is NaN/inf everywhere at the min shape",
+        overrides=(f"model.entrypoint={BAD}:nan_everywhere",),
+    ),
+    Case(
         "three outputs for two",
         "model",
         "outputs: the model returns 2 output(s) but outputs names 3",
