@@ -21,7 +21,7 @@ PROBE = (
     "    for folder in map(Path, sys.argv[2:]):\n"
     "        session.run(None, {f.stem: np.load(f) for f in sorted(folder.glob('*.npy'))})\n"
     "except Exception as exc:\n"
-    "    print(f'{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else \"\"}')\n"
+    "    print(f'{type(exc).__name__}: {\" \".join(str(exc).split())[:400]}')\n"
     "    sys.exit(1)\n"
 )
 TIMEOUT_S = 600.0  # loading (and a run at each shape asked for) takes seconds even for big graphs
