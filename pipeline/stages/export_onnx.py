@@ -121,6 +121,51 @@ def name_dynamic_axes(model: onnx.ModelProto, inputs: list[InputSpec]) -> None:
                 dim.dim_param = renames[dim.dim_param]
 
 
+CornerShapes = tuple[dict[str, int], dict[str, list[int]]]  # (recipe dim -> size, output -> shape) at a corner
+
+
+def corner_shapes(ctx: RunContext, config: OnnxExportConfig) -> list[CornerShapes]:
+    """The recipe dims' sizes and the model's own output shapes at the smallest and the largest corner (the
+    batches corner_batches gives): what tells which dim an output axis follows."""
+    spec, dataset = config.model, ctx.dataset(config.data)
+    module = ctx.model(spec).module
+    found = []
+    for corner, batch in corner_batches(spec, config.data.batch_dim).items():
+        feeds = dataset.corner_feeds(corner, batch)
+        sizes = {
+            dim: int(feeds[s.name].shape[axis])
+            for s in spec.inputs
+            for axis, dim in enumerate(s.shape)
+            if isinstance(dim, str)
+        }
+        with torch.inference_mode():
+            outputs = module(*positional(feeds, spec))
+        found.append((sizes, {name: list(o.shape) for name, o in zip(spec.outputs, outputs, strict=False)}))
+    return found
+
+
+def name_output_axes(model: onnx.ModelProto, small: CornerShapes, large: CornerShapes) -> None:
+    """Name each output axis after the recipe dim it follows, or fix its size, where the exporter gave it a
+    name of its own: the TorchScript-based exporter names output axes after the node that made them
+    ('Divpooled_dim_0'), so nothing downstream could tell an output's batch axis (a Triton config without
+    batching) or its fixed width. Read from the model's outputs at two corners; an axis that matches no dim, or
+    more than one, keeps its name."""
+    (dims_a, shapes_a), (dims_b, shapes_b) = small, large
+    for value in model.graph.output:
+        a, b = shapes_a.get(value.name), shapes_b.get(value.name)
+        axes = value.type.tensor_type.shape.dim
+        if a is None or b is None or not (len(a) == len(b) == len(axes)):
+            continue
+        for axis, dim in enumerate(axes):
+            if dim.HasField("dim_value") or dim.dim_param in dims_a:
+                continue
+            followed = [d for d in dims_a if (dims_a[d], dims_b[d]) == (a[axis], b[axis])]
+            if a[axis] != b[axis] and len(followed) == 1:
+                dim.dim_param = followed[0]
+            elif a[axis] == b[axis] and not followed:  # the same size at both corners, and no dim's size
+                dim.dim_value = a[axis]
+
+
 def _strip_location_metadata(model: onnx.ModelProto) -> None:
     for node in model.graph.node:
         kept = [p for p in node.metadata_props if p.key not in _DROPPED_NODE_METADATA]
@@ -167,6 +212,7 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
                 raise StageError(f"onnx: the legacy export does not run at the recipe's shapes: {legacy}")
     model = onnx.load(str(target))
     name_dynamic_axes(model, config.model.inputs)
+    name_output_axes(model, *corner_shapes(ctx, config))
     _strip_location_metadata(model)
     # value_info restating initializers: ONNX Runtime 1.31's quantizer re-infers a Gemm's per-channel weights
     # against them and fails ("Inferred shape and existing shape differ"); the initializers say it all

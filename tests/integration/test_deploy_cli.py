@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import onnx
 import pytest
 
 from tests.contract import SPEED_ROW_KEYS
@@ -84,6 +85,16 @@ def test_manifest_hashes_match_every_file(first) -> None:
     kinds = {a["name"]: a["kind"] for a in manifest["artifacts"]}
     assert kinds == {"torchscript-fp32": "torchscript", "onnx-fp32": "onnx"}
     assert {"python", "torch", "onnx", "onnxruntime"} <= set(manifest["environment"])
+
+
+def test_every_output_axis_is_named_after_its_dim_or_fixed(first) -> None:
+    """Whichever exporter made the graph (this recipe's is the TorchScript-based one, which names output axes
+    after their nodes), each output axis says which recipe dim it follows or its fixed size: Triton's batching
+    and every reader of the signature depend on it."""
+    root, _ = first
+    graph = onnx.load(str(root / "tiny" / "v0001" / "model.onnx")).graph
+    dims = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in graph.output}
+    assert dims == {"hidden": ["batch", "sequence", 64], "pooled": ["batch", 64]}
 
 
 def test_reports_follow_the_contract(first) -> None:

@@ -17,6 +17,7 @@ def test_a_graph_neither_exporter_can_make_fails_the_export_with_both_reasons(tm
         "family: transformer}",
         '{source: entrypoint, entrypoint: "tests.reliability.bad_models:stepwise", seed: 0}',
     )
+    text = text.replace("onnx: {exporter: legacy}", "onnx: {exporter: dynamo}")  # the default, falling back
     recipe.write_text(text.replace("outputs: [hidden, pooled]", "outputs: [state]"))
     done = cli(
         "deploy", str(recipe), "--set", "variants.build=[onnx-fp32, onnx-int8-dynamic]", root=tmp_path / "out"
@@ -28,5 +29,6 @@ def test_a_graph_neither_exporter_can_make_fails_the_export_with_both_reasons(tm
     error = failed[0]["error"]
     assert "neither exporter gave a graph that runs at the recipe's shapes: dynamo: " in error
     assert "; legacy: at the min or max shape: " in error
+    assert "Expected" in error.split("; legacy: ")[0], error  # the runtime's whole reason, not its first line
     # the graphs built from it are not built at all: one failure, not one per conversion
     assert all(f["stage"] == "export_onnx" for f in failed if f["artifact"] == "onnx-fp32")
