@@ -207,7 +207,7 @@ def test_an_aliased_mapping_keeps_its_merged_keys(tmp_path: Path) -> None:
     """Aliases are copies (to be located where they stand); each copy still folds in its own merge keys."""
     text = TINY.replace(
         "  sequence: {min: 4, opt: 16, max: 32}", "  sequence: &s {<<: {min: 4}, opt: 16, max: 32}"
-    ).replace("variants:\n", "export:\n  tensorrt: {profiles: [{dims: {sequence: *s}}]}\nvariants:\n")
+    ).replace("export:\n", "export:\n  tensorrt: {profiles: [{dims: {sequence: *s}}]}\n")
     path = tmp_path / "r.yaml"
     path.write_text(text)
     recipe = load(path).recipe
