@@ -121,7 +121,8 @@ def name_dynamic_axes(model: onnx.ModelProto, inputs: list[InputSpec]) -> None:
                 dim.dim_param = renames[dim.dim_param]
 
 
-CornerShapes = tuple[dict[str, int], dict[str, list[int]]]  # (recipe dim -> size, output -> shape) at a corner
+# (recipe dim -> size, output -> shape) at a corner
+CornerShapes = tuple[dict[str, int], dict[str, list[int]]]
 
 
 def corner_shapes(ctx: RunContext, config: OnnxExportConfig) -> list[CornerShapes]:

@@ -406,7 +406,9 @@ def test_an_output_is_one_value_per_sample_only_where_it_is_at_every_input_set()
     reference = {"min": [{"items": one}], "data": [{"items": many}]}
     actual = {"min": [{"items": -one}], "data": [{"items": many}]}  # every sign flipped at the corner
     fp16 = Tolerance(max_abs=5e-2, cosine=0.999, informational=["max_abs"])
-    result = evaluate(ArtifactAccuracy("onnx-fp16", "fp16", "onnxruntime-cpu"), reference, actual, ["items"], fp16)
+    result = evaluate(
+        ArtifactAccuracy("onnx-fp16", "fp16", "onnxruntime-cpu"), reference, actual, ["items"], fp16
+    )
     at_min = {c.metric: c for c in result.checks if c.inputs == "min"}
     assert not at_min["cosine"].informational and not at_min["cosine"].passed
     assert at_min["max_abs"].informational and at_min["max_abs"].scale != pytest.approx(np.std(many))
