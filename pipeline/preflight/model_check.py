@@ -298,7 +298,7 @@ def _run(module: Any, recipe: Recipe, feeds: dict[str, np.ndarray]) -> tuple[lis
             raw = call(*args)
     except Exception as exc:  # noqa: BLE001 - the user's model failing on its inputs is the user's to fix
         shapes = ", ".join(f"{s.name} {list(feeds[s.name].shape)}" for s in recipe.inputs)
-        return None, [], f"({shapes}): {_short(exc)}"
+        return None, [], f"({shapes}): {_short(exc)}{_range_hint(recipe, feeds, exc)}"
     if isinstance(raw, torch.Tensor):
         return None, [raw], ""
     if isinstance(raw, Mapping):
@@ -362,6 +362,19 @@ def _output_problems(loaded: LoadedRecipe, names: list[str] | None, outputs: lis
                 )
             )
     return problems
+
+
+def _range_hint(recipe: Recipe, feeds: dict[str, np.ndarray], exc: BaseException) -> str:
+    """Where an index past a table is likely the recipe's doing: integer inputs drawn up to inputs[].high
+    (an embedding's vocabulary is the usual table), named with the largest value fed."""
+    if not isinstance(exc, IndexError | RuntimeError) or "out of range" not in str(exc):
+        return ""
+    ints = [
+        f"inputs[{i}].high ({s.name} up to {int(feeds[s.name].max())})"
+        for i, s in enumerate(recipe.inputs)
+        if np.issubdtype(np.dtype(s.dtype), np.integer) and feeds[s.name].size
+    ]
+    return f"; an id past the model's table? check {', '.join(ints)}" if ints else ""
 
 
 def _short(exc: BaseException) -> str:

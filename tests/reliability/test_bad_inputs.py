@@ -203,6 +203,13 @@ CASES = [
         ),
     ),
     Case(
+        "ids past the vocabulary",
+        "model",
+        "model: the model fails at the min shape (input_ids [1, 4], attention_mask [1, 4]): IndexError: index out "
+        "of range in self; an id past the model's table? check inputs[0].high (input_ids up to",
+        (("low: 1, high: 999", "low: 1000, high: 100000"),),
+    ),
+    Case(
         "low above high",
         "schema",
         "inputs[0].low: must not exceed high",
