@@ -27,6 +27,37 @@ def problems(version: Path) -> list[str]:
     if winner:
         found += winner_problems(page, winner, speed, accuracy)
     found += flag_problems(speed)
+    found += spread_problems(page, accuracy)
+    return found
+
+
+# ---------------------------------------------------------------- one value per sample
+
+
+def spread_problems(page: str, accuracy: dict[str, Any]) -> list[str]:
+    """A one-value-per-sample output is bounded against one spread (the held-out samples'), at every input set
+    and on every runtime, and the sign-off quotes that spread."""
+    from pipeline.check.accuracy import SPREAD
+
+    scales: dict[str, set[float]] = {}
+    for entry in accuracy.get("artifacts", {}).values():
+        for check in entry.get("checks", []):
+            if check.get("reason") == SPREAD and check.get("scale") is not None:
+                scales.setdefault(check["output"], set()).add(round(check["scale"], 9))
+    found = [
+        f"{o}: bounded against {len(s)} different spreads {sorted(s)}"
+        for o, s in scales.items()
+        if len(s) > 1
+    ]
+    quoted = re.search(r"standard deviation over the held-out samples: ([^)]*)\)", page)
+    for item in quoted.group(1).split(", ") if quoted else []:
+        output, _, shown = item.rpartition(" ")
+        if output in scales and not any(f"{v:.3g}" == shown for v in scales[output]):
+            found.append(
+                f"the sign-off quotes {output}'s spread as {shown}; its checks used {sorted(scales[output])}"
+            )
+    if scales and not quoted:
+        found.append(f"no sentence quotes the spread of {', '.join(sorted(scales))}")
     return found
 
 
