@@ -7,6 +7,7 @@ dropped so that the bytes do not depend on where the code lives."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import onnx
 import torch
@@ -77,13 +78,18 @@ def corner_batches(spec: ModelSpec, batch_dim: str) -> dict[str, int | None]:
     return {"min": dim.min, "max": max(dim.min, min(dim.max, 2))}
 
 
-def _corner_problem(ctx: RunContext, config: OnnxExportConfig, path: Path) -> str | None:
-    """Why the exported graph does not run at the smallest or the largest shape the recipe allows, or None.
-    The dynamo exporter may specialize a dim it was told is dynamic (an LSTM's sequence length was baked into
-    a Reshape); the graph then fails only at another length, so it is run at both corners, in a child."""
+def _corner_run(
+    ctx: RunContext, config: OnnxExportConfig, path: Path
+) -> tuple[str | None, list[CornerShapes]]:
+    """Why the exported graph does not run at the smallest or the largest shape the recipe allows, or None;
+    with the dims' sizes and the graph's output shapes at each corner where it ran (name_output_axes). The
+    dynamo exporter may specialize a dim it was told is dynamic (an LSTM's sequence length was baked into a
+    Reshape); the graph then fails only at another length, so it is run at both corners, in a child."""
     dataset = ctx.dataset(config.data)
     batches = corner_batches(config.model, config.data.batch_dim)
-    return ort_probe.corner_problem(path, {c: dataset.corner_feeds(c, b) for c, b in batches.items()})
+    feeds = {c: dataset.corner_feeds(c, b) for c, b in batches.items()}
+    problem, shapes = ort_probe.corner_run(path, feeds)
+    return problem, [(dim_sizes(config, feeds[c]), shapes[c]) for c in feeds if c in shapes]
 
 
 def _legacy_export(ctx: RunContext, config: OnnxExportConfig, path: Path) -> None:
@@ -125,32 +131,22 @@ def name_dynamic_axes(model: onnx.ModelProto, inputs: list[InputSpec]) -> None:
 CornerShapes = tuple[dict[str, int], dict[str, list[int]]]
 
 
-def corner_shapes(ctx: RunContext, config: OnnxExportConfig) -> list[CornerShapes]:
-    """The recipe dims' sizes and the model's own output shapes at the smallest and the largest corner (the
-    batches corner_batches gives): what tells which dim an output axis follows."""
-    spec, dataset = config.model, ctx.dataset(config.data)
-    module = ctx.model(spec).module
-    found = []
-    for corner, batch in corner_batches(spec, config.data.batch_dim).items():
-        feeds = dataset.corner_feeds(corner, batch)
-        sizes = {
-            dim: int(feeds[s.name].shape[axis])
-            for s in spec.inputs
-            for axis, dim in enumerate(s.shape)
-            if isinstance(dim, str)
-        }
-        with torch.inference_mode():
-            outputs = module(*positional(feeds, spec))
-        found.append((sizes, {name: list(o.shape) for name, o in zip(spec.outputs, outputs, strict=False)}))
-    return found
+def dim_sizes(config: OnnxExportConfig, feeds: dict[str, Any]) -> dict[str, int]:
+    """Each recipe dim's size in a set of feeds."""
+    return {
+        dim: int(feeds[s.name].shape[axis])
+        for s in config.model.inputs
+        for axis, dim in enumerate(s.shape)
+        if isinstance(dim, str) and s.name in feeds
+    }
 
 
 def name_output_axes(model: onnx.ModelProto, small: CornerShapes, large: CornerShapes) -> None:
     """Name each output axis after the recipe dim it follows, or fix its size, where the exporter gave it a
     name of its own: the TorchScript-based exporter names output axes after the node that made them
     ('Divpooled_dim_0'), so nothing downstream could tell an output's batch axis (a Triton config without
-    batching) or its fixed width. Read from the model's outputs at two corners; an axis that matches no dim, or
-    more than one, keeps its name."""
+    batching) or its fixed width. Read from the graph's own outputs at two corners (the corner check's runs);
+    an axis that matches no dim, or more than one, keeps its name."""
     (dims_a, shapes_a), (dims_b, shapes_b) = small, large
     for value in model.graph.output:
         a, b = shapes_a.get(value.name), shapes_b.get(value.name)
@@ -179,6 +175,7 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
     target = ctx.path(FILE)
     details: dict = {"exporter": cfg.exporter, "opset": cfg.opset}
     details[WEIGHTS] = ctx.model(config.model).weights_digest()  # the weights this process exports
+    corners: list[CornerShapes] = []
     with captured(ctx.path("logs/export_onnx.log")):
         if cfg.exporter == "dynamo":
             ctx.report("onnx: exporting with the dynamo exporter")
@@ -191,7 +188,8 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
                 lines = [line.strip() for line in text.splitlines() if line.strip()]
                 why = f"{type(exc).__name__}: {' '.join(lines)[:500]}"
             # a full disk here is the deploy's, not dynamo's: raised, not a reason to fall back
-            why = why or _corner_problem(ctx, config, target)
+            if not why:
+                why, corners = _corner_run(ctx, config, target)
             if why:
                 if not cfg.fallback:
                     raise StageError(f"onnx: the dynamo export failed: {why}")
@@ -199,7 +197,7 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
                 details["fallback_reason"] = why
                 ctx.report(f"onnx: dynamo export failed ({why[:200]}), falling back to the legacy exporter")
                 _legacy_export(ctx, config, target)
-                legacy = _corner_problem(ctx, config, target)
+                legacy, corners = _corner_run(ctx, config, target)
                 if legacy:  # one failure here, with both reasons, not one per graph made from it downstream
                     raise StageError(
                         f"onnx: neither exporter gave a graph that runs at the recipe's shapes: dynamo: {why}; "
@@ -208,12 +206,13 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
         else:
             ctx.report("onnx: exporting with the legacy exporter")
             _legacy_export(ctx, config, target)
-            legacy = _corner_problem(ctx, config, target)
+            legacy, corners = _corner_run(ctx, config, target)
             if legacy:
                 raise StageError(f"onnx: the legacy export does not run at the recipe's shapes: {legacy}")
     model = onnx.load(str(target))
     name_dynamic_axes(model, config.model.inputs)
-    name_output_axes(model, *corner_shapes(ctx, config))
+    if len(corners) == 2:
+        name_output_axes(model, *corners)
     _strip_location_metadata(model)
     # value_info restating initializers: ONNX Runtime 1.31's quantizer re-infers a Gemm's per-channel weights
     # against them and fails ("Inferred shape and existing shape differ"); the initializers say it all

@@ -5,6 +5,7 @@ failure, with the signal named."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tempfile
@@ -13,13 +14,17 @@ from typing import Any
 
 from pipeline.core.children import child_env, exit_text, popen_tied
 
+SHAPES = "output shapes: "  # the line the probe prints after a run at one set of feeds
 PROBE = (
-    "import sys, numpy as np, onnxruntime as ort\n"
+    f"SHAPES = {SHAPES!r}\n"
+    "import json, sys, numpy as np, onnxruntime as ort\n"
     "from pathlib import Path\n"
     "try:\n"
     "    session = ort.InferenceSession(sys.argv[1], providers=['CPUExecutionProvider'])\n"
+    "    names = [o.name for o in session.get_outputs()]\n"
     "    for folder in map(Path, sys.argv[2:]):\n"
-    "        session.run(None, {f.stem: np.load(f) for f in sorted(folder.glob('*.npy'))})\n"
+    "        got = session.run(None, {f.stem: np.load(f) for f in sorted(folder.glob('*.npy'))})\n"
+    "        print(SHAPES + json.dumps({n: list(v.shape) for n, v in zip(names, got)}))\n"
     "except Exception as exc:\n"
     "    print(f'{type(exc).__name__}: {\" \".join(str(exc).split())[:400]}')\n"
     "    sys.exit(1)\n"
@@ -34,6 +39,13 @@ class Crashed(Exception):
 def load_problem(path: Path, timeout_s: float = TIMEOUT_S, feeds: tuple[Path, ...] = ()) -> str | None:
     """None when ONNX Runtime's CPU session loads the graph (and runs it at each folder of feeds, one `.npy`
     per input named like it), else its error message; raises Crashed when the runtime crashes or hangs."""
+    return run_graph(path, timeout_s, feeds)[0]
+
+
+def run_graph(
+    path: Path, timeout_s: float = TIMEOUT_S, feeds: tuple[Path, ...] = ()
+) -> tuple[str | None, list[dict[str, list[int]]]]:
+    """load_problem, with the output shapes of each folder's run (output name -> shape) when it ran."""
     proc = popen_tied(
         [sys.executable, "-c", PROBE, str(path), *map(str, feeds)],
         stdout=subprocess.PIPE,
@@ -50,17 +62,24 @@ def load_problem(path: Path, timeout_s: float = TIMEOUT_S, feeds: tuple[Path, ..
         raise Crashed(
             f"ONNX Runtime did not finish loading and running {path.name} within {timeout_s:g} s"
         ) from None
-    if proc.returncode == 0:
-        return None
     lines = [line for line in out.splitlines() if line.strip()]
+    if proc.returncode == 0:
+        return None, [json.loads(line[len(SHAPES) :]) for line in lines if line.startswith(SHAPES)]
     if proc.returncode == 1 and lines:
-        return lines[-1]
+        return lines[-1], []
     raise Crashed(f"ONNX Runtime crashed loading {path.name} ({exit_text(proc.returncode)})")
 
 
 def corner_problem(path: Path, feeds: dict[str, dict[str, Any]]) -> str | None:
     """Why the graph at `path` does not run at each named set of feeds (the recipe's corners), or None; in a
     child, as load_problem. Only the feeds the graph declares as inputs are passed. A crash is the reason."""
+    return corner_run(path, feeds)[0]
+
+
+def corner_run(
+    path: Path, feeds: dict[str, dict[str, Any]]
+) -> tuple[str | None, dict[str, dict[str, list[int]]]]:
+    """corner_problem, with each named set's output shapes (output name -> shape) when the graph ran."""
     import numpy as np
     import onnx
 
@@ -74,7 +93,9 @@ def corner_problem(path: Path, feeds: dict[str, dict[str, Any]]) -> str | None:
                 if name in names:
                     np.save(folders[-1] / f"{name}.npy", value)
         try:
-            problem = load_problem(path, feeds=tuple(folders))
+            problem, shapes = run_graph(path, feeds=tuple(folders))
         except Crashed as exc:
-            return str(exc)
-    return f"at the min or max shape: {problem}" if problem else None
+            return str(exc), {}
+    if problem:
+        return f"at the min or max shape: {problem}", {}
+    return None, dict(zip(feeds, shapes, strict=False))
