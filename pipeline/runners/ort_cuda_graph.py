@@ -316,7 +316,11 @@ def _capture_in_child(artifact: ArtifactRecord, settings: RunnerSettings) -> str
             "settings": settings.model_dump(mode="json"),
             "result": str(Path(tmp) / "result.json"),
         }
-        outcome = run_job(MODULE, job, Path(tmp), PROBE_TIMEOUT_S, report=lambda line: None)
+        # the child's own temporary files (its copy of the weights, weights_apart) go in this folder, removed
+        # here however the child ends (its atexit cleanup does not run after an abort or a kill)
+        outcome = run_job(
+            MODULE, job, Path(tmp), PROBE_TIMEOUT_S, report=lambda line: None, env={"TMPDIR": tmp}
+        )
     if outcome.result is not None and outcome.result.get("ok"):
         return outcome.result["refused"]
     death = outcome.death(PROBE_TIMEOUT_S, "capture probe", "its limit")
