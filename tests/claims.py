@@ -39,11 +39,14 @@ def spread_problems(page: str, accuracy: dict[str, Any]) -> list[str]:
     and on every runtime, and the sign-off quotes that spread."""
     from pipeline.check.accuracy import SPREAD
 
-    scales: dict[str, set[float]] = {}
+    scales: dict[str, list[float]] = {}
     for entry in accuracy.get("artifacts", {}).values():
         for check in entry.get("checks", []):
-            if check.get("reason") == SPREAD and check.get("scale") is not None:
-                scales.setdefault(check["output"], set()).add(round(check["scale"], 9))
+            if check.get("reason") == SPREAD:  # a scale of 1 is left out of the JSON
+                found_scales = scales.setdefault(check["output"], [])
+                scale = float(check.get("scale", 1.0))
+                if not any(math.isclose(scale, s, rel_tol=1e-6) for s in found_scales):
+                    found_scales.append(scale)
     found = [
         f"{o}: bounded against {len(s)} different spreads {sorted(s)}"
         for o, s in scales.items()
@@ -52,7 +55,7 @@ def spread_problems(page: str, accuracy: dict[str, Any]) -> list[str]:
     quoted = re.search(r"standard deviation over the held-out samples: ([^)]*)\)", page)
     for item in quoted.group(1).split(", ") if quoted else []:
         output, _, shown = item.rpartition(" ")
-        if output in scales and not any(f"{v:.3g}" == shown for v in scales[output]):
+        if output in scales and not any(math.isclose(float(shown), v, rel_tol=5e-3) for v in scales[output]):
             found.append(
                 f"the sign-off quotes {output}'s spread as {shown}; its checks used {sorted(scales[output])}"
             )
