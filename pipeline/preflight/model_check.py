@@ -58,13 +58,14 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool, kinds: dict[str, str] | 
     if problems:
         return problems
     min_dims = {name: rng.min for name, rng in recipe.dims.items()}
-    names, outputs, error = _run(model.module, recipe, _synthetic(recipe, min_dims, model.config))
+    names, outputs, error = _run(model.module, recipe, _synthetic(recipe, min_dims, model.config), hint=True)
     if error:
         return problems + [loaded.problem("model", f"the model fails at the min shape {error}")]
     problems += _output_problems(loaded, names, outputs)
     if problems:
         return problems
     found = output_kinds(recipe.outputs, outputs)
+    never_finite = _never_finite(outputs)
     if data_ok and recipe.data.samples.source != "random":  # the recipe's own samples: token ids beyond
         # the vocabulary, a tokenizer without an input (random samples are drawn as the synthetic ones)
         try:
@@ -73,9 +74,10 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool, kinds: dict[str, str] | 
             return [loaded.problem("inputs", line) for line in exc.lines()]
         except Exception as exc:  # noqa: BLE001 - the samples (or the tokenizer) cannot make inputs
             return [loaded.problem("data.samples", f"cannot make inputs from the samples: {_short(exc)}")]
-        error = _run(model.module, recipe, feeds)[2]
+        _, on_samples, error = _run(model.module, recipe, feeds)
         if error:
             return [loaded.problem("data.samples", f"the model fails on the recipe's samples {error}")]
+        never_finite &= _never_finite(on_samples)
     available = available_memory()
     for dim, rng in recipe.dims.items():
         key = f"dims.{dim}.max"
@@ -94,12 +96,32 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool, kinds: dict[str, str] | 
             problems.append(loaded.problem(key, f"the model's output ranks change when {dim} = {rng.max}"))
         else:
             problems += _run_memory_problems(loaded, key, dim, rng.max, grown, available)
+            never_finite &= _never_finite(at_max)
             for name, kind in output_kinds(recipe.outputs, at_max).items():
                 if kind != found[name]:  # one value per sample only at the min ([batch, sequence] at 1 x 1)
                     found[name] = kind
+    for i in sorted(never_finite):  # no artifact could ever be checked against it: found before any export
+        problems.append(
+            loaded.problem(
+                f"outputs[{i}]",
+                f"the model's output '{recipe.outputs[i]}' is NaN/inf everywhere at every shape pre-flight ran "
+                "(synthetic inputs in the recipe's ranges): fix the model, or the inputs' ranges "
+                "(inputs[].low/high)",
+            )
+        )
     if kinds is not None:
         kinds.update(found)
     return problems
+
+
+def _never_finite(outputs: list) -> set[int]:
+    """The floating outputs of one run without a single finite value. Every run must agree before pre-flight
+    refuses one: a run at a shape whose padding mask happens to mask every token may give NaN alone."""
+    return {
+        i
+        for i, value in enumerate(outputs)
+        if getattr(value, "is_floating_point", lambda: False)() and not bool(value.isfinite().any())
+    }
 
 
 def output_kinds(names: list[str], outputs: list) -> dict[str, str]:
@@ -287,8 +309,12 @@ def _real_feeds(recipe: Recipe, recipe_dir: Path, tokenizer: Any, dims: dict[str
     return Dataset(DataSpec.from_recipe(recipe, recipe_dir), tokenizer).feeds_at(dims, pool="all")
 
 
-def _run(module: Any, recipe: Recipe, feeds: dict[str, np.ndarray]) -> tuple[list[str] | None, list, str]:
-    """(output names if the module gives them, output values, '' or what went wrong) of one CPU run."""
+def _run(
+    module: Any, recipe: Recipe, feeds: dict[str, np.ndarray], hint: bool = False
+) -> tuple[list[str] | None, list, str]:
+    """(output names if the module gives them, output values, '' or what went wrong) of one CPU run; `hint`:
+    name the integer inputs' ranges when an index is past a table (the min-shape run: at a dim's max the
+    located key, dims.<dim>.max, already points at a length past the model's positions)."""
     import torch
 
     args = tuple(torch.from_numpy(np.ascontiguousarray(feeds[s.name])) for s in recipe.inputs)
@@ -298,7 +324,7 @@ def _run(module: Any, recipe: Recipe, feeds: dict[str, np.ndarray]) -> tuple[lis
             raw = call(*args)
     except Exception as exc:  # noqa: BLE001 - the user's model failing on its inputs is the user's to fix
         shapes = ", ".join(f"{s.name} {list(feeds[s.name].shape)}" for s in recipe.inputs)
-        return None, [], f"({shapes}): {_short(exc)}{_range_hint(recipe, feeds, exc)}"
+        return None, [], f"({shapes}): {_short(exc)}{_range_hint(recipe, feeds, exc) if hint else ''}"
     if isinstance(raw, torch.Tensor):
         return None, [raw], ""
     if isinstance(raw, Mapping):
@@ -351,24 +377,14 @@ def _output_problems(loaded: LoadedRecipe, names: list[str] | None, outputs: lis
                     "outputs must be real tensors with at least one dim",
                 )
             )
-        elif value.is_floating_point() and not bool(torch.isfinite(value).any()):
-            # a model that gives nothing finite: no artifact can ever be checked against it, which the
-            # deploy's validation would find only after every export
-            problems.append(
-                loaded.problem(
-                    f"outputs[{i}]",
-                    f"the model's output '{declared[i]}' is NaN/inf everywhere at the min shape (synthetic "
-                    "inputs in the recipe's ranges): fix the model, or the inputs' ranges (inputs[].low/high)",
-                )
-            )
     return problems
 
 
 def _range_hint(recipe: Recipe, feeds: dict[str, np.ndarray], exc: BaseException) -> str:
     """Where an index past a table is likely the recipe's doing: integer inputs drawn up to inputs[].high
     (an embedding's vocabulary is the usual table), named with the largest value fed."""
-    if not isinstance(exc, IndexError | RuntimeError) or "out of range" not in str(exc):
-        return ""
+    if not isinstance(exc, IndexError | RuntimeError) or "index out of range in self" not in str(exc):
+        return ""  # an embedding's lookup (not "Dimension out of range": a wrong rank)
     ints = [
         f"inputs[{i}].high ({s.name} up to {int(feeds[s.name].max())})"
         for i, s in enumerate(recipe.inputs)

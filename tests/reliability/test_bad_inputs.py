@@ -508,7 +508,7 @@ CASES = [
     Case(
         "an output NaN everywhere",
         "model",
-        "outputs[1]: the model's output 'pooled' is NaN/inf everywhere at the min shape",
+        "outputs[1]: the model's output 'pooled' is NaN/inf everywhere at every shape pre-flight ran",
         overrides=(f"model.entrypoint={BAD}:nan_everywhere",),
     ),
     Case(
