@@ -87,9 +87,19 @@ def _corner_run(
     Reshape); the graph then fails only at another length, so it is run at both corners, in a child."""
     dataset = ctx.dataset(config.data)
     batches = corner_batches(config.model, config.data.batch_dim)
+    batches["opt"] = _third_batch(config.model, config.data.batch_dim, set(batches.values()))
     feeds = {c: dataset.corner_feeds(c, b) for c, b in batches.items()}
     problem, shapes = ort_probe.corner_run(path, feeds)
     return problem, [(dim_sizes(config, feeds[c]), shapes[c]) for c in feeds if c in shapes]
+
+
+def _third_batch(spec: ModelSpec, batch_dim: str, used: set[int | None]) -> int | None:
+    """The batch of the run at the recipe's opt shapes: one the corners did not use where the range allows
+    (they run 1 and 2 by default), so that an output axis of those sizes is not taken for the batch."""
+    if batch_dim not in spec.dims:
+        return None
+    dim = spec.dims[batch_dim]
+    return next((b for b in (3, dim.opt, dim.max) if dim.min <= b <= dim.max and b not in used), dim.opt)
 
 
 def _legacy_export(ctx: RunContext, config: OnnxExportConfig, path: Path) -> None:
@@ -141,26 +151,28 @@ def dim_sizes(config: OnnxExportConfig, feeds: dict[str, Any]) -> dict[str, int]
     }
 
 
-def name_output_axes(model: onnx.ModelProto, small: CornerShapes, large: CornerShapes) -> None:
+def name_output_axes(model: onnx.ModelProto, runs: list[CornerShapes]) -> None:
     """Name each output axis after the recipe dim it follows, or fix its size, where the exporter gave it a
     name of its own: the TorchScript-based exporter names output axes after the node that made them
     ('Divpooled_dim_0'), so nothing downstream could tell an output's batch axis (a Triton config without
-    batching) or its fixed width. Read from the graph's own outputs at two corners (the corner check's runs);
-    an axis that matches no dim, or more than one, keeps its name."""
-    (dims_a, shapes_a), (dims_b, shapes_b) = small, large
+    batching) or its fixed width. Read from the graph's own outputs at the corner check's three runs (min, max,
+    and opt at a third batch): an axis takes a dim's name only where it has that dim's size at every run, and
+    no other dim's; an axis that matches no dim, or more than one, keeps its name."""
+    dims = runs[0][0]
     for value in model.graph.output:
-        a, b = shapes_a.get(value.name), shapes_b.get(value.name)
+        seen = [shapes.get(value.name) for _, shapes in runs]
         axes = value.type.tensor_type.shape.dim
-        if a is None or b is None or not (len(a) == len(b) == len(axes)):
+        if any(shape is None or len(shape) != len(axes) for shape in seen):
             continue
         for axis, dim in enumerate(axes):
-            if dim.HasField("dim_value") or dim.dim_param in dims_a:
+            if dim.HasField("dim_value") or dim.dim_param in dims:
                 continue
-            followed = [d for d in dims_a if (dims_a[d], dims_b[d]) == (a[axis], b[axis])]
-            if a[axis] != b[axis] and len(followed) == 1:
+            sizes = [shape[axis] for shape in seen]
+            followed = [d for d in dims if [run[d] for run, _ in runs] == sizes]
+            if len(set(sizes)) > 1 and len(followed) == 1:
                 dim.dim_param = followed[0]
-            elif a[axis] == b[axis] and not followed:  # the same size at both corners, and no dim's size
-                dim.dim_value = a[axis]
+            elif len(set(sizes)) == 1 and not followed:  # the same size at every run, and no dim's size
+                dim.dim_value = sizes[0]
 
 
 def _strip_location_metadata(model: onnx.ModelProto) -> None:
@@ -211,8 +223,9 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
                 raise StageError(f"onnx: the legacy export does not run at the recipe's shapes: {legacy}")
     model = onnx.load(str(target))
     name_dynamic_axes(model, config.model.inputs)
-    if len(corners) == 2:
-        name_output_axes(model, *corners)
+    if details["exporter"] == "legacy" and len(corners) == 3:  # dynamo's own names say more (a data-
+        # dependent u0, an expression of dims) than sizes seen at three shapes
+        name_output_axes(model, corners)
     _strip_location_metadata(model)
     # value_info restating initializers: ONNX Runtime 1.31's quantizer re-infers a Gemm's per-channel weights
     # against them and fails ("Inferred shape and existing shape differ"); the initializers say it all

@@ -14,9 +14,9 @@ from typing import Any
 
 from pipeline.core.children import child_env, exit_text, popen_tied
 
-SHAPES = "output shapes: "  # the line the probe prints after a run at one set of feeds
+SHAPES = "output-shapes.json"  # what the probe writes in each folder of feeds it ran (output name -> shape)
+
 PROBE = (
-    f"SHAPES = {SHAPES!r}\n"
     "import json, sys, numpy as np, onnxruntime as ort\n"
     "from pathlib import Path\n"
     "try:\n"
@@ -24,7 +24,8 @@ PROBE = (
     "    names = [o.name for o in session.get_outputs()]\n"
     "    for folder in map(Path, sys.argv[2:]):\n"
     "        got = session.run(None, {f.stem: np.load(f) for f in sorted(folder.glob('*.npy'))})\n"
-    "        print(SHAPES + json.dumps({n: list(v.shape) for n, v in zip(names, got)}))\n"
+    "        shapes = {n: list(v.shape) for n, v in zip(names, got) if isinstance(v, np.ndarray)}\n"
+    f"        (folder / {SHAPES!r}).write_text(json.dumps(shapes))\n"
     "except Exception as exc:\n"
     "    print(f'{type(exc).__name__}: {\" \".join(str(exc).split())[:400]}')\n"
     "    sys.exit(1)\n"
@@ -64,7 +65,7 @@ def run_graph(
         ) from None
     lines = [line for line in out.splitlines() if line.strip()]
     if proc.returncode == 0:
-        return None, [json.loads(line[len(SHAPES) :]) for line in lines if line.startswith(SHAPES)]
+        return None, [json.loads((folder / SHAPES).read_text()) for folder in feeds]
     if proc.returncode == 1 and lines:
         return lines[-1], []
     raise Crashed(f"ONNX Runtime crashed loading {path.name} ({exit_text(proc.returncode)})")
@@ -97,5 +98,7 @@ def corner_run(
         except Crashed as exc:
             return str(exc), {}
     if problem:
-        return f"at the min or max shape: {problem}", {}
+        names = list(feeds)
+        where = " or ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} or {names[-1]}"
+        return f"at the {where} shape: {problem}", {}
     return None, dict(zip(feeds, shapes, strict=False))

@@ -1,0 +1,64 @@
+"""Output axes named from the graph's own runs at three shapes (export_onnx.name_output_axes): only where the
+sizes seen say so unambiguously."""
+
+from __future__ import annotations
+
+import onnx
+from onnx import TensorProto, helper
+
+from pipeline.stages.export_onnx import name_output_axes
+
+
+def _graph(outputs: dict[str, list[str | int]]) -> onnx.ModelProto:
+    values = [helper.make_tensor_value_info(n, TensorProto.FLOAT, dims) for n, dims in outputs.items()]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "sequence"])
+    return helper.make_model(helper.make_graph([], "g", [x], values))
+
+
+def _dims(model: onnx.ModelProto) -> dict[str, list[str | int]]:
+    return {
+        v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in model.graph.output
+    }
+
+
+def test_axes_take_a_dims_name_or_a_fixed_size_only_where_every_run_agrees() -> None:
+    runs = [
+        (
+            {"batch": 1, "sequence": 4},
+            {"hidden": [1, 4, 64], "blocks": [1, 1], "ids": [1, 7], "pair": [1, 1]},
+        ),
+        (
+            {"batch": 2, "sequence": 32},
+            {"hidden": [2, 32, 64], "blocks": [2, 2], "ids": [2, 7], "pair": [2, 2]},
+        ),
+        (
+            {"batch": 3, "sequence": 16},
+            {"hidden": [3, 16, 64], "blocks": [3, 1], "ids": [3, 7], "pair": [3, 3]},
+        ),
+    ]
+    model = _graph(
+        {
+            "hidden": ["Add_dim_0", "Add_dim_1", "Add_dim_2"],
+            "blocks": ["B_dim_0", "B_dim_1"],  # ceil(sequence / 16): 1 and 2 at the corners, like a batch
+            "ids": ["I_dim_0", "I_dim_1"],
+            "pair": ["P_dim_0", "P_dim_1"],  # [batch, batch]: both axes the batch
+        }
+    )
+    name_output_axes(model, runs)
+    assert _dims(model) == {
+        "hidden": ["batch", "sequence", 64],
+        "blocks": ["batch", "B_dim_1"],  # the third run's batch (3) tells it from the batch
+        "ids": ["batch", 7],
+        "pair": ["batch", "batch"],
+    }
+
+
+def test_axes_named_after_a_recipe_dim_fixed_axes_and_outputs_the_runs_lack_are_left_alone() -> None:
+    runs = [
+        ({"batch": 1, "sequence": 4}, {"y": [1, 5]}),
+        ({"batch": 2, "sequence": 32}, {"y": [2, 5]}),
+        ({"batch": 3, "sequence": 16}, {"y": [3, 5]}),
+    ]
+    model = _graph({"y": ["sequence", 6], "z": ["Z_dim_0"]})
+    name_output_axes(model, runs)
+    assert _dims(model) == {"y": ["sequence", 6], "z": ["Z_dim_0"]}
