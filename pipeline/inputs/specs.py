@@ -15,7 +15,9 @@ import importlib
 import importlib.util
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -125,6 +127,17 @@ def _model_digest(source_json: str, recipe_dir_text: str) -> str:
             h.update(str(f.relative_to(folder)).encode())
             h.update(f.read_bytes())
     return h.hexdigest()
+
+
+def dim_sizes(inputs: list[InputSpec], feeds: Mapping[str, Any]) -> dict[str, int]:
+    """The size of every symbolic dim in these feeds, read from the recipe's input shapes."""
+    return {
+        dim: int(feeds[spec.name].shape[axis])
+        for spec in inputs
+        if spec.name in feeds
+        for axis, dim in enumerate(spec.shape)
+        if isinstance(dim, str)
+    }
 
 
 # ---------------------------------------------------------------- the data

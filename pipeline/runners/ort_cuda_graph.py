@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 
 from pipeline.core.runtimes import Runtime
+from pipeline.inputs.specs import dim_sizes
 from pipeline.runners.base import Family, Feeds, Runner, output_names
 from pipeline.runners.onnxruntime_runner import (
     CUDA_TWIN_WHY,
@@ -129,17 +130,6 @@ def graph_session_options(threads: int) -> Any:
     return options
 
 
-def dims_of(settings: RunnerSettings, feeds: Feeds) -> dict[str, int]:
-    """The value of every symbolic dim at these feeds (from the recipe's input shapes)."""
-    dims: dict[str, int] = {}
-    for spec in settings.inputs:
-        if spec.name in feeds:
-            for axis, d in enumerate(spec.shape):
-                if isinstance(d, str):
-                    dims[d] = int(feeds[spec.name].shape[axis])
-    return dims
-
-
 @dataclass
 class _Entry:
     session: Any
@@ -208,7 +198,7 @@ class OrtCudaGraphRunner(Runner):
     # ------------------------------------------------------------ internals
 
     def _entry(self, feeds: Feeds) -> _Entry:
-        dims = dims_of(self._settings, feeds)
+        dims = dim_sizes(self._settings.inputs, feeds)
         key = tuple(sorted(dims.items()))
         if key not in self._entries:
             started = time.perf_counter()

@@ -7,7 +7,6 @@ dropped so that the bytes do not depend on where the code lives."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import onnx
 import torch
@@ -19,7 +18,7 @@ from pipeline.core.variants import Variant, parse
 from pipeline.decide.verdict import WEIGHTS
 from pipeline.inputs.data import Dataset
 from pipeline.inputs.models import positional
-from pipeline.inputs.specs import DataSpec, ModelSpec
+from pipeline.inputs.specs import DataSpec, ModelSpec, dim_sizes
 from pipeline.recipe import InputSpec, OnnxExport, Recipe
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.toolchain import ort_probe
@@ -81,16 +80,16 @@ def corner_batches(spec: ModelSpec, batch_dim: str) -> dict[str, int | None]:
 def _corner_run(
     ctx: RunContext, config: OnnxExportConfig, path: Path
 ) -> tuple[str | None, list[CornerShapes]]:
-    """Why the exported graph does not run at the smallest or the largest shape the recipe allows, or None;
-    with the dims' sizes and the graph's output shapes at each corner where it ran (name_output_axes). The
-    dynamo exporter may specialize a dim it was told is dynamic (an LSTM's sequence length was baked into a
-    Reshape); the graph then fails only at another length, so it is run at both corners, in a child."""
+    """Why the exported graph does not run at the smallest, the opt or the largest shape the recipe allows, or
+    None; with the dims' sizes and the graph's output shapes at each run (name_output_axes). The dynamo
+    exporter may specialize a dim it was told is dynamic (an LSTM's sequence length was baked into a Reshape);
+    the graph then fails only at another length, so it is run at both corners and at opt, in a child."""
     dataset = ctx.dataset(config.data)
     batches = corner_batches(config.model, config.data.batch_dim)
     batches["opt"] = _third_batch(config.model, config.data.batch_dim, set(batches.values()))
     feeds = {c: dataset.corner_feeds(c, b) for c, b in batches.items()}
     problem, shapes = ort_probe.corner_run(path, feeds)
-    return problem, [(dim_sizes(config, feeds[c]), shapes[c]) for c in feeds if c in shapes]
+    return problem, [(dim_sizes(config.model.inputs, feeds[c]), shapes[c]) for c in feeds if c in shapes]
 
 
 def _third_batch(spec: ModelSpec, batch_dim: str, used: set[int | None]) -> int | None:
@@ -139,16 +138,6 @@ def name_dynamic_axes(model: onnx.ModelProto, inputs: list[InputSpec]) -> None:
 
 # (recipe dim -> size, output -> shape) at a corner
 CornerShapes = tuple[dict[str, int], dict[str, list[int]]]
-
-
-def dim_sizes(config: OnnxExportConfig, feeds: dict[str, Any]) -> dict[str, int]:
-    """Each recipe dim's size in a set of feeds."""
-    return {
-        dim: int(feeds[s.name].shape[axis])
-        for s in config.model.inputs
-        for axis, dim in enumerate(s.shape)
-        if isinstance(dim, str) and s.name in feeds
-    }
 
 
 def name_output_axes(model: onnx.ModelProto, runs: list[CornerShapes]) -> None:

@@ -11,9 +11,9 @@ import onnx
 import onnxruntime as ort
 import pytest
 
+from pipeline.inputs.specs import dim_sizes
 from pipeline.runners import ort_cuda_graph
 from pipeline.runners.ort_cuda_graph import (
-    dims_of,
     fixed_dims_file,
     graph_runners,
     graph_session_options,
@@ -71,7 +71,7 @@ def test_session_and_provider_options() -> None:
 
 
 def test_dims_of_follow_the_recipe_shapes(ctx, feeds) -> None:
-    assert dims_of(ctx.settings, feeds) == {"batch": 3, "sequence": 12}
+    assert dim_sizes(ctx.settings.inputs, feeds) == {"batch": 3, "sequence": 12}
 
 
 def test_which_artifacts_get_a_graph_runner(ctx, onnx_artifact, monkeypatch: pytest.MonkeyPatch) -> None:
