@@ -5,7 +5,6 @@ starts is reported at once with its own words, not after PyTriton's two-minute w
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 import pytriton
 from pipeline.core.errors import PipelineError
+from pathlib import Path
 from pipeline.release.triton_server import Batching, Ports, triton_serving
 
 assert pytriton.__file__.startswith(sys.argv[1]), pytriton.__file__  # the copy outside site-packages
@@ -52,34 +52,31 @@ runner = MatMul(sys.argv[2])
 sample = {"x": np.ones((1, 4), np.float32)}
 try:
     with triton_serving("mm", runner, sample, runner.infer(sample), Batching(4, 1.0), Ports.free()) as running:
-        print("served", running.alive())
+        verdict = f"served {running.alive()}"
 except PipelineError as exc:
-    print("error:", exc)
+    verdict = f"error: {exc}"
+Path(sys.argv[3]).write_text(verdict)
 """
 
 
 def _serve_from(folder: Path, tmp_path: Path, python: str = sys.executable) -> tuple[str, float]:
-    """The child's verdict line (the server prints lines of its own) and its seconds, with `folder` first on
-    PYTHONPATH."""
+    """The child's verdict and its seconds, with `folder` first on PYTHONPATH. The verdict comes in a file: the
+    server writes to the child's stdout and stderr, and its bytes can land inside a line the child prints."""
     # without the library path an earlier server of this test process left in the environment
     env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"} | {"PYTHONPATH": f"{folder}:{ROOT}"}
+    verdict = tmp_path / "verdict.txt"
     started = time.monotonic()
     done = subprocess.run(
-        [python, "-c", CHILD, str(folder), str(tmp_path / "mm.onnx")],
+        [python, "-c", CHILD, str(folder), str(tmp_path / "mm.onnx"), str(verdict)],
         capture_output=True,
         text=True,
         env=env,
         cwd=tmp_path,
         timeout=200,
     )
-    # the server writes to the same stdout, and a line of its own may run on into the verdict without a newline
-    found = (
-        re.search(r"(served (True|False)|error: the Triton server.*)$", line)
-        for line in done.stdout.splitlines()
-    )
-    lines = [m.group(1) for m in found if m]
-    assert done.returncode == 0 and len(lines) == 1, done.stdout[-2000:] + done.stderr[-2000:]
-    return lines[0], time.monotonic() - started
+    seconds = time.monotonic() - started
+    assert done.returncode == 0 and verdict.exists(), done.stdout[-2000:] + done.stderr[-2000:]
+    return verdict.read_text(), seconds
 
 
 def _installed_elsewhere(tmp_path: Path, with_libs: bool) -> Path:
