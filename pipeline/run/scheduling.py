@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,9 +27,9 @@ class RunState:
     unavailable: dict[str, str] = field(default_factory=dict)  # artifact -> why
     records: list[StageRecord] = field(default_factory=list)
     jobs: list[BackgroundJob] = field(default_factory=list)
-    off_lane: threading.Lock = field(
-        default_factory=threading.Lock
-    )  # background stages off a lane take turns
+    off_lane: threading.Semaphore = field(
+        default_factory=lambda: threading.BoundedSemaphore(background_slots())
+    )
     workers: dict[str, LaneWorker] = field(default_factory=dict)  # Stage.lane -> its worker process
     queues: dict[str, list[str]] = field(default_factory=dict)  # Stage.lane -> its stages not done yet
     turns: threading.Condition = field(default_factory=threading.Condition)  # guards queues
@@ -81,20 +82,28 @@ def lane_job(run: RunState, stage: Stage, why: str | None, work: Callable[[], St
     return BackgroundJob(stage, why, work, None, functools.partial(run.leave, stage))
 
 
+def background_slots(cores: int | None = None) -> int:
+    """How many background stages off a lane run at once: one per 8 cores. Most of an AOTInductor compile is
+    Python on one core (lowering, code generation, the wrapper's C++ build), so on a GPU host's 16 cores two
+    compiles take little more than the longer one; on a small host a second would only share the cores the
+    stages in front are using."""
+    cores = cores or len(os.sched_getaffinity(0))
+    return max(1, cores // 8)
+
+
 class BackgroundJob:
     """A background stage's run in a daemon thread: at exit nobody waits for it, and its child process dies
-    with the deploy (pipeline.core.children). Background stages take turns (one lane): two compiles at once would
-    only share the same cores and slow the stages in front."""
+    with the deploy (pipeline.core.children). Background stages off a lane share `background_slots()`."""
 
     def __init__(
         self,
         stage: Stage,
         why: str | None,
         work: Callable[[], StageRecord],
-        turns: threading.Lock | None,
+        turns: threading.Semaphore | None,
         done: Callable[[], None] = lambda: None,
     ):
-        """`turns`: the lock background stages off a lane take turns on; None for a lane stage (its worker
+        """`turns`: the slots background stages off a lane share; None for a lane stage (its worker
         process runs one stage at a time). `done` runs when the work ends, however it ends."""
         self.stage, self.why, self.joined = stage, why, False
         self._turns, self._done = turns, done
