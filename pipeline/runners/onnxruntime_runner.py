@@ -244,12 +244,16 @@ def cuda_provider_available() -> bool:
 
 
 def cuda_declined(path: Path, settings: RunnerSettings) -> str | None:
-    """Why the CUDA provider is not offered for the graph at `path` (data nodes ONNX Runtime would run on the
-    CPU, pipeline/runners/ort_placement.py), or None."""
-    from pipeline.runners.ort_placement import declined_reason, off_provider
+    """Why the CUDA provider is not offered for the graph at `path` (recurrent nodes, or data nodes ONNX Runtime
+    would run on the CPU: pipeline/runners/ort_placement.py), or None. The recurrent nodes are found before any
+    session is made, since releasing one is what aborted."""
+    from pipeline.runners.ort_placement import declined_reason, off_provider, recurrent_ops, recurrent_reason
 
     if not cuda_provider_available():
         return None
+    recurrent = recurrent_ops(Path(path))
+    if recurrent:
+        return recurrent_reason(recurrent, load_onnxruntime().__version__)
     off = off_provider(Path(path), CUDA_PROVIDER, settings)
     return declined_reason(off, CUDA_PROVIDER, load_onnxruntime().__version__) if off else None
 

@@ -1,7 +1,6 @@
 """ONNX Runtime's CUDA provider on graphs beyond the transformer: a convolutional network in FP16 runs with the
-provider's NHWC kernels and still matches the model, and a recurrent network whose graph ONNX Runtime cannot
-capture in a CUDA graph (its LSTM, seen on an H100 in the GPU zoo) is not offered that runtime, with the reason,
-while its plain CUDA rows still run."""
+provider's NHWC kernels and still matches the model, and a recurrent network (whose CUDA sessions aborted the
+process when released, seen on an H100) is not offered the CUDA provider, with the reason, and runs on the CPU."""
 
 from __future__ import annotations
 
@@ -74,7 +73,10 @@ def test_an_fp16_cnn_runs_on_the_nhwc_kernels_and_matches_the_model(tmp_path: Pa
         assert lowest_cosine(got, expected) > 0.999, runner.runtime
 
 
-def test_a_graph_onnx_runtime_cannot_capture_is_declined_with_the_reason(tmp_path: Path) -> None:
+def test_a_recurrent_graph_is_not_offered_the_cuda_provider_and_runs_on_the_cpu(tmp_path: Path) -> None:
+    """Releasing a CUDA session that ran this graph's LSTM and GRU aborted the process on an H100 (9 of 11 runs),
+    and its capture in a CUDA graph failed: no CUDA session is made for it, the reports say why, and its CPU
+    runner still matches the model."""
     _needs_cuda_provider()
     torch.manual_seed(0)
     model = RecurrentTagger().eval()
@@ -87,14 +89,14 @@ def test_a_graph_onnx_runtime_cannot_capture_is_declined_with_the_reason(tmp_pat
     _export(model, features, path, ["tags", "scores", "temperature"], axes)
     artifact = record("onnx-fp32", path, "onnx")
     settings = _settings("recurrent.yaml")
-    reason = declined_runtimes(artifact, settings).get("onnxruntime-cuda-graph")
-    assert reason and "cannot capture this graph in a CUDA graph" in reason, reason
+    reason = declined_runtimes(artifact, settings).get("onnxruntime-cuda")
+    assert reason and "releasing a CUDA session that ran recurrent nodes" in reason, reason
     runners = runners_for(artifact, settings)
-    assert "onnxruntime-cuda-graph" not in {r.runtime for r in runners}
-    (plain,) = [r for r in runners if r.runtime == "onnxruntime-cuda" and r.io == "device"]
-    plain.activate()
+    assert not [r for r in runners if r.runtime.startswith("onnxruntime-cuda")]
+    (cpu,) = [r for r in runners if r.runtime == "onnxruntime-cpu"]
+    cpu.activate()
     try:
-        got = plain.infer({"features": features.numpy()})["tags"]
+        got = cpu.infer({"features": features.numpy()})["tags"]
     finally:
-        plain.deactivate()
+        cpu.deactivate()
     assert np.abs(got - expected).max() < 1e-3

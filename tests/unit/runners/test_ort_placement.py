@@ -8,11 +8,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from pipeline.runners import onnxruntime_runner
-from pipeline.runners.ort_placement import declined_reason, off_provider
+from pipeline.runners import onnxruntime_runner, ort_placement
+from pipeline.runners.ort_placement import declined_reason, off_provider, recurrent_ops
 from pipeline.runners.registry import declined_runtimes, runners_for
 
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
@@ -62,3 +63,36 @@ def test_a_declined_provider_gets_no_runner_and_the_reports_say_why(
     reason = declined_runtimes(onnx_artifact, ctx.settings)["onnxruntime-cuda"]
     assert f"off {CUDA}" in reason and "MatMul ×" in reason
     assert declined_runtimes(replace(onnx_artifact, kind="torchscript"), ctx.settings) == {}
+
+
+def test_a_graph_with_recurrent_nodes_is_not_offered_the_cuda_provider_and_no_session_is_made(
+    ctx, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Releasing a CUDA session that ran LSTM and GRU nodes aborted the process on an H100: the graph is read
+    for recurrent nodes (a subgraph's too) before any session is made, and the reports say why."""
+    lstm = helper.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=4)
+    body = helper.make_graph(
+        [helper.make_node("GRU", ["x", "w", "r"], ["z"], hidden_size=4)],
+        "body",
+        [],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+    )
+    branch = helper.make_node("If", ["c"], ["z"], then_branch=body, else_branch=body)
+    graph = helper.make_graph(
+        [lstm, branch],
+        "rnn",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("x", "w", "r")]
+        + [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "z")],
+    )
+    path = tmp_path / "rnn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    assert recurrent_ops(path) == ["GRU", "LSTM"]
+    monkeypatch.setattr(onnxruntime_runner, "cuda_provider_available", lambda: True)
+    sessions: list = []
+    monkeypatch.setattr(onnxruntime_runner, "load_onnxruntime", lambda: sessions.append(1) or ort)
+    monkeypatch.setattr(ort_placement, "off_provider", lambda *args: sessions.append(args) or {})
+    reason = onnxruntime_runner.cuda_declined(path, ctx.settings)
+    assert reason is not None and "releasing a CUDA session that ran recurrent nodes" in reason, reason
+    assert "this graph has GRU and LSTM" in reason and f"onnxruntime {ort.__version__}" in reason
+    assert all(s == 1 for s in sessions)  # the version asked, no placement session made
