@@ -127,7 +127,9 @@ class Pt2Export(Strict):
         "auto", description="AOTInductor target device; auto: cuda where present, else cpu"
     )
     max_autotune: bool = Field(
-        False, description="AOTInductor GEMM autotuning: minutes of compile for a few percent"
+        False,
+        description="AOTInductor's GEMM autotuning (Triton templates): minutes of compile; on an H100 it made "
+        "MiniLM's packages slower (docs/gpu.md)",
     )
     fuse_projections: bool = Field(
         True, description="one GEMM for linears reading one tensor (Q, K, V): fewer kernel launches"
