@@ -78,6 +78,7 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool, kinds: dict[str, str] | 
         if error:
             return [loaded.problem("data.samples", f"the model fails on the recipe's samples {error}")]
         never_finite &= _never_finite(on_samples)
+    problems += _kinds_at_two(loaded, model, min_dims, found)
     available = available_memory()
     for dim, rng in recipe.dims.items():
         key = f"dims.{dim}.max"
@@ -112,6 +113,26 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool, kinds: dict[str, str] | 
     if kinds is not None:
         kinds.update(found)
     return problems
+
+
+def _kinds_at_two(
+    loaded: LoadedRecipe, model: Any, min_dims: dict[str, int], found: dict[str, str]
+) -> list[Problem]:
+    """Each output's kind seen at a batch of 2 as well, where the batch may grow from 1: at a batch of 1 an
+    output of [batch, batch] (a CLIP-style similarity) is one value, as a score is, and the kind is what the
+    deploy's gates follow, over every input set."""
+    recipe = loaded.recipe
+    batch = recipe.benchmark.batch_dim
+    rng = recipe.dims.get(batch)
+    if rng is None or rng.min != 1 or rng.max < 2:
+        return []
+    _, at_two, error = _run(model.module, recipe, _synthetic(recipe, {**min_dims, batch: 2}, model.config))
+    if error:
+        return [loaded.problem(f"dims.{batch}.max", f"the model fails when {batch} = 2 {error}")]
+    for name, kind in output_kinds(recipe.outputs, at_two).items():
+        if kind != found[name]:
+            found[name] = kind
+    return []
 
 
 def _never_finite(outputs: list) -> set[int]:

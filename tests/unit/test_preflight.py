@@ -59,3 +59,39 @@ def test_an_unknown_runtime_is_a_located_recipe_error() -> None:
         in line
         and "openvino-cpu" in line
     )
+
+
+def test_an_output_of_batch_by_batch_is_not_one_value_per_sample(tmp_path: Path) -> None:
+    """At a batch of 1 a similarity [batch, batch] is one value, as a score [batch, 1] is: pre-flight also runs
+    the model at a batch of 2, so `validate`'s gates follow the kinds the deploy gates by."""
+    recipe = tmp_path / "pairs.yaml"
+    recipe.write_text(
+        """name: pairs
+model: {source: entrypoint, entrypoint: "tests.models.tiny:pair_logits", seed: 0}
+inputs:
+  - {name: x, dtype: float32, shape: [batch, 8]}
+dims:
+  batch: {min: 1, opt: 4, max: 8}
+outputs: [logits, score]
+data:
+  samples: {source: random, samples: 16}
+  calibration: 4
+  validation: 8
+variants:
+  build: [onnx-fp32]
+"""
+    )
+    kinds = preflight.check(load(recipe))
+    assert kinds == {"logits": "values", "score": "one value per sample"}
+    one = preflight.check(
+        load(
+            recipe,
+            [
+                "dims.batch.max=1",
+                "dims.batch.opt=1",
+                "benchmark.batch_sizes=[1]",
+                "validation.corner_batches={min: 1, opt: 1, max: 1}",
+            ],
+        )
+    )
+    assert one["logits"] == "one value per sample"  # a batch that never grows: a batch of 2 is never run
