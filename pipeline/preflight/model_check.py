@@ -98,9 +98,7 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool, kinds: dict[str, str] | 
         else:
             problems += _run_memory_problems(loaded, key, dim, rng.max, grown, available)
             never_finite &= _never_finite(at_max)
-            for name, kind in output_kinds(recipe.outputs, at_max).items():
-                if kind != found[name]:  # one value per sample only at the min ([batch, sequence] at 1 x 1)
-                    found[name] = kind
+            merge_kinds(found, output_kinds(recipe.outputs, at_max))
     for i in sorted(never_finite):  # no artifact could ever be checked against it: found before any export
         problems.append(
             loaded.problem(
@@ -129,10 +127,18 @@ def _kinds_at_two(
     _, at_two, error = _run(model.module, recipe, _synthetic(recipe, {**min_dims, batch: 2}, model.config))
     if error:
         return [loaded.problem(f"dims.{batch}.max", f"the model fails when {batch} = 2 {error}")]
-    for name, kind in output_kinds(recipe.outputs, at_two).items():
-        if kind != found[name]:
-            found[name] = kind
+    merge_kinds(found, output_kinds(recipe.outputs, at_two))
     return []
+
+
+def merge_kinds(found: dict[str, str], seen: dict[str, str]) -> None:
+    """An output is one value per sample only if it is at every shape run ([batch, sequence] is one value at
+    1 x 1, [batch, batch] at a batch of 1): another run's kind replaces that one, never the other way."""
+    from pipeline.check.accuracy import PER_SAMPLE
+
+    for name, kind in seen.items():
+        if found[name] == PER_SAMPLE and kind != PER_SAMPLE:
+            found[name] = kind
 
 
 def _never_finite(outputs: list) -> set[int]:

@@ -178,15 +178,15 @@ def key_padding_encoder(**kwargs: int) -> nn.Module:
 
 
 class PairLogits(nn.Module):
-    """A CLIP-style similarity: every sample's embedding against every other's, logits [batch, batch], beside a
-    score [batch, 1]. At a batch of 1 both are one value."""
+    """A CLIP-style similarity: every sample's embedding (the mean over its sequence) against every other's,
+    logits [batch, batch], beside a score [batch, 1]. At a batch of 1 both are one value."""
 
     def __init__(self, features: int = 8, width: int = 4):
         super().__init__()
         self.body = nn.Linear(features, width)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        embedding = torch.nn.functional.normalize(self.body(x), dim=-1)
+        embedding = torch.nn.functional.normalize(self.body(x).mean(1), dim=-1)
         return embedding @ embedding.T, embedding.sum(-1, keepdim=True)
 
 

@@ -63,15 +63,17 @@ def test_an_unknown_runtime_is_a_located_recipe_error() -> None:
 
 def test_an_output_of_batch_by_batch_is_not_one_value_per_sample(tmp_path: Path) -> None:
     """At a batch of 1 a similarity [batch, batch] is one value, as a score [batch, 1] is: pre-flight also runs
-    the model at a batch of 2, so `validate`'s gates follow the kinds the deploy gates by."""
+    the model at a batch of 2, and no later run at a batch of 1 (the sequence's max) makes it one value again,
+    so `validate`'s gates follow the kinds the deploy gates by."""
     recipe = tmp_path / "pairs.yaml"
     recipe.write_text(
         """name: pairs
 model: {source: entrypoint, entrypoint: "tests.models.tiny:pair_logits", seed: 0}
 inputs:
-  - {name: x, dtype: float32, shape: [batch, 8]}
+  - {name: x, dtype: float32, shape: [batch, sequence, 8]}
 dims:
   batch: {min: 1, opt: 4, max: 8}
+  sequence: {min: 2, opt: 4, max: 6}
 outputs: [logits, score]
 data:
   samples: {source: random, samples: 16}
