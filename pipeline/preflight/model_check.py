@@ -1,8 +1,9 @@
-"""Pre-flight model check: instantiate the model from its source and run it on the CPU, once at the min shape
-and once per dynamic dim at its max, so that a model that cannot be built, rejects its inputs or returns
-something other than the recipe's `outputs` is a located user error before any work starts. Cheap by design
-(batch at its min); the deploy loads the model again but never repeats this. Pre-flight calls it in a child
-process bounded in time (pipeline/preflight/model_child.py): this is the user's code, which may hang or crash."""
+"""Pre-flight model check: instantiate the model from its source and run it on the CPU, once at the min shape,
+once at a batch of 2 where validation runs batches of 2 or more from a min of 1, and once per other dynamic dim
+at its max, so that a model that cannot be built, rejects its inputs or returns something other than the
+recipe's `outputs` is a located user error before any work starts. Cheap by design (the batch at its min or
+2); the deploy loads the model again but never repeats this. Pre-flight calls it in a child process bounded in
+time (pipeline/preflight/model_child.py): this is the user's code, which may hang or crash."""
 
 from __future__ import annotations
 
@@ -78,7 +79,11 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool, kinds: dict[str, str] | 
         if error:
             return [loaded.problem("data.samples", f"the model fails on the recipe's samples {error}")]
         never_finite &= _never_finite(on_samples)
-    problems += _kinds_at_two(loaded, model, min_dims, found)
+    two_problems, at_two = _at_batch_two(loaded, model, min_dims, outputs)
+    problems += two_problems
+    if at_two is not None:
+        never_finite &= _never_finite(at_two)
+        merge_kinds(found, output_kinds(recipe.outputs, at_two))
     available = available_memory()
     for dim, rng in recipe.dims.items():
         key = f"dims.{dim}.max"
@@ -113,22 +118,32 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool, kinds: dict[str, str] | 
     return problems
 
 
-def _kinds_at_two(
-    loaded: LoadedRecipe, model: Any, min_dims: dict[str, int], found: dict[str, str]
-) -> list[Problem]:
-    """Each output's kind seen at a batch of 2 as well, where the batch may grow from 1: at a batch of 1 an
-    output of [batch, batch] (a CLIP-style similarity) is one value, as a score is, and the kind is what the
-    deploy's gates follow, over every input set."""
+def _at_batch_two(
+    loaded: LoadedRecipe, model: Any, min_dims: dict[str, int], outputs: list
+) -> tuple[list[Problem], list | None]:
+    """The model's outputs at a batch of 2 (None where it is not run), and the problems that run found. An output
+    of [batch, batch] (a CLIP-style similarity) is one value at a batch of 1, as a score is; an output's kind
+    decides its gates, over every input set validation runs, so it is seen at 2 wherever validation runs a
+    batch of 2 or more."""
     recipe = loaded.recipe
     batch = recipe.benchmark.batch_dim
     rng = recipe.dims.get(batch)
-    if rng is None or rng.min != 1 or rng.max < 2:
-        return []
+    if rng is None or rng.min != 1 or rng.max < 2 or largest_validated_batch(recipe) < 2:
+        return [], None
+    key = f"dims.{batch}.max"
     _, at_two, error = _run(model.module, recipe, _synthetic(recipe, {**min_dims, batch: 2}, model.config))
     if error:
-        return [loaded.problem(f"dims.{batch}.max", f"the model fails when {batch} = 2 {error}")]
-    merge_kinds(found, output_kinds(recipe.outputs, at_two))
-    return []
+        return [loaded.problem(key, f"the model fails when {batch} = 2 {error}")], None
+    if [getattr(o, "ndim", None) for o in at_two] != [o.ndim for o in outputs]:
+        return [loaded.problem(key, f"the model's outputs (or their ranks) change when {batch} = 2")], None
+    return [], at_two
+
+
+def largest_validated_batch(recipe: Recipe) -> int:
+    """The largest batch validation runs: a corner's, or the held-out split's (at most its sample count)."""
+    validation = recipe.validation
+    corners = [validation.corner_batches[c] for c in validation.corners if c in validation.corner_batches]
+    return max([*corners, min(validation.data_batch, recipe.data.validation)])
 
 
 def merge_kinds(found: dict[str, str], seen: dict[str, str]) -> None:

@@ -192,3 +192,35 @@ class PairLogits(nn.Module):
 
 def pair_logits(**kwargs: int) -> nn.Module:
     return PairLogits(**kwargs)
+
+
+class BatchStandardized(nn.Module):
+    """Features standardized over the batch: NaN at a batch of 1 (the spread of one sample), finite from 2."""
+
+    def __init__(self, features: int = 8):
+        super().__init__()
+        self.body = nn.Linear(features, features)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.body(x.mean(1))
+        return (h - h.mean(0)) / h.std(0), h
+
+
+def batch_standardized(**kwargs: int) -> nn.Module:
+    return BatchStandardized(**kwargs)
+
+
+class SqueezedAtTwo(nn.Module):
+    """A score [batch, 1] at a batch of 1 that a stray squeeze() turns into [batch] from a batch of 2 on."""
+
+    def __init__(self, features: int = 8):
+        super().__init__()
+        self.body = nn.Linear(features, 1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        score = self.body(x.mean(1))
+        return score if x.shape[0] == 1 else score.squeeze(), x.mean(1)
+
+
+def squeezed_at_two(**kwargs: int) -> nn.Module:
+    return SqueezedAtTwo(**kwargs)

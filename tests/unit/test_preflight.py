@@ -61,13 +61,7 @@ def test_an_unknown_runtime_is_a_located_recipe_error() -> None:
     )
 
 
-def test_an_output_of_batch_by_batch_is_not_one_value_per_sample(tmp_path: Path) -> None:
-    """At a batch of 1 a similarity [batch, batch] is one value, as a score [batch, 1] is: pre-flight also runs
-    the model at a batch of 2, and no later run at a batch of 1 (the sequence's max) makes it one value again,
-    so `validate`'s gates follow the kinds the deploy gates by."""
-    recipe = tmp_path / "pairs.yaml"
-    recipe.write_text(
-        """name: pairs
+PAIRS = """name: pairs
 model: {source: entrypoint, entrypoint: "tests.models.tiny:pair_logits", seed: 0}
 inputs:
   - {name: x, dtype: float32, shape: [batch, sequence, 8]}
@@ -82,18 +76,37 @@ data:
 variants:
   build: [onnx-fp32]
 """
-    )
-    kinds = preflight.check(load(recipe))
-    assert kinds == {"logits": "values", "score": "one value per sample"}
-    one = preflight.check(
-        load(
-            recipe,
-            [
-                "dims.batch.max=1",
-                "dims.batch.opt=1",
-                "benchmark.batch_sizes=[1]",
-                "validation.corner_batches={min: 1, opt: 1, max: 1}",
-            ],
-        )
-    )
-    assert one["logits"] == "one value per sample"  # a batch that never grows: a batch of 2 is never run
+
+
+def _pairs(tmp_path: Path, **replace: str) -> Path:
+    recipe = tmp_path / "pairs.yaml"
+    text = PAIRS
+    for old, new in replace.items():
+        text = text.replace(old, new)
+    recipe.write_text(text)
+    return recipe
+
+
+def test_an_output_of_batch_by_batch_is_not_one_value_per_sample(tmp_path: Path) -> None:
+    """At a batch of 1 a similarity [batch, batch] is one value, as a score [batch, 1] is: pre-flight also runs
+    the model at a batch of 2, and no later run at a batch of 1 (the sequence's max) makes it one value again,
+    so `validate`'s gates follow the kinds the deploy gates by."""
+    recipe = _pairs(tmp_path)
+    assert preflight.check(load(recipe)) == {"logits": "values", "score": "one value per sample"}
+    # a validation that never runs a batch of 2 sees one value, as the deploy's gates then do
+    single = ["validation.corner_batches={min: 1, opt: 1, max: 1}", "validation.data_batch=1"]
+    assert preflight.check(load(recipe, single))["logits"] == "one value per sample"
+    fixed = ["dims.batch.max=1", "dims.batch.opt=1", "benchmark.batch_sizes=[1]", single[0]]
+    assert preflight.check(load(recipe, fixed))["logits"] == "one value per sample"
+
+
+def test_the_run_at_a_batch_of_two_is_checked_as_every_other_run(tmp_path: Path) -> None:
+    """An output that is NaN at a batch of 1 only (standardized over the batch) is not refused as NaN
+    everywhere; outputs whose rank changes at a batch of 2 are a located error, not an internal one."""
+    standardized = _pairs(tmp_path, pair_logits="batch_standardized", **{"[logits, score]": "[z, h]"})
+    assert preflight.check(load(standardized))["z"] == "values"
+    squeezed = _pairs(tmp_path, pair_logits="squeezed_at_two", **{"[logits, score]": "[score, pooled]"})
+    with pytest.raises(RecipeError) as info:
+        preflight.check(load(squeezed))
+    [line] = info.value.lines()
+    assert "dims.batch.max" in line and "the model's outputs (or their ranks) change when batch = 2" in line
