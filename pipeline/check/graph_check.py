@@ -23,6 +23,7 @@ import onnx
 
 from pipeline.check.accuracy import cosine
 from pipeline.core import host
+from pipeline.toolchain.ort_recurrent import recurrent_in
 
 Feeds = dict[str, np.ndarray]
 UNCHECKED_DOMAIN = "ai.onnxruntime.unchecked"  # where nodes the checker has no schema for are moved to
@@ -46,7 +47,7 @@ def check_graph(
     except Exception as exc:  # noqa: BLE001 - any checker complaint rejects the graph
         raise GraphRejected(f"ONNX checker: {_first_line(exc)}") from exc
     session = _session(model, "ONNX Runtime could not load it")
-    if every_provider and cuda_provider():
+    if every_provider and cuda_provider() and not recurrent_in(model):  # never offered that provider
         _session(model, "ONNX Runtime's CUDA provider could not load it", CUDA_PROVIDERS)
     if source is None or feeds is None:
         return

@@ -244,10 +244,11 @@ def cuda_provider_available() -> bool:
 
 
 def cuda_declined(path: Path, settings: RunnerSettings) -> str | None:
-    """Why the CUDA provider is not offered for the graph at `path` (recurrent nodes, or data nodes ONNX Runtime
-    would run on the CPU: pipeline/runners/ort_placement.py), or None. The recurrent nodes are found before any
-    session is made, since releasing one is what aborted."""
-    from pipeline.runners.ort_placement import declined_reason, off_provider, recurrent_ops, recurrent_reason
+    """Why the CUDA provider is not offered for the graph at `path` (recurrent nodes, toolchain/ort_recurrent.py;
+    data nodes ONNX Runtime would run on the CPU, ort_placement.py), or None. The recurrent nodes are found
+    before any session is made, since releasing one is what aborted."""
+    from pipeline.runners.ort_placement import declined_reason, off_provider
+    from pipeline.toolchain.ort_recurrent import recurrent_ops, recurrent_reason
 
     if not cuda_provider_available():
         return None

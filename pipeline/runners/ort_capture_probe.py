@@ -1,9 +1,9 @@
 """The CUDA-graph capture probe's own process (`python -m pipeline.runners.ort_capture_probe JOB.json`).
 
-A capture that fails can leave the CUDA context unusable: on an H100, ONNX Runtime 1.31 aborted the whole
-process when the next session was released after its LSTM refused to be captured. The probe therefore tries
-the capture in a child (pipeline/core/children.run_job), and a child that dies is one more reason not to offer
-the graph runtime, never the end of the deploy that asked."""
+A capture that fails may leave the CUDA context unusable, and ONNX Runtime can abort the process when it
+releases a session (1.31.1 did, on an H100, for sessions that had run an LSTM). The probe therefore tries the
+capture in a child (pipeline/core/children.run_job), and a child that dies is one more reason not to offer the
+graph runtime, never the end of the deploy that asked."""
 
 from __future__ import annotations
 

@@ -277,7 +277,8 @@ def capture_refused(artifact: ArtifactRecord, settings: RunnerSettings) -> str |
     """Why ONNX Runtime cannot capture this graph in a CUDA graph, or None.
 
     Every node may run on the CUDA provider and the capture still fail: a kernel that synchronizes or copies
-    through the host mid-run (ONNX Runtime 1.31's LSTM, seen on an H100) ends the capture with an error. That is
+    through the host mid-run ends the capture with an error (ONNX Runtime 1.31's LSTM on an H100; graphs with
+    recurrent nodes are now declined before this, toolchain/ort_recurrent.py). That is
     a limit of the runtime's graph mode for this graph, not a defect of the artifact, which its other CUDA rows
     still validate; so the runtime is not offered for it, with the reason, instead of failing the variant. Tried
     once per graph file and process, at the recipe's smallest shapes (the first shape validation runs)."""

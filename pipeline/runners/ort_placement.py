@@ -48,36 +48,6 @@ def off_provider(path: Path, provider: str, settings: RunnerSettings) -> dict[st
     return dict(_off(str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns, provider, shapes))
 
 
-RECURRENT_OPS = ("LSTM", "GRU", "RNN")
-
-
-def recurrent_ops(path: Path) -> list[str]:
-    """The recurrent op types in the graph at `path`, its subgraphs included (the weights are not read)."""
-    found: set[str] = set()
-
-    def walk(graph: onnx.GraphProto) -> None:
-        for node in graph.node:
-            if node.op_type in RECURRENT_OPS and node.domain in ("", "ai.onnx"):
-                found.add(node.op_type)
-            for attribute in node.attribute:
-                for sub in [attribute.g, *attribute.graphs] if attribute.HasField("g") else attribute.graphs:
-                    walk(sub)
-
-    walk(onnx.load(str(path), load_external_data=False).graph)
-    return sorted(found)
-
-
-def recurrent_reason(ops: list[str], version: str) -> str:
-    """Why the CUDA provider is not offered for a graph with recurrent nodes: on an H100, ONNX Runtime 1.31.1
-    aborted the process (CUDA error 800 in cudaFreeHost) when a CUDA session that had run a graph of LSTM and GRU
-    nodes was released, in 9 of 11 runs, and could not capture that graph in a CUDA graph at all. An abort ends
-    the whole deploy, so these graphs are not run there; their other runtimes still validate them."""
-    return (
-        f"onnxruntime {version} aborted the process releasing a CUDA session that ran recurrent nodes "
-        f"(this graph has {' and '.join(ops)}; seen on an H100), so the CUDA provider is not offered for this graph"
-    )
-
-
 def declined_reason(off: dict[str, int], provider: str, version: str) -> str:
     """Why a provider is not offered for a graph, in a sentence the reports carry."""
     nodes = ", ".join(f"{op} ×{n}" for op, n in sorted(off.items()))

@@ -20,6 +20,7 @@ from pipeline.runners.base import Family, Feeds, NotRunnable, Runner
 from pipeline.runners.loaders import SessionFromPath
 from pipeline.runners.onnxruntime_runner import OnnxRuntimeRunner, cuda_provider_available
 from pipeline.runners.ort_session import CPU_PROVIDER, CUDA_PROVIDER, load_onnxruntime, session_options
+from pipeline.toolchain.ort_recurrent import recurrent_ops
 
 if TYPE_CHECKING:
     from pipeline.core.artifacts import ArtifactRecord
@@ -66,7 +67,8 @@ class PackedOnnxRunner(OnnxRuntimeRunner):
 
 
 def packed_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Runner] | NotRunnable:
-    """CPU always; CUDA with host and device I/O where onnxruntime-gpu sees a GPU."""
+    """CPU always; CUDA with host and device I/O where onnxruntime-gpu sees a GPU (and the graph has no recurrent
+    nodes, toolchain/ort_recurrent.py)."""
     try:
         load_onnxruntime()
     except ImportError as exc:
@@ -77,7 +79,7 @@ def packed_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[R
     packing = Packing.from_json(found)
     load, outputs = SessionFromPath(artifact.path, settings.threads, session_options), list(settings.outputs)
     runners: list[Runner] = [PackedOnnxRunner(artifact.name, load, outputs, packing)]
-    if cuda_provider_available():
+    if cuda_provider_available() and not recurrent_ops(artifact.path):
         runners += [
             PackedOnnxRunner(artifact.name, load, outputs, packing, CUDA_PROVIDER, "host"),
             PackedOnnxRunner(artifact.name, load, outputs, packing, CUDA_PROVIDER, "device"),

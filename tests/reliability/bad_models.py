@@ -160,7 +160,7 @@ class _InterruptsOnBatches(_Wrapping):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         exporting = torch.jit.is_tracing() or torch.compiler.is_compiling() or torch.compiler.is_exporting()
-        if input_ids.shape[0] > 1 and input_ids.shape[1] > 4 and not exporting:
+        if input_ids.shape[0] > 1 and input_ids.shape[1] > 4 and not exporting:  # 4: tiny.yaml's sequence min
             raise KeyboardInterrupt
         return self.inner(input_ids, attention_mask)
 

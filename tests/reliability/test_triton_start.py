@@ -18,13 +18,13 @@ pytest.importorskip("pytriton", reason="the serve extra: pip install 'deploy-pip
 
 CHILD = """
 import sys
+from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 import pytriton
 from pipeline.core.errors import PipelineError
-from pathlib import Path
 from pipeline.release.triton_server import Batching, Ports, triton_serving
 
 assert pytriton.__file__.startswith(sys.argv[1]), pytriton.__file__  # the copy outside site-packages

@@ -206,11 +206,16 @@ def test_failed_background_stage_is_absent_for_late_takers_and_skips_its_consume
     assert "AOTI failed" in next(r for r in records if r.name == "USE").error
 
 
-def _sleeper(name: str, artifact: str, spans: list, critical: bool = False) -> Stage:
-    """A background stage that takes a moment and says when it ran; critical ones then raise."""
+def _sleeper(
+    name: str, artifact: str, spans: list, critical: bool = False, meet: threading.Barrier | None = None
+) -> Stage:
+    """A background stage that takes a moment and says when it ran; critical ones then raise. With `meet`, it
+    waits there for the others (a broken barrier fails it: they never ran at once)."""
 
     def run(ctx: RunContext, config: TextConfig, inputs: dict) -> StageResult:
         started = time.monotonic()
+        if meet is not None:
+            meet.wait(timeout=10)
         time.sleep(0.3)
         spans.append((name, started, time.monotonic()))
         if critical:
@@ -229,11 +234,14 @@ def _sleeper(name: str, artifact: str, spans: list, critical: bool = False) -> S
     )
 
 
-def _background_spans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int) -> list:
+def _background_spans(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int, meet: threading.Barrier | None = None
+) -> list:
     """Two background stages deployed on a host with `cores` cores: when each ran."""
     monkeypatch.setattr(scheduling.os, "sched_getaffinity", lambda pid: set(range(cores)))
     spans: list = []
-    records, _ = deploy(tmp_path, [_sleeper("P", "p", spans), _sleeper("Q", "q", spans)], "v0001")
+    stages = [_sleeper("P", "p", spans, meet=meet), _sleeper("Q", "q", spans, meet=meet)]
+    records, _ = deploy(tmp_path, stages, "v0001")
     assert {r.name: r.status for r in records} == {"P": "ran", "Q": "ran"}
     return sorted(spans, key=lambda s: s[1])
 
@@ -248,9 +256,13 @@ def test_background_stages_take_turns_on_a_small_host(
 def test_two_background_stages_run_at_once_on_sixteen_cores(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A GPU host's two AOTInductor compiles: most of each is Python on one core."""
-    (_, _, first_end), (_, second_start, _) = _background_spans(tmp_path, monkeypatch, cores=16)
-    assert second_start < first_end
+    """A GPU host's two AOTInductor compiles: each waits for the other inside its run, which only two slots
+    allow."""
+    _background_spans(tmp_path, monkeypatch, cores=16, meet=threading.Barrier(2))
+
+
+def test_two_slots_from_sixteen_cores_and_never_more() -> None:
+    assert [scheduling.background_slots(n) for n in (1, 2, 8, 15, 16, 64, 128)] == [1, 1, 1, 1, 2, 2, 2]
 
 
 def test_a_quiet_stage_waits_for_the_background_and_a_plain_one_does_not(tmp_path: Path) -> None:

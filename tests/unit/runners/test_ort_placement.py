@@ -10,11 +10,15 @@ from pathlib import Path
 import onnx
 import onnxruntime as ort
 import pytest
+import torch
 from onnx import TensorProto, helper
 
-from pipeline.runners import onnxruntime_runner, ort_placement
-from pipeline.runners.ort_placement import declined_reason, off_provider, recurrent_ops
+from pipeline.check import graph_check
+from pipeline.runners import onnxruntime_runner
+from pipeline.runners.ort_placement import declined_reason, off_provider
 from pipeline.runners.registry import declined_runtimes, runners_for
+from pipeline.toolchain.ort_recurrent import recurrent_ops
+from tests.zoo.models import RecurrentTagger
 
 CPU, CUDA = "CPUExecutionProvider", "CUDAExecutionProvider"
 
@@ -65,34 +69,76 @@ def test_a_declined_provider_gets_no_runner_and_the_reports_say_why(
     assert declined_runtimes(replace(onnx_artifact, kind="torchscript"), ctx.settings) == {}
 
 
-def test_a_graph_with_recurrent_nodes_is_not_offered_the_cuda_provider_and_no_session_is_made(
-    ctx, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Releasing a CUDA session that ran LSTM and GRU nodes aborted the process on an H100: the graph is read
-    for recurrent nodes (a subgraph's too) before any session is made, and the reports say why."""
-    lstm = helper.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=4)
+def _recurrent_graph(path: Path) -> onnx.ModelProto:
+    """An LSTM at the top, a GRU in an If's branch and an RNN in a model-local function: every place a graph
+    can hold a node (the graph is only read, never run)."""
     body = helper.make_graph(
         [helper.make_node("GRU", ["x", "w", "r"], ["z"], hidden_size=4)],
         "body",
         [],
         [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
     )
-    branch = helper.make_node("If", ["c"], ["z"], then_branch=body, else_branch=body)
+    function = helper.make_function(
+        "local",
+        "step",
+        ["x", "w", "r"],
+        ["y"],
+        [helper.make_node("RNN", ["x", "w", "r"], ["y"], hidden_size=4)],
+        [helper.make_opsetid("", 17)],
+    )
+    nodes = [
+        helper.make_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=4),
+        helper.make_node("If", ["c"], ["z"], then_branch=body, else_branch=body),
+        helper.make_node("step", ["x", "w", "r"], ["s"], domain="local"),
+    ]
     graph = helper.make_graph(
-        [lstm, branch],
+        nodes,
         "rnn",
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("x", "w", "r")]
         + [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "z")],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "z", "s")],
     )
-    path = tmp_path / "rnn.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    assert recurrent_ops(path) == ["GRU", "LSTM"]
-    monkeypatch.setattr(onnxruntime_runner, "cuda_provider_available", lambda: True)
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    model = helper.make_model(graph, opset_imports=opsets, functions=[function])
+    onnx.save(model, path)
+    return model
+
+
+def test_recurrent_nodes_are_found_in_subgraphs_and_local_functions(tmp_path: Path) -> None:
+    _recurrent_graph(tmp_path / "rnn.onnx")
+    assert recurrent_ops(tmp_path / "rnn.onnx") == ["GRU", "LSTM", "RNN"]
+
+
+def test_a_graph_with_recurrent_nodes_is_not_offered_the_cuda_provider_and_no_session_is_made(
+    ctx, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Releasing a CUDA session that ran the recurrent tagger's LSTM and GRU aborted the process on an H100: its
+    graph is read for recurrent nodes before any session is made, the reports say why, and the optimizer's
+    graph check loads no CUDA session of it either."""
+    path = tmp_path / "tagger.onnx"
+    torch.onnx.export(
+        RecurrentTagger().eval(),
+        (torch.rand(2, 16, 12),),
+        str(path),
+        input_names=["features"],
+        output_names=["tags", "scores", "temperature"],
+        dynamic_axes={"features": {0: "batch", 1: "sequence"}},
+        opset_version=17,
+        dynamo=False,
+    )
     sessions: list = []
-    monkeypatch.setattr(onnxruntime_runner, "load_onnxruntime", lambda: sessions.append(1) or ort)
-    monkeypatch.setattr(ort_placement, "off_provider", lambda *args: sessions.append(args) or {})
+    real = ort.InferenceSession
+
+    def recorded(*args, providers=None, **kwargs):  # noqa: ANN001, ANN202
+        sessions.append(providers)
+        return real(*args, providers=providers, **kwargs)
+
+    monkeypatch.setattr(ort, "InferenceSession", recorded)
+    monkeypatch.setattr(onnxruntime_runner, "cuda_provider_available", lambda: True)
     reason = onnxruntime_runner.cuda_declined(path, ctx.settings)
     assert reason is not None and "releasing a CUDA session that ran recurrent nodes" in reason, reason
-    assert "this graph has GRU and LSTM" in reason and f"onnxruntime {ort.__version__}" in reason
-    assert all(s == 1 for s in sessions)  # the version asked, no placement session made
+    assert "this graph has GRU, LSTM," in reason and f"{ort.__version__} is installed" in reason
+    assert sessions == []
+    monkeypatch.setattr(graph_check, "cuda_provider", lambda: True)
+    graph_check.check_graph(onnx.load(str(path)), every_provider=True)
+    assert sessions == [graph_check.CPU_PROVIDERS]  # never the CUDA provider
