@@ -61,7 +61,7 @@ def summary_table(
     for column in columns:
         batch, shape = column.split("|", 1)
         label = "seq/s" if by_rate else "p50 / p99 ms"
-        table.add_column(f"{label}\nbatch {batch}, {shape}", justify="right", no_wrap=True)
+        table.add_column(_header(label, batch, shape), justify="right", no_wrap=True)
     table.add_column("note", ratio=1, overflow="fold")
     lines = _lines(accuracy, rows, speed, winner, columns, by_rate)
     shown = {line["name"] for line in lines}
@@ -77,6 +77,16 @@ def summary_table(
     for line in sorted(lines, key=lambda line: line["order"]):
         table.add_row(*line["cells"], style=line["style"])
     return table
+
+
+def _header(label: str, batch: str, shape: str) -> str:
+    """A figure column's header: one input's shape on the batch's line, several inputs one per line, so that a
+    model of three inputs does not widen the column until the accuracy and runtime columns fold to a few
+    letters."""
+    inputs = shape.split(", ")
+    if len(inputs) == 1:
+        return f"{label}\nbatch {batch}, {shape}"
+    return "\n".join([label, f"batch {batch}", *inputs])
 
 
 def _caption(winner: Dict | None, rows: list[Timing], by_rate: bool) -> str:

@@ -121,3 +121,21 @@ def test_an_opt_in_runtime_left_out_names_no_timed_artifact(inputs):
     ]
     text = _text(summary_table(inputs["accuracy"], speed, inputs["winner"], None))
     assert "opt-in" not in text
+
+
+def test_inputs_of_several_shapes_head_the_column_one_per_line(inputs):
+    """An encoder-decoder's three inputs: the accuracy verdicts stay whole on their line at 160 columns (the
+    shapes on the header's single line widened the figure column until they folded to a few letters a line)."""
+    for row in inputs["speed"]["results"]:
+        batch = row["batch"]
+        row["shapes"] = {
+            "input_ids": [batch, 32],
+            "attention_mask": [batch, 32],
+            "decoder_input_ids": [batch, 8],
+        }
+    text = _text(summary_table(inputs["accuracy"], inputs["speed"], inputs["winner"], 1), width=160)
+    header = [line.strip("┃ ") for line in text.splitlines() if line.startswith("┃")]
+    for part in ("batch 1", "input_ids 1×32", "attention_mask 1×32", "decoder_input_ids 1×8"):
+        assert any(line.endswith(part) or f" {part} ┃" in line for line in header), (part, header)
+    assert "pass cosine 0.986200" in _line(text, "★ onnx-int8-dynamic")
+    assert "10.8 / 12.5" in _line(text, "★ onnx-int8-dynamic")
