@@ -98,7 +98,7 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool, kinds: dict[str, str] | 
         grown = max(_peak_rss() - peak, 0)
         if error:
             problems.append(loaded.problem(key, f"the model fails when {dim} = {rng.max} {error}"))
-        elif [getattr(o, "ndim", None) for o in at_max] != [o.ndim for o in outputs]:
+        elif not _same_ranks(at_max, outputs):
             problems.append(loaded.problem(key, f"the model's output ranks change when {dim} = {rng.max}"))
         else:
             problems += _run_memory_problems(loaded, key, dim, rng.max, grown, available)
@@ -134,9 +134,14 @@ def _at_batch_two(
     _, at_two, error = _run(model.module, recipe, _synthetic(recipe, {**min_dims, batch: 2}, model.config))
     if error:
         return [loaded.problem(key, f"the model fails when {batch} = 2 {error}")], None
-    if [getattr(o, "ndim", None) for o in at_two] != [o.ndim for o in outputs]:
+    if not _same_ranks(at_two, outputs):
         return [loaded.problem(key, f"the model's outputs (or their ranks) change when {batch} = 2")], None
     return [], at_two
+
+
+def _same_ranks(run: list, outputs: list) -> bool:
+    """As many outputs as the min-shape run's, each of the same rank (what the deploy's exports assume)."""
+    return [getattr(o, "ndim", None) for o in run] == [o.ndim for o in outputs]
 
 
 def largest_validated_batch(recipe: Recipe) -> int:
