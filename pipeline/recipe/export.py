@@ -134,6 +134,12 @@ class Pt2Export(Strict):
     fuse_projections: bool = Field(
         True, description="one GEMM for linears reading one tensor (Q, K, V): fewer kernel launches"
     )
+    gelu_epilogue: bool = Field(
+        True,
+        description="in the 16-bit programs, a linear layer read only by GELU as one cuBLASLt GEMM with bias "
+        "and GELU in its epilogue (GELU's tanh approximation, within FP16 rounding of the exact one): one "
+        "kernel fewer per feed-forward layer",
+    )
     memory_format: Literal["auto", "channels_last", "contiguous"] = Field(
         "auto",
         description="layout of the compiled model's 2-D convolutions: channels_last (NHWC, the layout cuDNN's "

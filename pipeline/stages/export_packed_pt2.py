@@ -50,6 +50,7 @@ class PackedPt2Config(StageConfig):
     precision: str
     device: str  # export.pt2.device: auto | cpu | cuda
     fuse_projections: bool
+    gelu_epilogue: bool
     mask_input: str  # runtime.padding's: the grid settings there are the ONNX packing's, not read here
     per_token_outputs: list[str]
     model: ModelSpec
@@ -63,6 +64,7 @@ class PackedPt2Config(StageConfig):
             precision=EXPORTED.precision,
             device=pt2.device,
             fuse_projections=pt2.fuse_projections,
+            gelu_epilogue=pt2.gelu_epilogue,
             mask_input=recipe.runtime.padding.mask_input,
             per_token_outputs=list(recipe.runtime.padding.per_token_outputs),
             model=ModelSpec.from_recipe(recipe, recipe_dir),
@@ -162,9 +164,9 @@ def _export(ctx: RunContext, config: PackedPt2Config, inputs: dict[str, Artifact
         "packing": packing.to_json(),
         "io_dtype": "float32 (floating outputs)",
     }
-    if config.fuse_projections:
-        program, fused = export_pt2.fuse_program(program, example, dynamic)
-        details |= fused
+    half = config.gelu_epilogue and config.precision in export_pt2.HALF
+    program, fused = export_pt2.fuse_program(program, example, dynamic, config.fuse_projections, half)
+    details |= fused
     torch.export.save(savable(program), str(ctx.path(EXPORTED.file or "")))
     details["export_s"] = round(time.perf_counter() - started, 2)
     details["real_token_share"] = real_token_share(packing, samples)
@@ -186,7 +188,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     out = [
         Stage(
             name="export_packed_pt2",
-            version=1,  # CHANGELOG.md, "Stage versions"
+            version=2,  # CHANGELOG.md, "Stage versions"
             config=PackedPt2Config.from_recipe(recipe, recipe_dir),
             run=_export,
             environment=lambda: {

@@ -44,6 +44,8 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # FP8 and INT8 are FP16 with their linear layers in 8 bits, scales calibrated (pipeline/toolchain/
 # static_linear.py): the dtype the rest computes in
 COMPUTE = {**DTYPES, "fp8": torch.float16, "int8": torch.float16}
+# the precisions that compute in 16 bits, where GELU's tanh approximation is within rounding of the exact one
+HALF = frozenset(name for name, dtype in COMPUTE.items() if dtype in (torch.float16, torch.bfloat16))
 
 
 class StaticPrecision(NamedTuple):
@@ -70,6 +72,7 @@ class ExportConfig(StageConfig):
     precision: str
     attention: str  # export.pt2.attention
     fuse_projections: bool
+    gelu_epilogue: bool
     memory_format: str  # export.pt2.memory_format
     model: ModelSpec
     data: DataSpec  # the example inputs, and the calibration split of the 8-bit precisions
@@ -85,6 +88,7 @@ class ExportConfig(StageConfig):
             precision=precision,
             attention=recipe.export.pt2.attention,
             fuse_projections=recipe.export.pt2.fuse_projections,
+            gelu_epilogue=recipe.export.pt2.gelu_epilogue,
             memory_format=recipe.export.pt2.memory_format,
             model=ModelSpec.from_recipe(recipe, recipe_dir),
             data=DataSpec.from_recipe(recipe, recipe_dir),
@@ -212,9 +216,10 @@ def export_program(
             f"{precision}_mix": mix,
             "calibration_hash": ctx.dataset(config.data).calibration_hash(),
         }
-    if config.fuse_projections:
-        program, fused = fuse_program(program, example, dynamic)
-        details |= fused
+    program, fused = fuse_program(
+        program, example, dynamic, config.fuse_projections, config.gelu_epilogue and precision in HALF
+    )
+    details |= fused
     return program, details
 
 
@@ -255,33 +260,49 @@ def calibrated_layers(
 
 
 def fuse_program(
-    program: torch.export.ExportedProgram, example: tuple[torch.Tensor, ...], dynamic: tuple
+    program: torch.export.ExportedProgram,
+    example: tuple[torch.Tensor, ...],
+    dynamic: tuple,
+    projections: bool,
+    gelu: bool,
 ) -> tuple[torch.export.ExportedProgram, dict[str, Any]]:
-    """The program with projections on one input fused, and what the details say of it (`fused_projections`,
-    with `fuse_projections_error` where fusing failed and the unfused program, as correct, is kept)."""
+    """The program with projections on one input fused and linear + GELU pairs as one GEMM (each where asked),
+    and what the details say of it (`fused_projections`, `gelu_epilogues`, with `fuse_error` where fusing
+    failed and the unfused program, as correct, is kept)."""
+    asked = {"fused_projections": projections, "gelu_epilogues": gelu}
+    if not any(asked.values()):
+        return program, {}
     try:
-        program, count = _fused(program, example, dynamic)
+        program, counts = _fused(program, example, dynamic, projections, gelu)
     except Exception as exc:  # noqa: BLE001 - the unfused program is as correct: keep it, say why
         error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-        return program, {"fused_projections": 0, "fuse_projections_error": error}
-    return program, {"fused_projections": count}
+        return program, {key: 0 for key, on in asked.items() if on} | {"fuse_error": error}
+    return program, {key: counts[key] for key, on in asked.items() if on}
 
 
 def _fused(
-    program: torch.export.ExportedProgram, example: tuple[torch.Tensor, ...], dynamic: tuple
-) -> tuple[torch.export.ExportedProgram, int]:
-    """The program with projections on one input fused (pipeline/toolchain/fuse_projections.py), re-exported."""
+    program: torch.export.ExportedProgram,
+    example: tuple[torch.Tensor, ...],
+    dynamic: tuple,
+    projections: bool,
+    gelu: bool,
+) -> tuple[torch.export.ExportedProgram, dict[str, int]]:
+    """The program rewritten by pipeline/toolchain/fuse_projections.py and gelu_epilogue.py, re-exported."""
     from pipeline.toolchain.fuse_projections import fuse_linear_groups
+    from pipeline.toolchain.gelu_epilogue import fuse_gelu_epilogues
 
     module = program.module()
-    count = fuse_linear_groups(module)
-    if not count:
-        return program, 0
+    counts = {
+        "fused_projections": fuse_linear_groups(module) if projections else 0,
+        "gelu_epilogues": fuse_gelu_epilogues(module) if gelu else 0,
+    }
+    if not any(counts.values()):
+        return program, counts
     params = inspect.signature(module.forward).parameters.values()
     starred = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
     with torch.no_grad():  # the graph module takes the inputs one by one (or as *args, as the wrapper did)
         shapes = (dynamic,) if starred else dynamic
-        return torch.export.export(module, example, dynamic_shapes=shapes, strict=False), count
+        return torch.export.export(module, example, dynamic_shapes=shapes, strict=False), counts
 
 
 def _export(ctx: RunContext, config: ExportConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
@@ -383,7 +404,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
             out.append(
                 Stage(
                     name=f"export_pt2_{precision}",
-                    version=3,  # CHANGELOG.md, "Stage versions"
+                    version=4,  # CHANGELOG.md, "Stage versions"
                     config=ExportConfig.from_recipe(recipe, recipe_dir, precision),
                     run=_export,
                     environment=lambda: {
