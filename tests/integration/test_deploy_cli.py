@@ -132,24 +132,6 @@ def test_reports_follow_the_contract(first) -> None:
     assert stages["export_onnx"]["fingerprint"] and stages["export_onnx"]["duration_s"] > 0
 
 
-def test_the_sign_off_says_why_the_winner_wins(first) -> None:
-    """The Profile section names what bounds the winner, in its own profile's figures."""
-    root, _ = first
-    version = root / "tiny" / "v0001"
-    winner = json.loads((version / "winner.json").read_text())
-    speed = json.loads((version / "reports/speed.json").read_text())
-    row = next(
-        r
-        for r in speed["results"]
-        if (r["artifact"], r["runtime"], r["io"]) == (winner["artifact"], winner["runtime"], winner["io"])
-        and r["shapes"] == winner["shapes"]
-    )
-    text = (version / "reports/signoff.md").read_text()
-    section = text[text.index("## Profile") :].split("\n## ")[0]
-    assert f"**The winner is {row['profile']['bound']}:" in section
-    assert row["profile"]["top"][0]["name"] in section
-
-
 def test_second_deploy_is_up_to_date_and_plan_says_fresh(first) -> None:
     root, _ = first
     again = cli("deploy", str(TINY), root=root)

@@ -87,6 +87,24 @@ def test_every_report_claim_holds(deployed) -> None:
     assert problems(version) == []
 
 
+def test_the_sign_off_says_why_the_winner_wins(deployed) -> None:
+    """The Profile section names what bounds the winner, in its own profile's figures."""
+    _, _, result = deployed
+    _, version = _version(result)
+    winner = json.loads((version / "winner.json").read_text())
+    speed = json.loads((version / "reports/speed.json").read_text())
+    row = next(
+        r
+        for r in speed["results"]
+        if (r["artifact"], r["runtime"], r["io"]) == (winner["artifact"], winner["runtime"], winner["io"])
+        and r["shapes"] == winner["shapes"]
+    )
+    text = (version / "reports/signoff.md").read_text()
+    section = text[text.index("## Profile") :].split("\n## ")[0]
+    assert f"**The winner is {row['profile']['bound']}:" in section
+    assert row["profile"]["top"][0]["name"] in section
+
+
 def test_nothing_is_left_in_the_working_directory(deployed) -> None:
     _, work, result = deployed
     _version(result)
