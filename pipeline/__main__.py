@@ -1,5 +1,4 @@
-import sys
-
 from pipeline.cli import main
+from pipeline.core.quick_exit import quick_exit
 
-sys.exit(main())
+quick_exit(main())
