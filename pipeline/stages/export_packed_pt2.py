@@ -64,7 +64,7 @@ class PackedPt2Config(StageConfig):
             precision=EXPORTED.precision,
             device=pt2.device,
             fuse_projections=pt2.fuse_projections,
-            gelu_epilogue=pt2.gelu_epilogue,
+            gelu_epilogue=export_pt2.gelu_epilogue_for(recipe, EXPORTED.precision),
             mask_input=recipe.runtime.padding.mask_input,
             per_token_outputs=list(recipe.runtime.padding.per_token_outputs),
             model=ModelSpec.from_recipe(recipe, recipe_dir),
@@ -164,8 +164,9 @@ def _export(ctx: RunContext, config: PackedPt2Config, inputs: dict[str, Artifact
         "packing": packing.to_json(),
         "io_dtype": "float32 (floating outputs)",
     }
-    half = config.gelu_epilogue and config.precision in export_pt2.HALF
-    program, fused = export_pt2.fuse_program(program, example, dynamic, config.fuse_projections, half)
+    program, fused = export_pt2.fuse_program(
+        program, example, dynamic, config.fuse_projections, config.gelu_epilogue
+    )
     details |= fused
     torch.export.save(savable(program), str(ctx.path(EXPORTED.file or "")))
     details["export_s"] = round(time.perf_counter() - started, 2)

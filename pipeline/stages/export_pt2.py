@@ -44,8 +44,8 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # FP8 and INT8 are FP16 with their linear layers in 8 bits, scales calibrated (pipeline/toolchain/
 # static_linear.py): the dtype the rest computes in
 COMPUTE = {**DTYPES, "fp8": torch.float16, "int8": torch.float16}
-# the precisions that compute in 16 bits, where GELU's tanh approximation is within rounding of the exact one
-HALF = frozenset(name for name, dtype in COMPUTE.items() if dtype in (torch.float16, torch.bfloat16))
+# the precisions that compute in FP16: where the GELU epilogue was measured (BF16 was not)
+FP16_COMPUTE = frozenset(name for name, dtype in COMPUTE.items() if dtype == torch.float16)
 
 
 class StaticPrecision(NamedTuple):
@@ -88,7 +88,7 @@ class ExportConfig(StageConfig):
             precision=precision,
             attention=recipe.export.pt2.attention,
             fuse_projections=recipe.export.pt2.fuse_projections,
-            gelu_epilogue=recipe.export.pt2.gelu_epilogue,
+            gelu_epilogue=gelu_epilogue_for(recipe, precision),
             memory_format=recipe.export.pt2.memory_format,
             model=ModelSpec.from_recipe(recipe, recipe_dir),
             data=DataSpec.from_recipe(recipe, recipe_dir),
@@ -167,6 +167,14 @@ def use_sdpa(module: nn.Module) -> bool:
     return switched
 
 
+def gelu_epilogue_for(recipe: Recipe, precision: str) -> bool:
+    """Whether the program of this precision gets GELU epilogues (pipeline/toolchain/gelu_epilogue.py): asked
+    for, FP16 compute, and compiled for a CUDA GPU, where the call is cuBLASLt's fused GEMM (on a CPU it is a
+    GEMM and an exact GELU, two calls where Inductor would fuse the pair itself)."""
+    pt2 = recipe.export.pt2
+    return pt2.gelu_epilogue and precision in FP16_COMPUTE and target_device(pt2.device) == "cuda"
+
+
 def target_device(choice: str) -> str:
     """Where the AOTInductor package is compiled for: the recipe's choice, auto = cuda where present."""
     if choice == "auto":
@@ -216,9 +224,7 @@ def export_program(
             f"{precision}_mix": mix,
             "calibration_hash": ctx.dataset(config.data).calibration_hash(),
         }
-    program, fused = fuse_program(
-        program, example, dynamic, config.fuse_projections, config.gelu_epilogue and precision in HALF
-    )
+    program, fused = fuse_program(program, example, dynamic, config.fuse_projections, config.gelu_epilogue)
     details |= fused
     return program, details
 
@@ -275,7 +281,7 @@ def fuse_program(
     try:
         program, counts = _fused(program, example, dynamic, projections, gelu)
     except Exception as exc:  # noqa: BLE001 - the unfused program is as correct: keep it, say why
-        error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        error = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
         return program, {key: 0 for key, on in asked.items() if on} | {"fuse_error": error}
     return program, {key: counts[key] for key, on in asked.items() if on}
 

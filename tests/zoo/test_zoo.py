@@ -99,6 +99,7 @@ def test_the_sign_off_says_why_the_winner_wins(deployed) -> None:
         if (r["artifact"], r["runtime"], r["io"]) == (winner["artifact"], winner["runtime"], winner["io"])
         and r["shapes"] == winner["shapes"]
     )
+    assert "split" in row.get("profile", {}), f"the winner was not profiled: {row.get('profile')}"
     text = (version / "reports/signoff.md").read_text()
     section = text[text.index("## Profile") :].split("\n## ")[0]
     assert f"**The winner is {row['profile']['bound']}:" in section

@@ -3,11 +3,14 @@ re-exported program computes what the model does."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 import transformers
 from torch import nn
 
-from pipeline.stages.export_pt2 import fuse_program
+from pipeline.recipe.loader import load
+from pipeline.stages.export_pt2 import fuse_program, gelu_epilogue_for
 from pipeline.toolchain.gelu_epilogue import fuse_gelu_epilogues
 
 ADDMM_GELU = torch.ops.aten._addmm_activation.default
@@ -79,3 +82,18 @@ def test_nothing_asked_leaves_the_program_and_says_nothing() -> None:
     program = torch.export.export(module, example)
     same, details = fuse_program(program, example, ({},), projections=False, gelu=False)
     assert same is program and details == {}
+
+
+def test_only_fp16_programs_compiled_for_a_gpu_take_it() -> None:
+    tiny = Path(__file__).resolve().parents[2] / "recipes" / "tiny.yaml"
+    for device, precision, expected in [
+        ("cuda", "fp16", True),
+        ("cuda", "fp8", True),  # its float layers compute in FP16
+        ("cuda", "bf16", False),  # not measured
+        ("cuda", "fp32", False),
+        ("cpu", "fp16", False),  # a GEMM and an exact GELU there: two calls where Inductor fuses the pair
+    ]:
+        recipe = load(tiny, [f"export.pt2.device={device}"]).recipe
+        assert gelu_epilogue_for(recipe, precision) is expected, (device, precision)
+    off = load(tiny, ["export.pt2.device=cuda", "export.pt2.gelu_epilogue=false"]).recipe
+    assert not gelu_epilogue_for(off, "fp16")
