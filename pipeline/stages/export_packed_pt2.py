@@ -164,9 +164,8 @@ def _export(ctx: RunContext, config: PackedPt2Config, inputs: dict[str, Artifact
         "packing": packing.to_json(),
         "io_dtype": "float32 (floating outputs)",
     }
-    program, fused = export_pt2.fuse_program(
-        program, example, dynamic, config.fuse_projections, config.gelu_epilogue
-    )
+    gelu = export_pt2.gelu_epilogue_on(config.gelu_epilogue, config.device)
+    program, fused = export_pt2.fuse_program(program, example, dynamic, config.fuse_projections, gelu)
     details |= fused
     torch.export.save(savable(program), str(ctx.path(EXPORTED.file or "")))
     details["export_s"] = round(time.perf_counter() - started, 2)

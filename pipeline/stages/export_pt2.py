@@ -72,7 +72,8 @@ class ExportConfig(StageConfig):
     precision: str
     attention: str  # export.pt2.attention
     fuse_projections: bool
-    gelu_epilogue: bool
+    gelu_epilogue: bool  # asked for and FP16 compute: applied where `device` is a CUDA GPU
+    device: str  # export.pt2.device: auto | cpu | cuda
     memory_format: str  # export.pt2.memory_format
     model: ModelSpec
     data: DataSpec  # the example inputs, and the calibration split of the 8-bit precisions
@@ -89,6 +90,7 @@ class ExportConfig(StageConfig):
             attention=recipe.export.pt2.attention,
             fuse_projections=recipe.export.pt2.fuse_projections,
             gelu_epilogue=gelu_epilogue_for(recipe, precision),
+            device=recipe.export.pt2.device,
             memory_format=recipe.export.pt2.memory_format,
             model=ModelSpec.from_recipe(recipe, recipe_dir),
             data=DataSpec.from_recipe(recipe, recipe_dir),
@@ -168,11 +170,15 @@ def use_sdpa(module: nn.Module) -> bool:
 
 
 def gelu_epilogue_for(recipe: Recipe, precision: str) -> bool:
-    """Whether the program of this precision gets GELU epilogues (pipeline/toolchain/gelu_epilogue.py): asked
-    for, FP16 compute, and compiled for a CUDA GPU, where the call is cuBLASLt's fused GEMM (on a CPU it is a
-    GEMM and an exact GELU, two calls where Inductor would fuse the pair itself)."""
-    pt2 = recipe.export.pt2
-    return pt2.gelu_epilogue and precision in FP16_COMPUTE and target_device(pt2.device) == "cuda"
+    """Whether the program of this precision gets GELU epilogues (pipeline/toolchain/gelu_epilogue.py) where it
+    is compiled for a CUDA GPU (`gelu_epilogue_on`): asked for, and FP16 compute."""
+    return recipe.export.pt2.gelu_epilogue and precision in FP16_COMPUTE
+
+
+def gelu_epilogue_on(asked: bool, device: str) -> bool:
+    """Asked for (`gelu_epilogue_for`) and compiled for a CUDA GPU, where the call is cuBLASLt's fused GEMM: on a
+    CPU it is a GEMM and an exact GELU, two calls where Inductor would fuse the pair itself."""
+    return asked and target_device(device) == "cuda"
 
 
 def target_device(choice: str) -> str:
@@ -224,7 +230,8 @@ def export_program(
             f"{precision}_mix": mix,
             "calibration_hash": ctx.dataset(config.data).calibration_hash(),
         }
-    program, fused = fuse_program(program, example, dynamic, config.fuse_projections, config.gelu_epilogue)
+    gelu = gelu_epilogue_on(config.gelu_epilogue, config.device)
+    program, fused = fuse_program(program, example, dynamic, config.fuse_projections, gelu)
     details |= fused
     return program, details
 

@@ -10,7 +10,7 @@ import transformers
 from torch import nn
 
 from pipeline.recipe.loader import load
-from pipeline.stages.export_pt2 import fuse_program, gelu_epilogue_for
+from pipeline.stages.export_pt2 import fuse_program, gelu_epilogue_for, gelu_epilogue_on
 from pipeline.toolchain.gelu_epilogue import fuse_gelu_epilogues
 
 ADDMM_GELU = torch.ops.aten._addmm_activation.default
@@ -86,14 +86,13 @@ def test_nothing_asked_leaves_the_program_and_says_nothing() -> None:
 
 def test_only_fp16_programs_compiled_for_a_gpu_take_it() -> None:
     tiny = Path(__file__).resolve().parents[2] / "recipes" / "tiny.yaml"
-    for device, precision, expected in [
-        ("cuda", "fp16", True),
-        ("cuda", "fp8", True),  # its float layers compute in FP16
-        ("cuda", "bf16", False),  # not measured
-        ("cuda", "fp32", False),
-        ("cpu", "fp16", False),  # a GEMM and an exact GELU there: two calls where Inductor fuses the pair
-    ]:
-        recipe = load(tiny, [f"export.pt2.device={device}"]).recipe
-        assert gelu_epilogue_for(recipe, precision) is expected, (device, precision)
-    off = load(tiny, ["export.pt2.device=cuda", "export.pt2.gelu_epilogue=false"]).recipe
+    recipe = load(tiny, []).recipe
+    for precision, asked in [("fp16", True), ("fp8", True), ("bf16", False), ("fp32", False)]:
+        assert gelu_epilogue_for(recipe, precision) is asked, precision  # fp8's float layers compute in FP16
+    off = load(tiny, ["export.pt2.gelu_epilogue=false"]).recipe
     assert not gelu_epilogue_for(off, "fp16")
+    assert gelu_epilogue_on(True, "cuda") and not gelu_epilogue_on(False, "cuda")
+    # on a CPU it would be a GEMM and an exact GELU, two calls where Inductor fuses the pair itself
+    assert not gelu_epilogue_on(True, "cpu")
+    if not torch.cuda.is_available():
+        assert not gelu_epilogue_on(True, "auto")
