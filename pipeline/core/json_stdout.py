@@ -38,7 +38,7 @@ def json_stdout(active: bool) -> Iterator[TextIO]:
 def _take_fd1(stdout: TextIO) -> TextIO:
     """Point fd 1 at stderr and return a stream on what fd 1 was (the real stdout)."""
     stdout.flush()
-    _flush_c_stdio()
+    flush_c_stdio()
     saved = os.dup(1)
     os.dup2(2, 1)
     return os.fdopen(saved, "w", encoding="utf-8", closefd=True)
@@ -51,7 +51,8 @@ def _fileno(stream: TextIO) -> int | None:
         return None
 
 
-def _flush_c_stdio() -> None:
-    """What C code buffered for the old stdout goes there before fd 1 moves."""
+def flush_c_stdio() -> None:
+    """What C code buffered for stdout goes out now: before fd 1 moves, or before the process leaves without
+    C's own exit (pipeline/core/quick_exit.py)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).fflush(None)

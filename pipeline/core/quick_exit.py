@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import os
 import sys
 import threading
 from typing import NoReturn
+
+from pipeline.core.json_stdout import flush_c_stdio
 
 UNWRITTEN = 120  # Python's exit code when flushing stdout at exit fails
 
@@ -39,8 +40,7 @@ def _flushed() -> bool:
             written = False
             with contextlib.suppress(Exception):
                 os.write(2, f"output could not be written: {exc}\n".encode())
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).fflush(None)
+    flush_c_stdio()
     return written
 
 

@@ -282,33 +282,27 @@ def fuse_program(
     """The program with projections on one input fused and linear + GELU pairs as one GEMM (each where asked),
     and what the details say of it (`fused_projections`, `gelu_epilogues`, with `fuse_error` where fusing
     failed and the unfused program, as correct, is kept)."""
-    asked = {"fused_projections": projections, "gelu_epilogues": gelu}
-    if not any(asked.values()):
+    asked = [key for key, on in (("fused_projections", projections), ("gelu_epilogues", gelu)) if on]
+    if not asked:
         return program, {}
     try:
-        program, counts = _fused(program, example, dynamic, projections, gelu)
+        return _fused(program, example, dynamic, asked)
     except Exception as exc:  # noqa: BLE001 - the unfused program is as correct: keep it, say why
         error = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
-        return program, {key: 0 for key, on in asked.items() if on} | {"fuse_error": error}
-    return program, {key: counts[key] for key, on in asked.items() if on}
+        return program, dict.fromkeys(asked, 0) | {"fuse_error": error}
 
 
 def _fused(
-    program: torch.export.ExportedProgram,
-    example: tuple[torch.Tensor, ...],
-    dynamic: tuple,
-    projections: bool,
-    gelu: bool,
+    program: torch.export.ExportedProgram, example: tuple[torch.Tensor, ...], dynamic: tuple, asked: list[str]
 ) -> tuple[torch.export.ExportedProgram, dict[str, int]]:
-    """The program rewritten by pipeline/toolchain/fuse_projections.py and gelu_epilogue.py, re-exported."""
+    """The program rewritten by the passes asked for, in order (pipeline/toolchain/fuse_projections.py and
+    gelu_epilogue.py), and re-exported, with how much each rewrote."""
     from pipeline.toolchain.fuse_projections import fuse_linear_groups
     from pipeline.toolchain.gelu_epilogue import fuse_gelu_epilogues
 
+    passes = {"fused_projections": fuse_linear_groups, "gelu_epilogues": fuse_gelu_epilogues}
     module = program.module()
-    counts = {
-        "fused_projections": fuse_linear_groups(module) if projections else 0,
-        "gelu_epilogues": fuse_gelu_epilogues(module) if gelu else 0,
-    }
+    counts = {key: passes[key](module) for key in asked}
     if not any(counts.values()):
         return program, counts
     params = inspect.signature(module.forward).parameters.values()
