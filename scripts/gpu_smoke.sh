@@ -23,7 +23,7 @@ root=${ROOT:-/tmp/gpu-artifacts}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
 if [ -z "${SKIP_TESTS:-}" ]; then
-  "$py" -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tail -15 | tee "$out/pytest-gpu.txt"
+  "$py" -m pytest -q -rs -m gpu tests -p no:cacheprovider 2>&1 | tail -30 | tee "$out/pytest-gpu.txt"
 fi
 # ONNX graphs ONNX Runtime's CUDA provider runs (the dynamic INT8 graph's ops are CPU-only), TorchScript traced
 # on the GPU, and the compiled PyTorch artifacts (variants.gpu of the recipe adds exported-fp16, aoti-fp16 and the
