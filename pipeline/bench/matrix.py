@@ -137,15 +137,19 @@ class Matrix:
         return cells
 
     def _validated(self, artifact: str, cells: tuple[Cell, ...], pairs: set[hosts.Pair]) -> tuple[str, ...]:
-        """Every runtime the artifact is timed on; one timed nowhere because its faster twins are is still
-        validated, on the first runtime it was left out of, so that every built artifact carries an accuracy
-        verdict."""
+        """Every runtime the artifact is timed on. One timed nowhere is still validated, so that every built
+        artifact carries an accuracy verdict: on the first runtime it was left out of for its faster twins, else
+        on the first runtime this host offers it that the recipe has not opted out of (a GPU host's CPU runtime
+        for a graph the CUDA provider declines: the CPU winner of a CPU deploy, or a recurrent model's graphs).
+        Not where benchmark.runtimes leaves it out: that is the recipe's choice (_unlisted)."""
         timed = tuple(dict.fromkeys(c["runtime"] for c in cells))
         if timed:
             return timed
         offered = dict.fromkeys(rt for rt, _ in self.offers[artifact])
         left = [rt for rt in offered if hosts.left_for_twin(self.timing, artifact, rt, self.gpu_host, pairs)]
-        return tuple(left[:1])
+        if left or self.timing.runtimes is not None:
+            return tuple(left[:1])
+        return tuple([rt for rt in offered if not hosts.opted_out(self.timing, rt)][:1])
 
     def _why_not(self, artifact: str) -> str:
         declined = "".join(f"{why}; " for why in self._declined(artifact).values())

@@ -47,6 +47,28 @@ def test_a_gpu_host_validates_every_timed_runtime_and_a_twin_left_artifact_once(
     assert left == {("onnx-fp32", "onnxruntime-cuda"), ("onnx-fp32", "onnxruntime-cuda-graph")}
 
 
+def test_a_graph_the_cuda_provider_declines_is_validated_on_the_gpu_hosts_cpu_runtime_untimed() -> None:
+    """The dynamic INT8 graph (the CPU deploy's winner) or a recurrent model's graph on a GPU host: no cell,
+    but an accuracy verdict on the CPU runtime, and not_timed says why the CUDA provider was not offered."""
+    matrix = Matrix(timing(), gpu_host=True)
+    matrix.offer(
+        "onnx-int8-dynamic",
+        [("onnxruntime-cpu", "host"), ("openvino-cpu", "host")],
+        {"onnxruntime-cuda": "MatMulInteger would run on the CPU"},
+    )
+    plan = matrix.plan("onnx-int8-dynamic")
+    assert plan.cells == () and plan.validated == ("onnxruntime-cpu",) and plan.reason is None
+    report = matrix.report()
+    assert report["validated"] == {"onnx-int8-dynamic": ["onnxruntime-cpu"]} and report["not_validated"] == []
+    reasons = {x["runtime"]: x["reason"] for x in report["not_timed"]}
+    assert reasons["onnxruntime-cuda"] == "MatMulInteger would run on the CPU"
+    assert timed_batches(report) == {}
+    # an opt-in runtime the recipe does not list is not used for it
+    only_opt_in = Matrix(timing(), gpu_host=True)
+    only_opt_in.offer("onnx-fp32", [("openvino-cpu", "host")])
+    assert only_opt_in.plan("onnx-fp32").validated == ()
+
+
 def test_the_recipes_runtimes_are_timed_everywhere_and_nothing_is_left_for_a_twin() -> None:
     matrix = Matrix(timing(runtimes=["onnxruntime-cuda"]), gpu_host=True)
     for artifact in ("onnx-fp32", "onnx-optimized-fp32"):
