@@ -20,7 +20,13 @@ from tests.reliability.conftest import ROOT, TINY
 pytest.importorskip("ray", reason="the fleet extra: pip install 'deploy-pipeline[fleet]'")
 
 CNN = ROOT / "recipes/examples/cnn/cnn.yaml"
-FAST = ["benchmark.min_s=0.1", "benchmark.max_s=0.3", "benchmark.window_s=0.05"]
+# one export and short windows: these tests are about the fleet, not the variants or their speed
+FAST = [
+    "variants.build=[onnx-fp32]",
+    "benchmark.min_s=0.05",
+    "benchmark.max_s=0.15",
+    "benchmark.window_s=0.02",
+]
 STORE = "store #1"  # a YAML comment sign in the path: the store's root reaches each deploy quoted
 
 

@@ -19,15 +19,13 @@ from tests.reliability.conftest import ROOT, TINY
 
 pytest.importorskip("ray", reason="the fleet extra: pip install 'deploy-pipeline[fleet]'")
 
-FAST = ["benchmark.min_s=0.1", "benchmark.max_s=0.3", "benchmark.window_s=0.05"]
-
 
 def _fleet(tmp_path: Path, **extra: object) -> Path:
     spec = {
         "name": "copied",
         "root": "store",
         "store": "copy",
-        "recipes": [{"path": str(TINY), "set": FAST}],
+        "recipes": [{"path": str(TINY)}],  # as written (short windows): its deploy moves latest
         "targets": [{"name": "cpu", "cpu": 1}],
         **extra,
     }

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests/recipes/tiny.yaml"
 # Short benchmark windows: these tests are about faults, not numbers (every run here uses the same settings,
 # so that fingerprints match across them).
-FAST = ("benchmark.min_s=0.1", "benchmark.max_s=0.3")
+FAST = ("benchmark.min_s=0.05", "benchmark.max_s=0.15")
 ARTIFACTS = ("model.ts", "model.onnx")
 
 
