@@ -100,6 +100,25 @@ def test_an_output_of_batch_by_batch_is_not_one_value_per_sample(tmp_path: Path)
     assert preflight.check(load(recipe, fixed))["logits"] == "one value per sample"
 
 
+def test_the_off_corner_run_of_stored_samples_counts_as_a_validated_batch(tmp_path: Path) -> None:
+    """Stored samples are also validated at a shape between the corners, at the opt corner's batch even where
+    that corner is not checked: a batch of 2 there makes the similarity what it is at 2, not one value."""
+    import numpy as np
+
+    data = tmp_path / "x.npz"
+    np.savez(data, x=np.random.default_rng(0).standard_normal((16, 6, 8)).astype(np.float32))
+    recipe = _pairs(tmp_path)
+    stored = [
+        f"data.samples={{source: npz, path: {data}}}",
+        "validation.corners=[min, max]",
+        "validation.corner_batches={min: 1, opt: 2, max: 1}",
+        "validation.data_batch=1",
+    ]
+    assert preflight.check(load(recipe, stored))["logits"] == "values"
+    # the same recipe on random samples has no off-corner run: every batch validated is 1
+    assert preflight.check(load(recipe, stored[1:]))["logits"] == "one value per sample"
+
+
 def test_the_run_at_a_batch_of_two_is_checked_as_every_other_run(tmp_path: Path) -> None:
     """An output that is NaN at a batch of 1 only (standardized over the batch) is not refused as NaN
     everywhere; outputs whose rank changes at a batch of 2 are a located error, not an internal one."""
