@@ -317,12 +317,30 @@ def main(argv: list[str]) -> int:
         return _serve(job, out)
 
 
+def _import_hint(loaded: LoadedRecipe, module_name: str) -> str:
+    """Where the module is, when it sits beside the recipe: the pipeline imports from where it is run and from
+    PYTHONPATH (as Python does), not from the recipe's folder, so a module beside a recipe run from elsewhere
+    is the usual cause."""
+    top = module_name.split(".")[0]
+    folder = loaded.path.parent.resolve()
+    if (folder / f"{top}.py").is_file() or (folder / top).is_dir():
+        return (
+            f": it is in the recipe's folder, which is not on Python's import path; run the pipeline from "
+            f"{folder}, or add it to PYTHONPATH"
+        )
+    return ": it is not on Python's import path (the folder the pipeline runs from, and PYTHONPATH)"
+
+
 def entrypoint_problems(loaded: LoadedRecipe, src: EntrypointSource) -> list[Problem]:
     """The entrypoint's module imports and has the factory. Importing runs the user's code: pre-flight calls
     this in its model check's child process (pipeline/preflight/model_child.py), never in the tool's."""
     module_name, _, factory = src.entrypoint.partition(":")
     if not installed(module_name):
-        return [loaded.problem("model.entrypoint", f"cannot import module '{module_name}'")]
+        return [
+            loaded.problem(
+                "model.entrypoint", f"cannot import module '{module_name}'{_import_hint(loaded, module_name)}"
+            )
+        ]
     try:
         with contained():
             module = importlib.import_module(module_name)

@@ -129,3 +129,23 @@ def test_the_run_at_a_batch_of_two_is_checked_as_every_other_run(tmp_path: Path)
         preflight.check(load(squeezed))
     [line] = info.value.lines()
     assert "dims.batch.max" in line and "the model's outputs (or their ranks) change when batch = 2" in line
+
+
+def test_a_module_beside_the_recipe_but_off_the_import_path_says_where_to_run_from(tmp_path: Path) -> None:
+    (tmp_path / "my_model_beside.py").write_text("def build():\n    raise AssertionError('not imported')\n")
+    recipe = _pairs(tmp_path, **{"tests.models.tiny:pair_logits": "my_model_beside:build"})
+    with pytest.raises(RecipeError) as info:
+        preflight.check(load(recipe))
+    [line] = info.value.lines()
+    assert (
+        "model.entrypoint: cannot import module 'my_model_beside': it is in the recipe's folder, which is "
+        in line
+    )
+    assert f"run the pipeline from {tmp_path.resolve()}, or add it to PYTHONPATH" in line
+    elsewhere = _pairs(tmp_path, **{"tests.models.tiny:pair_logits": "no_such_module_here:build"})
+    with pytest.raises(RecipeError) as info:
+        preflight.check(load(elsewhere))
+    assert (
+        "cannot import module 'no_such_module_here': it is not on Python's import path"
+        in info.value.lines()[0]
+    )
