@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,19 @@ def read_texts(path: Path, field: str) -> list[str]:
         else:
             texts.append(line)
     return texts
+
+
+def off_corner_point(dims: Mapping[str, Any], batch_dim: str) -> dict[str, int] | None:
+    """The non-batch dims' sizes between the corners that validation's off-corner run uses (the first dynamic
+    dim at a quarter of its range, the next at three quarters, …), or None where none of them differs from a
+    corner: pre-flight asks it too, to know whether that run happens."""
+    point: dict[str, int] = {}
+    moved = False
+    for k, name in enumerate(n for n in dims if n != batch_dim):
+        r = dims[name]
+        point[name] = size = round(r.min + (r.max - r.min) * (0.25 if k % 2 == 0 else 0.75))
+        moved |= size not in (r.min, r.opt, r.max)
+    return point if moved else None
 
 
 class Dataset:
@@ -116,15 +130,10 @@ class Dataset:
         spread over these points already, and text comes at its own lengths."""
         if not isinstance(self.spec.data.samples, NpzData):
             return None
-        dims = self.corner_dims("opt")
-        moved = False
-        for k, name in enumerate(n for n in self.spec.dims if n != self.spec.batch_dim):
-            r = self.spec.dims[name]
-            point = round(r.min + (r.max - r.min) * (0.25 if k % 2 == 0 else 0.75))
-            moved |= point not in (r.min, r.opt, r.max)
-            dims[name] = point
-        if not moved:
+        between = off_corner_point(self.spec.dims, self.spec.batch_dim)
+        if between is None:
             return None
+        dims = {**self.corner_dims("opt"), **between}
         if batch is not None and self.spec.batch_dim in dims:
             dims[self.spec.batch_dim] = batch
         return self.feeds_at(dims)

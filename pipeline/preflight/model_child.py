@@ -24,6 +24,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from pipeline.core.children import PR_SET_PDEATHSIG, child_env, exit_text, popen_tied
@@ -323,19 +324,22 @@ def _import_hint(loaded: LoadedRecipe, module_name: str) -> str:
     is the usual cause."""
     top = module_name.split(".")[0]
     folder = loaded.path.parent.resolve()
-    if (folder / f"{top}.py").is_file() or (folder / top).is_dir():
+    on_path = {Path(p or ".").resolve() for p in sys.path}
+    if folder not in on_path and ((folder / f"{top}.py").is_file() or (folder / top).is_dir()):
         return (
-            f": it is in the recipe's folder, which is not on Python's import path; run the pipeline from "
-            f"{folder}, or add it to PYTHONPATH"
+            f": it is in the recipe's folder, which is not on Python's import path; run `python -m pipeline` "
+            f"from {folder}, or add that folder to PYTHONPATH"
         )
-    return ": it is not on Python's import path (the folder the pipeline runs from, and PYTHONPATH)"
+    return ": it is not on Python's import path (the folder `python -m pipeline` runs from, and PYTHONPATH)"
 
 
 def entrypoint_problems(loaded: LoadedRecipe, src: EntrypointSource) -> list[Problem]:
     """The entrypoint's module imports and has the factory. Importing runs the user's code: pre-flight calls
     this in its model check's child process (pipeline/preflight/model_child.py), never in the tool's."""
     module_name, _, factory = src.entrypoint.partition(":")
-    if not installed(module_name):
+    # only the top-level package is looked up without importing it: a missing submodule, or a package whose
+    # own import fails, is said by the import below, with Python's own message
+    if not installed(module_name.split(".")[0]):
         return [
             loaded.problem(
                 "model.entrypoint", f"cannot import module '{module_name}'{_import_hint(loaded, module_name)}"

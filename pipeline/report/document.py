@@ -493,7 +493,8 @@ def _not_timed(speed: Dict | None) -> Section:
                 "Left out on purpose, so that no reader takes a missing row for a failure: a runtime not offered "
                 "for the artifact, with why, or one not timed in this I/O mode under this host's rule: "
                 f"{timing.get('rule', '?')}. An artifact with no row timed at all is still validated, on a runtime "
-                "it was left out of for a faster twin, else on the first runtime this host offers it (Accuracy). "
+                "it was left out of for a faster twin, else on the first runtime this host offers it that the "
+                "recipe has not opted out of (Accuracy), unless benchmark.runtimes leaves all of them out. "
                 "A runtime an artifact failed validation on is not timed: it would only fail again."
             ),
             Table(["artifact", "runtime", "I/O", "reason"], rows),

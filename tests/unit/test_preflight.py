@@ -117,6 +117,9 @@ def test_the_off_corner_run_of_stored_samples_counts_as_a_validated_batch(tmp_pa
     assert preflight.check(load(recipe, stored))["logits"] == "values"
     # the same recipe on random samples has no off-corner run: every batch validated is 1
     assert preflight.check(load(recipe, stored[1:]))["logits"] == "one value per sample"
+    # nor do stored samples whose only dynamic dim besides the batch has no size between its corners
+    fixed_length = [*stored, "dims.sequence={min: 6, opt: 6, max: 6}"]
+    assert preflight.check(load(recipe, fixed_length))["logits"] == "one value per sample"
 
 
 def test_the_run_at_a_batch_of_two_is_checked_as_every_other_run(tmp_path: Path) -> None:
@@ -141,7 +144,7 @@ def test_a_module_beside_the_recipe_but_off_the_import_path_says_where_to_run_fr
         "model.entrypoint: cannot import module 'my_model_beside': it is in the recipe's folder, which is "
         in line
     )
-    assert f"run the pipeline from {tmp_path.resolve()}, or add it to PYTHONPATH" in line
+    assert f"run `python -m pipeline` from {tmp_path.resolve()}, or add that folder to PYTHONPATH" in line
     elsewhere = _pairs(tmp_path, **{"tests.models.tiny:pair_logits": "no_such_module_here:build"})
     with pytest.raises(RecipeError) as info:
         preflight.check(load(elsewhere))
@@ -149,3 +152,10 @@ def test_a_module_beside_the_recipe_but_off_the_import_path_says_where_to_run_fr
         "cannot import module 'no_such_module_here': it is not on Python's import path"
         in info.value.lines()[0]
     )
+    # a package that imports, without the submodule named: Python's own message, no advice about the path
+    missing = _pairs(tmp_path, **{"tests.models.tiny:pair_logits": "tests.models.no_such_submodule:build"})
+    with pytest.raises(RecipeError) as info:
+        preflight.check(load(missing))
+    [line] = info.value.lines()
+    assert "importing 'tests.models.no_such_submodule' failed: ModuleNotFoundError" in line
+    assert "import path" not in line
