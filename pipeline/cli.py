@@ -495,6 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     from pipeline.preflight.model_child import allow_fork
 
     allow_fork()
+    _import_from_the_working_folder()
 
     args = _parser().parse_args(argv)
     as_json = getattr(args, "json", False)
@@ -503,6 +504,16 @@ def main(argv: list[str] | None = None) -> int:
         if as_json:
             _emit(stdout, args, code, doc, errors, problems)
     return code
+
+
+def _import_from_the_working_folder() -> None:
+    """A model's module is importable from the folder the tool runs in, as the README says, whichever way the
+    tool was started: `python -m pipeline` puts that folder first on the import path, the installed
+    `deploy-pipeline` script does not put it there at all. It goes last, so that the script still runs the
+    installed tool beside a user's own pipeline.py."""
+    here = os.path.realpath(os.getcwd())
+    if all(os.path.realpath(p or os.curdir) != here for p in sys.path):
+        sys.path.append(here)
 
 
 def _run(

@@ -96,10 +96,19 @@ def last_lines(lines: list[str]) -> str:
     return " | ".join(lines[-5:]) or "no output"
 
 
+def python(*args: str) -> list[str]:
+    """The command line of a Python child of the tool. With -P, Python does not put the working folder first on
+    the child's import path, where a user's own pipeline.py would shadow the tool (child_env puts this checkout
+    first and the working folder last instead)."""
+    return [sys.executable, "-P", *args]
+
+
 def child_env(**extra: str) -> dict[str, str]:
-    """This process's environment for a `python -m pipeline...` child, with this checkout first on its path."""
+    """This process's environment for a child started by `python(...)`: this checkout first on its import
+    path, then the caller's PYTHONPATH, then the working folder (a model's module there imports in the child
+    as it did in the tool)."""
     root = str(Path(pipeline.__file__).resolve().parent.parent)
-    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH"), os.getcwd()) if p)
     return {**os.environ, **extra, "PYTHONPATH": path}
 
 
@@ -126,7 +135,7 @@ def run_job(
     gone), and when this process dies. `env`: variables set for the child beside this process's own."""
     job_path = tmp / "job.json"
     job_path.write_text(json.dumps(job))
-    command = [sys.executable, "-m", module, str(job_path)]
+    command = python("-m", module, str(job_path))
     start = time.perf_counter()
     proc = popen_tied(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=child_env(**(env or {}))

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from pipeline.core.children import PR_SET_PDEATHSIG, child_env, exit_text, popen_tied
+from pipeline.core.children import PR_SET_PDEATHSIG, child_env, exit_text, popen_tied, python
 from pipeline.core.errors import Problem
 from pipeline.core.packages import installed
 from pipeline.core.user_code import contained
@@ -154,7 +154,7 @@ def _fork_safe() -> bool:
 
 def _spawn(write_fd: int) -> subprocess.Popen:
     return popen_tied(
-        [sys.executable, "-m", "pipeline.preflight.model_child", str(write_fd)],
+        python("-m", "pipeline.preflight.model_child", str(write_fd)),
         stdin=subprocess.PIPE,
         pass_fds=[write_fd],
         env=child_env(),

@@ -29,7 +29,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.children import POLL_S, Cancelled, child_env, how_it_ended, last_lines
+from pipeline.core.children import POLL_S, Cancelled, child_env, how_it_ended, last_lines, python
 from pipeline.core.files import storage_failure
 from pipeline.core.user_code import contained, ignore_interrupts
 
@@ -51,7 +51,7 @@ class LaneWorker:
         self._lock = threading.Lock()
         threads = threads or max(1, len(os.sched_getaffinity(0)) // 4)
         ours, theirs = socket.socketpair()
-        command = [sys.executable, "-m", "pipeline.run.lane_worker", str(os.getpid()), str(theirs.fileno())]
+        command = python("-m", "pipeline.run.lane_worker", str(os.getpid()), str(theirs.fileno()))
         command += [str(threads), str(workdir), str(cache_dir or "")]
         # the child's own output, closed with the worker: its last lines say why it died
         self._output = tempfile.TemporaryFile()  # noqa: SIM115

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.children import child_env, exit_text, popen_tied
+from pipeline.core.children import child_env, exit_text, popen_tied, python
 
 SHAPES = "output-shapes.json"  # what the probe writes in each folder of feeds it ran (output name -> shape)
 
@@ -48,7 +47,7 @@ def run_graph(
 ) -> tuple[str | None, list[dict[str, list[int]]]]:
     """load_problem, with the output shapes of each folder's run (output name -> shape) when it ran."""
     proc = popen_tied(
-        [sys.executable, "-c", PROBE, str(path), *map(str, feeds)],
+        python("-c", PROBE, str(path), *map(str, feeds)),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,

@@ -304,7 +304,9 @@ def test_an_export_of_other_weights_than_the_reference_is_an_internal_error(tmp_
 
 def test_the_console_script_is_not_shadowed_by_a_users_pipeline_py(tmp_path: Path) -> None:
     """In a folder holding a pipeline.py of the user's, `python -m pipeline` runs that file; the installed
-    `deploy-pipeline` script still runs the tool (the README documents it for this case)."""
+    `deploy-pipeline` script still runs the tool (the README documents it for this case), imports the model's
+    module from that folder, and so do the tool's own Python children (the pre-flight model check, the ONNX
+    lane's worker), which the user's pipeline.py must not shadow either."""
     (tmp_path / "pipeline.py").write_text("print('the user''s own pipeline.py')\n")
     shadowed = subprocess.run(
         [sys.executable, "-m", "pipeline", "--version"], cwd=tmp_path, capture_output=True, text=True
@@ -314,6 +316,22 @@ def test_the_console_script_is_not_shadowed_by_a_users_pipeline_py(tmp_path: Pat
     assert script.is_file(), "make setup installs the console script"
     tool = subprocess.run([str(script), "--version"], cwd=tmp_path, capture_output=True, text=True)
     assert tool.returncode == 0 and tool.stdout.startswith("deploy-pipeline "), tool.stderr
+    (tmp_path / "my_encoder.py").write_text("from tests.models.tiny import encoder\n")
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text(TINY.read_text().replace('"tests.models.tiny:encoder"', '"my_encoder:encoder"'))
+    # tests.models.tiny, which my_encoder imports, from this checkout; the ONNX builds on a lane's worker
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PIPELINE_ONNX_LANE": "1"}
+    deployed = subprocess.run(
+        [str(script), "deploy", str(recipe), "--set", f"output.root={tmp_path / 'out'}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert deployed.returncode == 0, deployed.stdout[-2000:] + deployed.stderr[-2000:]
+    assert "the users own pipeline.py" not in deployed.stdout + deployed.stderr
+    assert (tmp_path / "out" / "tiny" / "latest" / "model.onnx").is_file()
 
 
 def test_quiet_keeps_the_result_and_verbose_every_message(first) -> None:
