@@ -103,12 +103,12 @@ def python(*args: str) -> list[str]:
     return [sys.executable, "-P", *args]
 
 
-def child_env(**extra: str) -> dict[str, str]:
+def child_env(folder: str | None = None, **extra: str) -> dict[str, str]:
     """This process's environment for a child started by `python(...)`: this checkout first on its import
-    path, then the caller's PYTHONPATH, then the working folder (a model's module there imports in the child
-    as it did in the tool)."""
+    path, then the caller's PYTHONPATH, then the folder the child runs in (`folder`, else this process's
+    working folder: a model's module there imports in the child as it did in the tool)."""
     root = str(Path(pipeline.__file__).resolve().parent.parent)
-    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH"), os.getcwd()) if p)
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH"), folder or os.getcwd()) if p)
     return {**os.environ, **extra, "PYTHONPATH": path}
 
 

@@ -9,14 +9,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.core.children import popen_tied
+from pipeline.core.children import child_env, popen_tied, python
 from pipeline.core.files import write_json_atomic
 
 if TYPE_CHECKING:
@@ -39,10 +38,12 @@ class Job:
     seed: Seed | None = None  # store: copy — the shared store's state, for a deploy into the node's scratch
 
     def environment(self) -> dict[str, str]:
-        """The deploy's environment: the worker's, with every GPU hidden from a CPU target (Ray leaves
+        """The deploy's environment: the worker's, with this checkout first and the driver's folder last on the
+        import path (children.child_env: the tool is not shadowed by a pipeline.py there, the model's module
+        imports from there), and every GPU hidden from a CPU target (Ray leaves
         CUDA_VISIBLE_DEVICES alone for a task that holds no GPU, so its deploy would otherwise build and time
         GPU variants and sign off the GPU's figures under a CPU label)."""
-        env = dict(os.environ)
+        env = child_env(folder=self.cwd)
         if not self.gpu:
             env["CUDA_VISIBLE_DEVICES"] = ""
         return env
@@ -52,7 +53,7 @@ class Job:
         return f"{self.target}__{Path(self.recipe).stem}"
 
     def command(self) -> list[str]:
-        command = [sys.executable, "-m", "pipeline", "deploy", self.recipe, "--json", "-q"]
+        command = python("-m", "pipeline", "deploy", self.recipe, "--json", "-q")
         for override in self.sets:
             command += ["--set", override]
         return command + (["--promote"] if self.promote else [])

@@ -14,6 +14,7 @@ from pipeline.fleet.placement import missing_node
 from pipeline.fleet.spec import Target, load_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "tests/recipes/tiny.yaml"
 
 
 def _problems(tmp_path: Path, text: str) -> list[str]:
@@ -120,3 +121,23 @@ def test_the_store_mode_is_shared_unless_copy_is_asked_and_a_typo_is_located(tmp
     assert len(lines) == 1 and lines[0].startswith(f"{tmp_path}/fleet.yaml:2:") and "'copy'" in lines[0], (
         lines
     )
+
+
+def test_a_fleet_deploy_imports_the_model_from_the_drivers_folder_and_no_pipeline_py_there_shadows_it(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The task's own deploy, as a Ray worker runs it (run_job, here without Ray): in the driver's folder, which
+    holds the model's module and a pipeline.py of the user's, it runs the tool and signs off."""
+    from pipeline.fleet.task import Job, run_job
+
+    (tmp_path / "pipeline.py").write_text("print('the user''s own pipeline.py')\n")
+    (tmp_path / "fleet_encoder.py").write_text("from tests.models.tiny import encoder\n")
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text(TINY.read_text().replace('"tests.models.tiny:encoder"', '"fleet_encoder:encoder"'))
+    monkeypatch.chdir(tmp_path / "..")  # the worker runs elsewhere
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # tests.models.tiny, which fleet_encoder imports
+    sets = (f"output.root={tmp_path / 'store'}",)
+    job = Job("cpu", str(recipe), sets, False, str(tmp_path), 600.0, str(tmp_path / "state"))
+    done = run_job(job)
+    assert done["exit_code"] == 0, done["stderr_tail"]
+    assert done["document"]["status"] == "signed_off", done["document"]
