@@ -511,8 +511,10 @@ def _import_from_the_working_folder() -> None:
     tool was started: `python -m pipeline` puts that folder first on the import path, the installed
     `deploy-pipeline` script does not put it there at all. It goes last, so that the script still runs the
     installed tool beside a user's own pipeline.py."""
+    from pipeline.core.packages import on_import_path
+
     here = os.path.realpath(os.getcwd())
-    if all(os.path.realpath(p or os.curdir) != here for p in sys.path):
+    if not on_import_path(here):
         sys.path.append(here)
 
 

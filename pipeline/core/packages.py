@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
+import sys
 
 
 @functools.cache
@@ -23,3 +25,9 @@ def installed(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
+
+
+def on_import_path(folder: str) -> bool:
+    """Whether `folder` is on this process's import path (an empty entry is the working folder)."""
+    here = os.path.realpath(folder)
+    return any(os.path.realpath(p or os.curdir) == here for p in sys.path)

@@ -40,10 +40,13 @@ def read_texts(path: Path, field: str) -> list[str]:
     return texts
 
 
-def off_corner_point(dims: Mapping[str, Any], batch_dim: str) -> dict[str, int] | None:
+def off_corner_point(samples: Any, dims: Mapping[str, Any], batch_dim: str) -> dict[str, int] | None:
     """The non-batch dims' sizes between the corners that validation's off-corner run uses (the first dynamic
-    dim at a quarter of its range, the next at three quarters, …), or None where none of them differs from a
-    corner: pre-flight asks it too, to know whether that run happens."""
+    dim at a quarter of its range, the next at three quarters, …), or None where that run does not happen: the
+    samples are not stored arrays (random and text samples spread over such sizes already), or no size differs
+    from a corner. Pre-flight asks it too, to know whether that run happens."""
+    if not isinstance(samples, NpzData):
+        return None
     point: dict[str, int] = {}
     moved = False
     for k, name in enumerate(n for n in dims if n != batch_dim):
@@ -128,9 +131,7 @@ class Dataset:
         samples all have one shape, and the corners are often round and square (32×32, 48×48): an export that
         froze a size-dependent branch (Swin's window padding) failed only at sizes like 36×44. Random samples
         spread over these points already, and text comes at its own lengths."""
-        if not isinstance(self.spec.data.samples, NpzData):
-            return None
-        between = off_corner_point(self.spec.dims, self.spec.batch_dim)
+        between = off_corner_point(self.spec.data.samples, self.spec.dims, self.spec.batch_dim)
         if between is None:
             return None
         dims = {**self.corner_dims("opt"), **between}

@@ -149,12 +149,10 @@ def largest_validated_batch(recipe: Recipe) -> int:
     stored samples with a shape between the corners, the off-corner run's (at the opt corner's batch, whether
     or not that corner is checked: pipeline/stages/validate.py validation_batches)."""
     from pipeline.inputs.data import off_corner_point
-    from pipeline.recipe.sources import NpzData
 
     validation = recipe.validation
     corners = [validation.corner_batches[c] for c in validation.corners if c in validation.corner_batches]
-    stored = isinstance(recipe.data.samples, NpzData)
-    if stored and off_corner_point(recipe.dims, recipe.benchmark.batch_dim) is not None:
+    if off_corner_point(recipe.data.samples, recipe.dims, recipe.benchmark.batch_dim) is not None:
         corners.append(validation.corner_batches.get("opt", 1))
     return max([*corners, min(validation.data_batch, recipe.data.validation)])
 

@@ -24,12 +24,11 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from pipeline.core.children import PR_SET_PDEATHSIG, child_env, exit_text, popen_tied, python
 from pipeline.core.errors import Problem
-from pipeline.core.packages import installed
+from pipeline.core.packages import installed, on_import_path
 from pipeline.core.user_code import contained
 from pipeline.recipe.loader import LoadedRecipe
 
@@ -324,8 +323,7 @@ def _import_hint(loaded: LoadedRecipe, module_name: str) -> str:
     is the usual cause."""
     top = module_name.split(".")[0]
     folder = loaded.path.parent.resolve()
-    on_path = {Path(p or ".").resolve() for p in sys.path}
-    if folder not in on_path and ((folder / f"{top}.py").is_file() or (folder / top).is_dir()):
+    if not on_import_path(str(folder)) and ((folder / f"{top}.py").is_file() or (folder / top).is_dir()):
         return (
             f": it is in the recipe's folder, which is not on Python's import path; run `python -m pipeline` "
             f"from {folder}, or add that folder to PYTHONPATH"

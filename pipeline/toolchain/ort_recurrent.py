@@ -6,7 +6,8 @@ released: in 9 of 11 runs, with or without a CUDA-graph capture before it; that 
 abort ends the deploy that asked, so such graphs never get a CUDA session: they are found by reading the graph
 (its subgraphs and local functions too), before any session is made. A CPU host validates and times them as
 before; a GPU host, which times no CPU runtime of an ONNX graph, validates them on ONNX Runtime's CPU provider
-and leaves them untimed, with this reason. Only that version was seen to abort; the reason says which one was measured and which one is installed.
+and leaves them untimed, with this reason. Only that version was seen to abort; the reason says which one was
+measured and which one is installed.
 """
 
 from __future__ import annotations
