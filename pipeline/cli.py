@@ -318,18 +318,18 @@ def _release_marks(row: dict[str, Any]) -> str:
 
 
 def _plan(args: argparse.Namespace, console: Console) -> Result:
+    loaded = _load(args, defer=True)  # a recipe's error is said before torch's import (2 s)
     from pipeline.run import deploy
 
-    loaded = _load(args, defer=True)
     verdicts = deploy.plan(loaded, console, rebench=args.rebench, retry_failed=args.retry_failed)
     stages = [{"name": stage.name, "fresh": verdict.fresh, "why": verdict.why} for stage, verdict in verdicts]
     return 0, {"name": loaded.recipe.name, "stages": stages}
 
 
 def _deploy(args: argparse.Namespace, console: Console) -> Result:
+    loaded = _load(args, defer=True)  # a recipe's error is said before torch's import (2 s)
     from pipeline.run import deploy
 
-    loaded = _load(args, defer=True)
     display = deploy.Display(_progress_console(args), args.quiet, args.verbose)
     outcome = _settled(
         deploy.run_deploy(loaded, console, args.rebench, args.retry_failed, args.promote, display)

@@ -23,19 +23,20 @@ from tests.reliability.conftest import FAST, ROOT, TINY, Result, sets
 
 DEADLINE_S = 60
 LOADER_MEMORY = 1 << 30  # the loader never imports torch: a GiB of address space is ample
-DEPLOY_MEMORY = 4 << 30
+# the CLI with torch unimportable: a command that imports it before its recipe is refused dies of that
+WITHOUT_TORCH = "import sys; sys.modules['torch'] = None; from pipeline.cli import main; sys.exit(main())"
 
 
-def run(*args: str, memory: int | None = None) -> Result:
-    """`python -m pipeline ...` from the repository, within DEADLINE_S and (when given) `memory` bytes of
-    address space."""
+def run(*args: str, loader_only: bool = False) -> Result:
+    """`python -m pipeline ...` from the repository, within DEADLINE_S; loader_only: the answer must come from
+    the recipe's loader alone, in LOADER_MEMORY bytes of address space and without torch."""
 
     def cap() -> None:
-        if memory is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        if loader_only:
+            resource.setrlimit(resource.RLIMIT_AS, (LOADER_MEMORY, LOADER_MEMORY))
 
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline", *args],
+        [sys.executable, *(("-c", WITHOUT_TORCH) if loader_only else ("-m", "pipeline")), *args],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
@@ -76,7 +77,7 @@ def test_alias_bomb_is_refused_before_it_expands(tmp_path: Path, command: str) -
     recipe = tmp_path / "bomb.yaml"
     text = TINY.read_text() + "\n".join(alias_bomb(9)) + "\n"  # 9**9 nodes once expanded
     recipe.write_text(text)
-    line = one_line(run(command, str(recipe), *sets(f"output.root={tmp_path}/out"), memory=LOADER_MEMORY))
+    line = one_line(run(command, str(recipe), *sets(f"output.root={tmp_path}/out"), loader_only=True))
     # b's nine aliases of a add 90 nodes and b stands for 91: the fifth *b of c brings the total past 500
     fifth = text.index("\nc: ") + 1 + len("c: &c [") + 4 * len("*b, ")
     assert line == (
@@ -90,7 +91,7 @@ def test_recursive_alias_is_one_located_line(tmp_path: Path) -> None:
     recipe = tmp_path / "r.yaml"
     text = TINY.read_text().replace("kwargs: {hidden: 64, layers: 2}", "kwargs: &k {hidden: 64, self: *k}")
     recipe.write_text(text)
-    line = one_line(run("validate", str(recipe), memory=LOADER_MEMORY))
+    line = one_line(run("validate", str(recipe), loader_only=True))
     assert line == (
         f"{recipe}:{place(text, text.index('*k}'))}: model.kwargs.self: alias *k refers to a node that holds it "
         "(a recursive alias); a recipe is a tree"
@@ -107,14 +108,14 @@ def test_recursive_alias_is_one_located_line(tmp_path: Path) -> None:
 )
 def test_aliases_in_an_override_are_bounded_too(value: str, message: str) -> None:
     override = f"model.kwargs={value}"
-    line = one_line(run("validate", str(TINY), *sets(override), memory=LOADER_MEMORY))
+    line = one_line(run("validate", str(TINY), *sets(override), loader_only=True))
     assert line.startswith(f"--set {override}: model.kwargs: {message}")
 
 
 def test_deep_nesting_is_refused(tmp_path: Path) -> None:
     recipe = tmp_path / "deep.yaml"
     recipe.write_text(TINY.read_text() + "deep: " + "[" * 5000 + "]" * 5000 + "\n")
-    line = one_line(run("validate", str(recipe), memory=LOADER_MEMORY))
+    line = one_line(run("validate", str(recipe), loader_only=True))
     assert line.startswith(f"{recipe}:") and line.endswith(": nested deeper than 64 levels")
     assert ": deep[0][0]" in line
 
@@ -210,7 +211,7 @@ def test_every_number_of_the_schema_has_a_finite_range() -> None:
 )
 def test_deploy_refuses_them_before_any_work(tmp_path: Path, override: str) -> None:
     root = tmp_path / "out"
-    result = run("deploy", str(TINY), *sets(*FAST, f"output.root={root}", override), memory=DEPLOY_MEMORY)
+    result = run("deploy", str(TINY), *sets(*FAST, f"output.root={root}", override), loader_only=True)
     line = one_line(result)
     assert line.startswith(f"--set {override}: {override.split('=')[0]}: ")
     assert not root.exists()
@@ -226,15 +227,13 @@ def test_a_fifo_is_said_to_be_one_and_never_read(tmp_path: Path) -> None:
 
 
 def test_a_device_is_said_to_be_one_and_never_read() -> None:
-    assert (
-        one_line(run("validate", "/dev/zero", memory=LOADER_MEMORY)) == "/dev/zero: is a device, not a file"
-    )
+    assert one_line(run("validate", "/dev/zero", loader_only=True)) == "/dev/zero: is a device, not a file"
 
 
 def test_a_huge_recipe_is_not_read(tmp_path: Path) -> None:
     recipe = tmp_path / "big.yaml"
     recipe.write_text(TINY.read_text() + ("# padding\n" * 200_000))
-    line = one_line(run("validate", str(recipe), memory=LOADER_MEMORY))
+    line = one_line(run("validate", str(recipe), loader_only=True))
     assert line == f"{recipe}: is larger than 1024 KiB; a recipe is a small YAML file"
 
 
