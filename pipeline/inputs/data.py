@@ -312,8 +312,8 @@ def random_values(
     low, high = bounds or value_range(spec)
     if NUMPY_DTYPES[spec.dtype] in (np.int64, np.int32):
         arr = rng.integers(int(low), int(high), size=shape, endpoint=True)
-    elif spec.dtype == "bool":
-        arr = rng.random(size=shape) < 0.5
+    elif spec.dtype == "bool":  # 0 and 1 stand for False and True: low 0, high 0 draws False only
+        arr = rng.integers(round(low), round(high), size=shape, endpoint=True)
     else:
         arr = rng.uniform(low, high, size=shape)
     return arr.astype(NUMPY_DTYPES[spec.dtype])

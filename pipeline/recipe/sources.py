@@ -105,7 +105,8 @@ class InputSpec(Strict):
         None,
         description="smallest value of random samples (data.samples.source: random); default 0 for float "
         "inputs; required for integer inputs (token ids, class indices), except a huggingface source's "
-        "input_ids, attention_mask and token_type_ids (its vocabulary, all ones, its type vocabulary)",
+        "input_ids, attention_mask and token_type_ids (its vocabulary, all ones, its type vocabulary); bool "
+        "inputs: 0 is False, 1 is True (default 0..1, half of each)",
     )
     high: Value | None = Field(
         None, description="largest value of random samples (integers: inclusive); default 1 for float inputs"

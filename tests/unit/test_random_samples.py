@@ -49,3 +49,23 @@ def test_the_inputs_coverage_names_the_smallest_and_largest_shapes_by_size(tmp_p
         {"pixels": np.zeros(shape, np.float32)} for shape in [(1, 3, 48, 48), (2, 3, 16, 16), (1, 3, 16, 32)]
     ]
     assert dataset.value_coverage(feeds)["pixels"]["shapes"] == [[1, 3, 16, 32], [1, 3, 48, 48]]
+
+
+def test_a_bool_input_keeps_to_its_range(tmp_path: Path) -> None:
+    """low 0, high 0 on a padding mask means no padding: a mask drawn half True anyway had whole rows masked,
+    which made the model's FP32 graph compute NaN and its static INT8 calibration fail."""
+    path = tmp_path / "r.yaml"
+    masks = (
+        "  - {name: none, dtype: bool, shape: [batch, 3], low: 0, high: 0}\n"
+        "  - {name: all, dtype: bool, shape: [batch, 3], low: 1, high: 1}\n"
+        "  - {name: either, dtype: bool, shape: [batch, 3]}\n"
+    )
+    pixels = "low: 0, high: 1}\n"
+    path.write_text(RECIPE.replace(pixels, pixels + masks, 1))
+    recipe = load(path).recipe
+    dataset = Dataset(DataSpec.from_recipe(recipe, tmp_path))
+    samples = [dataset._random_sample(i) for i in range(12)]
+    assert all(s["none"].dtype == np.bool_ and not s["none"].any() for s in samples)
+    assert all(s["all"].all() for s in samples)
+    either = np.concatenate([s["either"].ravel() for s in samples])
+    assert 0.2 < either.mean() < 0.8
