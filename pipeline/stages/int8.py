@@ -136,6 +136,32 @@ def quantize(source: Path, target: Path, reader: FeedsReader, cfg: Int8Export, n
     )
 
 
+def nonfinite_calibration(graph: Path, feeds: list[Feeds]) -> str:
+    """Why calibration failed when the FP32 graph itself computes NaN or inf on the calibration split (a range
+    of NaN is ONNX Runtime's 'scale issue'): which output, on which batch; else nothing."""
+    import numpy as np
+    import onnxruntime as ort
+
+    try:
+        session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+        names = [o.name for o in session.get_outputs()]
+        for number, batch in enumerate(feeds, 1):
+            for name, value in zip(names, session.run(None, batch), strict=True):
+                bad = np.issubdtype(value.dtype, np.floating) and int(
+                    np.size(value) - np.isfinite(value).sum()
+                )
+                if bad:
+                    shapes = ", ".join(f"{k} {'×'.join(map(str, v.shape))}" for k, v in batch.items())
+                    return (
+                        f"; the FP32 graph itself computes {bad} NaN/inf values in output '{name}' on calibration "
+                        f"batch {number} ({shapes}): calibration needs finite values (do the inputs' ranges "
+                        "make sense, e.g. a mask that hides a whole row?)"
+                    )
+    except Exception:  # noqa: BLE001 - a hint only: the quantizer's own message stands
+        return ""
+    return ""
+
+
 def nothing_left(model: onnx.ModelProto, cfg: Int8Export, selection: onnx_tools.Selection) -> str:
     """Why no node was selected, in the graph's own terms: which weight ops it has, and what left them out."""
     weights = onnx_tools.op_counts(onnx.ModelProto(graph=onnx.GraphProto(node=onnx_tools.weight_ops(model))))
@@ -180,6 +206,7 @@ def _run(ctx: RunContext, config: Int8Config, inputs: dict[str, ArtifactRecord])
         except Exception as exc:  # noqa: BLE001 - this variant's failure, with the quantizer's own message
             raise StageError(
                 f"int8: {cfg.calibration} calibration/quantization failed: {type(exc).__name__}: {exc}"
+                + nonfinite_calibration(source, feeds)
             ) from exc
         result = onnx_tools.load(Path(tmp) / FILE)
         try:

@@ -4,6 +4,7 @@ surfacing as the variant's error."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -184,11 +185,12 @@ def test_the_family_default_keeps_each_feed_forward_block_in_float(
     }
 
 
-def _unbounded_model(path: Path) -> ArtifactRecord:
-    """y = (x * inf) @ W: an activation whose range is not finite, which no histogram can bin (the failure is
-    numpy's own, whichever numpy is installed)."""
+def _unbounded_model(path: Path, factor: float = np.inf) -> ArtifactRecord:
+    """y = (x * factor) @ W: with inf, an activation whose range is not finite, which no histogram can bin (the
+    failure is numpy's own, whichever numpy is installed); with nan, a range of NaN (ONNX Runtime's 'scale
+    issue')."""
     weight = numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4) / 16, "w")
-    scale = numpy_helper.from_array(np.array(np.inf, dtype=np.float32), "scale")
+    scale = numpy_helper.from_array(np.array(factor, dtype=np.float32), "scale")
     graph = helper.make_graph(
         [
             helper.make_node("Mul", ["x", "scale"], ["tiny"], name="mul"),
@@ -203,7 +205,13 @@ def _unbounded_model(path: Path) -> ArtifactRecord:
     return record(path)
 
 
-def test_entropy_calibration_failure_is_the_variants_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("calibration", "factor", "error"),
+    [("entropy", np.inf, r"ValueError: .* not finite"), ("minmax", np.nan, "AssertionError: scale issue")],
+)
+def test_a_calibration_failure_is_the_variants_error_and_says_the_graph_computes_nan(
+    tmp_path: Path, calibration: str, factor: float, error: str
+) -> None:
     recipe = Recipe.model_validate(
         {
             "name": "unbounded",
@@ -213,15 +221,18 @@ def test_entropy_calibration_failure_is_the_variants_error(tmp_path: Path) -> No
             "outputs": ["y"],
             "data": {"samples": {"source": "random", "samples": 16}, "calibration": 8},
             "benchmark": {"batch_sizes": [1]},
-            "export": {"int8": {"calibration": "entropy", "exclude": []}},
+            "export": {"int8": {"calibration": calibration, "exclude": []}},
         }
     )
     ctx = StageEnv(recipe, tmp_path, tmp_path / "work")
-    source = _unbounded_model(tmp_path / "model.onnx")
-    with pytest.raises(
-        StageError, match=r"entropy calibration/quantization failed: ValueError: .* not finite"
-    ):
+    source = _unbounded_model(tmp_path / "model.onnx", factor)
+    with pytest.raises(StageError) as failed:
         ctx.run_named("int8", {"onnx-fp32": source}, variants=["onnx-int8"])
+    message = str(failed.value)
+    assert re.search(f"{calibration} calibration/quantization failed: {error}", message), message
+    assert re.search(
+        r"the FP32 graph itself computes \d+ NaN/inf values in output 'y' on calibration batch 1 ", message
+    )
 
 
 # ------------------------------------------------------------------ int8_dynamic
