@@ -38,8 +38,8 @@ from pipeline.recipe import (
     corner_shape,
 )
 
-DATA_LAYOUT = 3  # 2: random samples spread over each dynamic dim's range, batches grouped by shape; 3: dims
-# out of lockstep (combinations, not only squares)
+DATA_LAYOUT = 4  # 2: random samples spread over each dynamic dim's range, batches grouped by shape; 3: dims
+# out of lockstep (combinations, not only squares); 4: bool inputs keep to their low..high
 
 
 class Spec(BaseModel):
