@@ -16,6 +16,7 @@ import onnx
 import pytest
 
 from tests.contract import SPEED_ROW_KEYS
+from tests.user_folder import recipe_with_own_module
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests/recipes/tiny.yaml"
@@ -316,9 +317,7 @@ def test_the_console_script_is_not_shadowed_by_a_users_pipeline_py(tmp_path: Pat
     assert script.is_file(), "make setup installs the console script"
     tool = subprocess.run([str(script), "--version"], cwd=tmp_path, capture_output=True, text=True)
     assert tool.returncode == 0 and tool.stdout.startswith("deploy-pipeline "), tool.stderr
-    (tmp_path / "my_encoder.py").write_text("from tests.models.tiny import encoder\n")
-    recipe = tmp_path / "mine.yaml"
-    recipe.write_text(TINY.read_text().replace('"tests.models.tiny:encoder"', '"my_encoder:encoder"'))
+    recipe = recipe_with_own_module(tmp_path, "my_encoder")
     # tests.models.tiny, which my_encoder imports, from this checkout; the ONNX builds on a lane's worker
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PIPELINE_ONNX_LANE": "1"}
     deployed = subprocess.run(

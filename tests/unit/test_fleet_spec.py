@@ -12,9 +12,9 @@ from rich.console import Console
 from pipeline.core.errors import PipelineError
 from pipeline.fleet.placement import missing_node
 from pipeline.fleet.spec import Target, load_fleet
+from tests.user_folder import recipe_with_own_module
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ROOT / "tests/recipes/tiny.yaml"
 
 
 def _problems(tmp_path: Path, text: str) -> list[str]:
@@ -131,9 +131,7 @@ def test_a_fleet_deploy_imports_the_model_from_the_drivers_folder_and_no_pipelin
     from pipeline.fleet.task import Job, run_job
 
     (tmp_path / "pipeline.py").write_text("print('the user''s own pipeline.py')\n")
-    (tmp_path / "fleet_encoder.py").write_text("from tests.models.tiny import encoder\n")
-    recipe = tmp_path / "mine.yaml"
-    recipe.write_text(TINY.read_text().replace('"tests.models.tiny:encoder"', '"fleet_encoder:encoder"'))
+    recipe = recipe_with_own_module(tmp_path, "fleet_encoder")
     monkeypatch.chdir(tmp_path / "..")  # the worker runs elsewhere
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # tests.models.tiny, which fleet_encoder imports
     sets = (f"output.root={tmp_path / 'store'}",)
