@@ -164,8 +164,7 @@ def _export(ctx: RunContext, config: PackedPt2Config, inputs: dict[str, Artifact
         "packing": packing.to_json(),
         "io_dtype": "float32 (floating outputs)",
     }
-    gelu = export_pt2.gelu_epilogue_on(config.gelu_epilogue, config.device)
-    program, fused = export_pt2.fuse_program(program, example, dynamic, config.fuse_projections, gelu)
+    program, fused = export_pt2.fuse_as_asked(program, example, dynamic, config)
     details |= fused
     torch.export.save(savable(program), str(ctx.path(EXPORTED.file or "")))
     details["export_s"] = round(time.perf_counter() - started, 2)

@@ -17,7 +17,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import torch
 from torch import nn
@@ -230,8 +230,7 @@ def export_program(
             f"{precision}_mix": mix,
             "calibration_hash": ctx.dataset(config.data).calibration_hash(),
         }
-    gelu = gelu_epilogue_on(config.gelu_epilogue, config.device)
-    program, fused = fuse_program(program, example, dynamic, config.fuse_projections, gelu)
+    program, fused = fuse_as_asked(program, example, dynamic, config)
     details |= fused
     return program, details
 
@@ -270,6 +269,25 @@ def calibrated_layers(
     except StageError as error:
         raise StageError(f"{variant}: {error}") from None
     return {name: amax[name] for name in layers}, details
+
+
+class FuseChoices(Protocol):
+    """What the recipe asks of fusing, as both export stages' configs hold it."""
+
+    fuse_projections: bool
+    gelu_epilogue: bool
+    device: str
+
+
+def fuse_as_asked(
+    program: torch.export.ExportedProgram,
+    example: tuple[torch.Tensor, ...],
+    dynamic: tuple,
+    asked: FuseChoices,
+) -> tuple[torch.export.ExportedProgram, dict[str, Any]]:
+    """fuse_program as the recipe asks, GELU epilogues only where they pay (gelu_epilogue_on)."""
+    gelu = gelu_epilogue_on(asked.gelu_epilogue, asked.device)
+    return fuse_program(program, example, dynamic, asked.fuse_projections, gelu)
 
 
 def fuse_program(
