@@ -249,18 +249,9 @@ def flatten(data: Any, prefix: str = "") -> list[tuple[str, str]]:
         return pairs
     if isinstance(data, list | tuple):
         if all(not isinstance(v, Mapping | list | tuple) for v in data):
-            return [(prefix, ", ".join(_counted(scalar_text(v) for v in data)))]
+            return [(prefix, ", ".join(scalar_text(v) for v in data))]
         return [pair for i, v in enumerate(data) for pair in flatten(v, f"{prefix}[{i}]")]
     return [(prefix, scalar_text(data))]
-
-
-def _counted(texts: Iterable[str]) -> list[str]:
-    """Each text once, in the order first seen, with its count where it repeats: a module that runs three
-    times (ALBERT shares one layer's weights) names three graph nodes, read better as `ffn (×3)`."""
-    counts: dict[str, int] = {}
-    for text in texts:
-        counts[text] = counts.get(text, 0) + 1
-    return [text if n == 1 else f"{text} (×{n})" for text, n in counts.items()]
 
 
 def scalar_text(value: Any) -> str:

@@ -3,16 +3,7 @@ from __future__ import annotations
 import math
 
 from pipeline.check.verdicts import CheckRecord, Verdict
-from pipeline.report.facts import (
-    flag_text,
-    flatten,
-    fmt_metric,
-    fmt_ms,
-    key_checks,
-    margin,
-    not_run,
-    shape_text,
-)
+from pipeline.report.facts import flag_text, fmt_metric, fmt_ms, key_checks, margin, not_run, shape_text
 
 
 def _check(metric, value, threshold, passed, info=False):
@@ -113,9 +104,3 @@ def test_worst_is_the_worst_for_metrics_without_a_threshold():
     )
     picked = key_checks(entry)
     assert picked["max_rel"].value == 728.0 and picked["neighbours"].value == 0.6
-
-
-def test_a_list_names_each_value_once_with_its_count_where_it_repeats() -> None:
-    details = {"kept_float_feed_forward": ["layer.ffn", "layer.ffn_output", "layer.ffn", "layer.ffn_output"]}
-    assert flatten(details) == [("kept_float_feed_forward", "layer.ffn (×2), layer.ffn_output (×2)")]
-    assert flatten({"batch_sizes": [1, 32, 256]}) == [("batch_sizes", "1, 32, 256")]
