@@ -286,12 +286,13 @@ class Selection:
 
     def by_pattern(self) -> list[str]:
         """Labels of the nodes the recipe's rules left out (patterns and feed-forward layers; activation
-        MatMuls aside)."""
-        return sorted(self.label(n) for n, why in self.excluded.items() if why != ACTIVATION_MATMUL)
+        MatMuls aside), each once: a module run several times (ALBERT shares one layer's weights across its
+        layers) is one node per run under one label."""
+        return sorted({self.label(n) for n, why in self.excluded.items() if why != ACTIVATION_MATMUL})
 
     def feed_forward(self) -> list[str]:
-        """Labels of the feed-forward linears kept in float (exclude_feed_forward)."""
-        return [self.label(n) for n, why in self.excluded.items() if why == FEED_FORWARD]
+        """Labels of the feed-forward linears kept in float (exclude_feed_forward), each once, in graph order."""
+        return list(dict.fromkeys(self.label(n) for n, why in self.excluded.items() if why == FEED_FORWARD))
 
     def activation_matmuls(self) -> int:
         return sum(why == ACTIVATION_MATMUL for why in self.excluded.values())

@@ -81,6 +81,17 @@ def test_select_nodes() -> None:
     assert only.quantize == ["q"] and only.excluded["o"] == "not matched by include"
 
 
+def test_a_module_run_several_times_is_named_once() -> None:
+    """ALBERT runs one layer's modules in every layer: one node per run, all under the module's label."""
+    ffn = onnx_tools.FEED_FORWARD
+    selection = onnx_tools.Selection(
+        excluded={"n1": ffn, "n2": ffn, "n3": ffn, "n4": ffn, "n5": "matched by exclude"},
+        paths={"n1": "layer.ffn", "n2": "layer.ffn_output", "n3": "layer.ffn", "n4": "layer.ffn_output"},
+    )
+    assert selection.feed_forward() == ["layer.ffn", "layer.ffn_output"]
+    assert selection.by_pattern() == ["layer.ffn", "layer.ffn_output", "n5"]
+
+
 def test_topological_sort_is_stable() -> None:
     model = _graph_with_weights()
     nodes = list(model.graph.node)
