@@ -183,7 +183,7 @@ def _size_problems(recipe: Recipe) -> list[tuple[str, str]]:
 
 def _range_problems(i: int, spec: InputSpec) -> list[tuple[str, str]]:
     """low and high must be finite and representable in the input's dtype (an int64 input cannot be drawn
-    up to 1e30)."""
+    up to 1e30); a bool's are 0 or 1, since 0.5 could be read as a probability of True and would be rounded."""
     lo, hi = DTYPE_RANGES[spec.dtype]
     problems = []
     for key, value in (("low", spec.low), ("high", spec.high)):
@@ -191,6 +191,10 @@ def _range_problems(i: int, spec: InputSpec) -> list[tuple[str, str]]:
             continue
         if value != value or value in (float("inf"), float("-inf")):
             problems.append((f"inputs[{i}].{key}", f"must be a finite number (got {value})"))
+        elif spec.dtype == "bool" and value not in (0, 1):
+            problems.append(
+                (f"inputs[{i}].{key}", f"must be 0 (False) or 1 (True) for a bool input (got {value:g})")
+            )
         elif not lo <= value <= hi:
             problems.append(
                 (

@@ -109,7 +109,8 @@ class InputSpec(Strict):
         "inputs: 0 is False, 1 is True (default 0..1, half of each)",
     )
     high: Value | None = Field(
-        None, description="largest value of random samples (integers: inclusive); default 1 for float inputs"
+        None,
+        description="largest value of random samples (integers: inclusive); default 1 for float and bool inputs",
     )
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+from pipeline.core.errors import RecipeError
 from pipeline.inputs.data import Dataset
 from pipeline.inputs.specs import DataSpec
 from pipeline.recipe.loader import load
@@ -69,3 +71,15 @@ def test_a_bool_input_keeps_to_its_range(tmp_path: Path) -> None:
     assert all(s["all"].all() for s in samples)
     either = np.concatenate([s["either"].ravel() for s in samples])
     assert 0.2 < either.mean() < 0.8
+
+
+def test_a_bool_range_other_than_0_or_1_is_refused(tmp_path: Path) -> None:
+    """high: 0.5 reads like a probability of True; it would be rounded, so it is refused where it is written."""
+    path = tmp_path / "r.yaml"
+    pixels = "low: 0, high: 1}\n"
+    path.write_text(
+        RECIPE.replace(pixels, pixels + "  - {name: mask, dtype: bool, shape: [batch, 3], high: 0.5}\n")
+    )
+    with pytest.raises(RecipeError) as refused:
+        load(path)
+    assert "inputs[1].high: must be 0 (False) or 1 (True) for a bool input (got 0.5)" in str(refused.value)
