@@ -318,7 +318,7 @@ def _release_marks(row: dict[str, Any]) -> str:
 
 
 def _plan(args: argparse.Namespace, console: Console) -> Result:
-    loaded = _load(args, defer=True)  # a recipe's error is said before torch's import (2 s)
+    loaded = _load(args, defer=True)  # a recipe's error is said before torch is imported (about 2 s)
     from pipeline.run import deploy
 
     verdicts = deploy.plan(loaded, console, rebench=args.rebench, retry_failed=args.retry_failed)
@@ -327,7 +327,7 @@ def _plan(args: argparse.Namespace, console: Console) -> Result:
 
 
 def _deploy(args: argparse.Namespace, console: Console) -> Result:
-    loaded = _load(args, defer=True)  # a recipe's error is said before torch's import (2 s)
+    loaded = _load(args, defer=True)  # a recipe's error is said before torch is imported (about 2 s)
     from pipeline.run import deploy
 
     display = deploy.Display(_progress_console(args), args.quiet, args.verbose)

@@ -1,4 +1,4 @@
-"""Whether 8-bit 1x1 convolutions can take torchvision ResNet-50 past its FP16 peer on a GPU without TensorRT:
+"""Whether 8-bit 1x1 convolutions can take torchvision ResNet-50 past its 16-bit peer on a GPU without TensorRT:
 issue 26 asks for 1.3 ms at batch 32 and 7.4 ms at batch 256 on an H200, where the best FP16 peer took 1.61 and
 9.67 ms (10.10 on an H100), and no pipeline row has beaten that peer by more than noise.
 
@@ -8,7 +8,8 @@ convolution is a GEMM over [images × height × width, channels], so it can run 
 its absolute maximum on a calibration batch, one per output channel for the weights, after batch norm is folded
 into them. The 3x3 and 7x7 convolutions stay in BF16 (cuDNN has no 8-bit path that torch calls).
 
-Each model is compiled by torch.compile per batch shape and replayed in a CUDA graph, as gpu_cnn_peers.py's peer.
+Each model is compiled by torch.compile per batch shape and replayed in a CUDA graph, as gpu_cnn_peers.py's peer;
+the baseline is that peer in BF16 (the 8-bit GEMMs' output dtype), which ran as fast as FP16 there.
 Prints each variant's lowest per-image cosine against the FP32 model and its p50 ms per batch; random weights
 (seeded) and random images: the speed does not depend on them, the cosine only shows the arithmetic is sound.
 Usage, on the GPU host: python3 scripts/gpu_cnn_8bit_peers.py [batches, default 32 256]
@@ -135,7 +136,7 @@ def main(batches: list[int]) -> None:
             with torch.no_grad():
                 ms = p50_ms(graphed(lambda x=images, f=compiled: f(x)))
             print(
-                f"{kind}, batch {batch}: {ms:.3f} ms (compile and capture {time.perf_counter() - started:.0f} s)"
+                f"{kind}, batch {batch}: {ms:.3f} ms (compile, capture and timing {time.perf_counter() - started:.0f} s)"
             )
 
 

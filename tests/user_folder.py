@@ -12,5 +12,8 @@ def recipe_with_own_module(folder: Path, module: str) -> Path:
     checkout) and `folder/mine.yaml`, the tiny recipe naming `<module>:encoder`."""
     (folder / f"{module}.py").write_text("from tests.models.tiny import encoder\n")
     recipe = folder / "mine.yaml"
-    recipe.write_text(TINY.read_text().replace('"tests.models.tiny:encoder"', f'"{module}:encoder"'))
+    text = TINY.read_text()
+    mine = text.replace('"tests.models.tiny:encoder"', f'"{module}:encoder"')
+    assert mine != text, "tiny.yaml no longer names tests.models.tiny:encoder"
+    recipe.write_text(mine)
     return recipe

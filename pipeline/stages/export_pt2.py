@@ -272,11 +272,16 @@ def calibrated_layers(
 
 
 class FuseChoices(Protocol):
-    """What the recipe asks of fusing, as both export stages' configs hold it."""
+    """What the recipe asks of fusing, as both export stages' (frozen) configs hold it."""
 
-    fuse_projections: bool
-    gelu_epilogue: bool
-    device: str
+    @property
+    def fuse_projections(self) -> bool: ...
+
+    @property
+    def gelu_epilogue(self) -> bool: ...
+
+    @property
+    def device(self) -> str: ...
 
 
 def fuse_as_asked(

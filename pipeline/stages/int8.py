@@ -31,6 +31,7 @@ from pipeline.toolchain import onnx_tools
 FILE = parse("onnx-int8").file
 LOG = "logs/int8.log"
 CALIBRATION_BATCH = 8
+HINT_BATCHES = 16  # calibration batches a failed calibration's NaN hint runs at most
 METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
 # Fixed, TensorRT-compatible quantizer settings (part of the stage config, so a change re-runs the stage).
 SETTINGS: dict[str, Any] = {
@@ -145,7 +146,7 @@ def nonfinite_calibration(graph: Path, feeds: list[Feeds]) -> str:
     try:
         session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
         names = [o.name for o in session.get_outputs()]
-        for number, batch in enumerate(feeds, 1):
+        for number, batch in enumerate(feeds[:HINT_BATCHES], 1):
             for name, value in zip(names, session.run(None, batch), strict=True):
                 bad = np.issubdtype(value.dtype, np.floating) and int(
                     np.size(value) - np.isfinite(value).sum()

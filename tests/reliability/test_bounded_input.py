@@ -72,7 +72,7 @@ def alias_bomb(levels: int) -> list[str]:
 # ---------------------------------------------------------------- YAML: aliases and nesting
 
 
-@pytest.mark.parametrize("command", ["validate", "deploy"])
+@pytest.mark.parametrize("command", ["validate", "plan", "deploy"])
 def test_alias_bomb_is_refused_before_it_expands(tmp_path: Path, command: str) -> None:
     recipe = tmp_path / "bomb.yaml"
     text = TINY.read_text() + "\n".join(alias_bomb(9)) + "\n"  # 9**9 nodes once expanded

@@ -235,6 +235,15 @@ def test_a_calibration_failure_is_the_variants_error_and_says_the_graph_computes
     )
 
 
+def test_the_nan_hint_is_silent_where_the_graph_computes_finite_values(tmp_path: Path) -> None:
+    graph = _unbounded_model(tmp_path / "model.onnx", 1.0).path
+    feeds = [{"x": np.ones((2, 4), np.float32)}]
+    assert int8.nonfinite_calibration(graph, feeds) == ""
+    assert "in output 'y' on calibration batch 1 (x 2×4)" in int8.nonfinite_calibration(
+        _unbounded_model(tmp_path / "nan.onnx", np.nan).path, feeds
+    )
+
+
 # ------------------------------------------------------------------ int8_dynamic
 
 
