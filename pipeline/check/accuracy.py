@@ -128,7 +128,7 @@ def measure(reference: np.ndarray, actual: np.ndarray | None, mask: np.ndarray |
         )
     keep = per_token_mask(reference, mask)
     reference, actual = on_real_tokens(reference, keep), on_real_tokens(actual, keep)
-    ref_nonfinite = _nonfinite(reference)
+    ref_nonfinite = nonfinite_count(reference)
     if ref_nonfinite:
         return Measure({}, 0, problem=f"the reference itself has {ref_nonfinite} NaN/inf values")
     if keep is None:
@@ -146,7 +146,7 @@ def measure(reference: np.ndarray, actual: np.ndarray | None, mask: np.ndarray |
     return Measure(
         values,
         int(act_kept.size),
-        _nonfinite(act_kept),
+        nonfinite_count(act_kept),
         scale=_scale(ref_kept),
         directionless=directionless(reference),
         exact=integer_values(reference),
@@ -258,13 +258,14 @@ def reference_nonfinite(
             for batch, mask in zip(batches, batch_masks, strict=False):
                 if output in batch:
                     value = np.asarray(batch[output])
-                    count += _nonfinite(on_real_tokens(value, per_token_mask(value, mask)))
+                    count += nonfinite_count(on_real_tokens(value, per_token_mask(value, mask)))
             if count:
                 found.append(f"{output} at {inputs}: {count} NaN/inf values")
     return found
 
 
-def _nonfinite(a: np.ndarray) -> int:
+def nonfinite_count(a: np.ndarray) -> int:
+    """NaN and inf values in an array of any dtype (an integer array has none)."""
     return int(a.size - np.count_nonzero(np.isfinite(a.astype(np.float64, copy=False))))
 
 
@@ -572,7 +573,7 @@ def neighbour_check(
         return None
     reference = np.concatenate(refs)
     actual = np.concatenate([np.asarray(a, np.float64) for a in acts])
-    if _nonfinite(reference) or _nonfinite(actual):
+    if nonfinite_count(reference) or nonfinite_count(actual):
         return None  # the finite checks already fail or flag this
     value = neighbour_agreement(reference, actual, k)
     if value is None:

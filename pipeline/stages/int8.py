@@ -17,6 +17,7 @@ from typing import Any
 
 import onnx
 
+from pipeline.check.accuracy import nonfinite_count
 from pipeline.check.graph_check import GraphRejected, check_graph
 from pipeline.core.artifacts import ArtifactRecord
 from pipeline.core.errors import StageError
@@ -140,7 +141,6 @@ def quantize(source: Path, target: Path, reader: FeedsReader, cfg: Int8Export, n
 def nonfinite_calibration(graph: Path, feeds: list[Feeds]) -> str:
     """Why calibration failed when the FP32 graph itself computes NaN or inf on the calibration split (a range
     of NaN is ONNX Runtime's 'scale issue'): which output, on which batch; else nothing."""
-    import numpy as np
     import onnxruntime as ort
 
     try:
@@ -148,9 +148,7 @@ def nonfinite_calibration(graph: Path, feeds: list[Feeds]) -> str:
         names = [o.name for o in session.get_outputs()]
         for number, batch in enumerate(feeds[:HINT_BATCHES], 1):
             for name, value in zip(names, session.run(None, batch), strict=True):
-                bad = np.issubdtype(value.dtype, np.floating) and int(
-                    np.size(value) - np.isfinite(value).sum()
-                )
+                bad = nonfinite_count(value)
                 if bad:
                     shapes = ", ".join(f"{k} {'×'.join(map(str, v.shape))}" for k, v in batch.items())
                     return (
