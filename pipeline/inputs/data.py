@@ -310,10 +310,8 @@ def random_values(
     """Values drawn in `bounds` (default: value_range of the input alone; both ends included for integers),
     in the input's dtype."""
     low, high = bounds or value_range(spec)
-    if NUMPY_DTYPES[spec.dtype] in (np.int64, np.int32):
+    if NUMPY_DTYPES[spec.dtype] in (np.int64, np.int32, np.bool_):  # a bool's 0 and 1 are False and True
         arr = rng.integers(int(low), int(high), size=shape, endpoint=True)
-    elif spec.dtype == "bool":  # 0 and 1 stand for False and True: low 0, high 0 draws False only
-        arr = rng.integers(round(low), round(high), size=shape, endpoint=True)
     else:
         arr = rng.uniform(low, high, size=shape)
     return arr.astype(NUMPY_DTYPES[spec.dtype])
