@@ -53,17 +53,23 @@ def test_the_inputs_coverage_names_the_smallest_and_largest_shapes_by_size(tmp_p
     assert dataset.value_coverage(feeds)["pixels"]["shapes"] == [[1, 3, 16, 32], [1, 3, 48, 48]]
 
 
+def _with_inputs(tmp_path: Path, *inputs: str) -> Path:
+    """RECIPE with these inputs after its pixels."""
+    pixels = "low: 0, high: 1}\n"
+    path = tmp_path / "r.yaml"
+    path.write_text(RECIPE.replace(pixels, pixels + "".join(f"  - {line}\n" for line in inputs), 1))
+    return path
+
+
 def test_a_bool_input_keeps_to_its_range(tmp_path: Path) -> None:
     """low 0, high 0 on a padding mask means no padding: a mask drawn half True anyway had whole rows masked,
     which made the model's FP32 graph compute NaN and its static INT8 calibration fail."""
-    path = tmp_path / "r.yaml"
-    masks = (
-        "  - {name: none, dtype: bool, shape: [batch, 3], low: 0, high: 0}\n"
-        "  - {name: all, dtype: bool, shape: [batch, 3], low: 1, high: 1}\n"
-        "  - {name: either, dtype: bool, shape: [batch, 3]}\n"
+    path = _with_inputs(
+        tmp_path,
+        "{name: none, dtype: bool, shape: [batch, 3], low: 0, high: 0}",
+        "{name: all, dtype: bool, shape: [batch, 3], low: 1, high: 1}",
+        "{name: either, dtype: bool, shape: [batch, 3]}",
     )
-    pixels = "low: 0, high: 1}\n"
-    path.write_text(RECIPE.replace(pixels, pixels + masks, 1))
     recipe = load(path).recipe
     dataset = Dataset(DataSpec.from_recipe(recipe, tmp_path))
     samples = [dataset._random_sample(i) for i in range(12)]
@@ -75,11 +81,7 @@ def test_a_bool_input_keeps_to_its_range(tmp_path: Path) -> None:
 
 def test_a_bool_range_other_than_0_or_1_is_refused(tmp_path: Path) -> None:
     """high: 0.5 reads like a probability of True; it would be rounded, so it is refused where it is written."""
-    path = tmp_path / "r.yaml"
-    pixels = "low: 0, high: 1}\n"
-    path.write_text(
-        RECIPE.replace(pixels, pixels + "  - {name: mask, dtype: bool, shape: [batch, 3], high: 0.5}\n")
-    )
+    path = _with_inputs(tmp_path, "{name: mask, dtype: bool, shape: [batch, 3], high: 0.5}")
     with pytest.raises(RecipeError) as refused:
         load(path)
     assert "inputs[1].high: must be 0 (False) or 1 (True) for a bool input (got 0.5)" in str(refused.value)
