@@ -67,8 +67,8 @@ PREFLIGHT = {
     ),
     "factory hangs": (
         f"{BAD}:hangs",
-        ("model.build_timeout_s=10",),
-        "building or running the model did not finish within model.build_timeout_s (10 s)",
+        ("model.build_timeout_s=4",),
+        "building or running the model did not finish within model.build_timeout_s (4 s)",
     ),
     "module import ends the process": (
         "tests.reliability.dies_on_import:factory",

@@ -278,6 +278,9 @@ def test_the_plan_puts_the_onnx_builds_on_a_lane_where_nothing_in_front_waits_fo
 
 
 def sleep_on_lane(ctx: RunContext, config: None, inputs: dict) -> StageResult:
+    marker = os.environ.get("LANE_JOB_MARKER")
+    if marker:  # the test kills the deploy once the job runs
+        Path(marker).write_text("running")
     time.sleep(120)
     raise AssertionError("never reached: the deploy was killed")
 
@@ -292,13 +295,22 @@ def test_a_busy_lane_worker_does_not_outlive_a_killeddeploy(tmp_path: Path) -> N
         "print(worker.pid, flush=True)\n"
         "job = (sleep_on_lane, None, {})\n"
         "threading.Thread(target=worker.run, args=('sleep', job), daemon=True).start()\n"
-        "time.sleep(8)\n"  # the worker has imported torch and is in the job
+        f"marker = Path({str(tmp_path / 'running')!r})\n"
+        "deadline = time.monotonic() + 50\n"
+        "while not marker.exists() and time.monotonic() < deadline:\n"  # the worker is in the job
+        "    time.sleep(0.05)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
     root = Path(__file__).resolve().parents[2]
     killed = subprocess.run(
-        [sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", script],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "LANE_JOB_MARKER": str(tmp_path / "running")},
     )
+    assert (tmp_path / "running").exists(), "the job never started on the lane"
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     pid = int(killed.stdout.split()[0])
     deadline = time.monotonic() + 10
