@@ -197,7 +197,13 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
                 details["exporter"] = "legacy"
                 details["fallback_reason"] = why
                 ctx.report(f"onnx: dynamo export failed ({why[:200]}), falling back to the legacy exporter")
-                _legacy_export(ctx, config, target)
+                try:
+                    _legacy_export(ctx, config, target)
+                except Exception as exc:  # both reasons: dynamo's is often the one a user can act on
+                    raise StageError(
+                        f"onnx: neither exporter gave a graph: dynamo: {why}; legacy: {type(exc).__name__}: "
+                        f"{plain(str(exc))[:500]}"
+                    ) from exc
                 legacy, corners = _corner_run(ctx, config, target)
                 if legacy:  # one failure here, with both reasons, not one per graph made from it downstream
                     raise StageError(

@@ -14,6 +14,7 @@ import heapq
 import io
 import logging
 import re
+import sys
 import tempfile
 import warnings
 from collections import Counter
@@ -135,6 +136,7 @@ def captured(log_path: Path) -> Iterator[None]:
         warnings.catch_warnings(record=True) as caught,
         contextlib.redirect_stdout(stream),
         contextlib.redirect_stderr(stream),  # torch.export prints the graph it failed on to sys.stderr
+        _torchscript_onnx_log_through_python(),
     ):
         warnings.simplefilter("always")
         try:
@@ -149,6 +151,26 @@ def captured(log_path: Path) -> Iterator[None]:
 
 
 _SELF_HANDLED_LOGGERS = ("torch", "torch.onnx")
+
+
+@contextlib.contextmanager
+def _torchscript_onnx_log_through_python() -> Iterator[None]:
+    """torch's TorchScript-based exporter switches its C++ ONNX log on for every export and leaves it on (its
+    setup_onnx_logging tests the is-enabled function instead of calling it), and when an operator cannot be
+    exported it logs the whole TorchScript graph, hundreds of lines, to the process's stderr past Python's
+    sys.stderr: onto the user's console. Its Python-side log call goes through sys.stderr here (into the
+    stage's log), and the log is off again afterwards."""
+    torch = sys.modules.get("torch")
+    log = getattr(getattr(torch, "_C", None), "_jit_onnx_log", None)
+    if log is None:
+        yield
+        return
+    torch._C._jit_onnx_log = lambda *parts: print(*parts, sep="", file=sys.stderr)
+    try:
+        yield
+    finally:
+        torch._C._jit_onnx_log = log
+        torch._C._jit_set_onnx_log_enabled(False)
 
 
 @contextlib.contextmanager

@@ -10,15 +10,20 @@ from pathlib import Path
 from tests.integration.test_deploy_cli import TINY, cli
 
 
-def test_a_graph_neither_exporter_can_make_fails_the_export_with_both_reasons(tmp_path: Path) -> None:
-    recipe = tmp_path / "stepwise.yaml"
+def _recipe(tmp_path: Path, factory: str, output: str) -> Path:
+    recipe = tmp_path / f"{factory}.yaml"
     text = TINY.read_text().replace(
         '{source: entrypoint, entrypoint: "tests.models.tiny:encoder", kwargs: {hidden: 64, layers: 2}, seed: 0, '
         "family: transformer}",
-        '{source: entrypoint, entrypoint: "tests.reliability.bad_models:stepwise", seed: 0}',
+        f'{{source: entrypoint, entrypoint: "tests.reliability.bad_models:{factory}", seed: 0}}',
     )
     text = text.replace("onnx: {exporter: legacy}", "onnx: {exporter: dynamo}")  # the default, falling back
-    recipe.write_text(text.replace("outputs: [hidden, pooled]", "outputs: [state]"))
+    recipe.write_text(text.replace("outputs: [hidden, pooled]", f"outputs: [{output}]"))
+    return recipe
+
+
+def test_a_graph_neither_exporter_can_make_fails_the_export_with_both_reasons(tmp_path: Path) -> None:
+    recipe = _recipe(tmp_path, "stepwise", "state")
     done = cli(
         "deploy", str(recipe), "--set", "variants.build=[onnx-fp32, onnx-int8-dynamic]", root=tmp_path / "out"
     )
@@ -32,3 +37,16 @@ def test_a_graph_neither_exporter_can_make_fails_the_export_with_both_reasons(tm
     assert "Expected" in error.split("; legacy: ")[0], error  # the runtime's whole reason, not its first line
     # the graphs built from it are not built at all: one failure, not one per conversion
     assert all(f["stage"] == "export_onnx" for f in failed if f["artifact"] == "onnx-fp32")
+
+
+def test_a_model_neither_exporter_can_trace_says_both_reasons_and_prints_no_graph(tmp_path: Path) -> None:
+    """The fallback exporter raising (not making a graph that fails to run) still gives dynamo's reason, and
+    the TorchScript graph torch logs when it fails goes to the stage's log, not the console."""
+    done = cli("deploy", str(_recipe(tmp_path, "unexportable", "pooled")), root=tmp_path / "out")
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    [version] = (tmp_path / "out" / "tiny").glob("v*")
+    failed = json.loads((version / "manifest.json").read_text())["failed"]
+    error = next(f["error"] for f in failed if (f["artifact"], f["stage"]) == ("onnx-fp32", "export_onnx"))
+    assert error.startswith("StageError: onnx: neither exporter gave a graph: dynamo: "), error
+    assert "; legacy: UnsupportedOperatorError: Exporting the operator 'aten::histc'" in error, error
+    assert "Torch IR graph" not in done.stdout + done.stderr

@@ -226,3 +226,24 @@ class _Stepwise(nn.Module):
 def stepwise(**kwargs: int) -> nn.Module:
     torch.manual_seed(0)
     return _Stepwise()
+
+
+class _Unexportable(nn.Module):
+    """A branch on a value (torch.export cannot trace it) and a histogram (the TorchScript-based exporter has no
+    ONNX form of aten::histc): neither exporter makes a graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(1000, 16)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        x = self.embed(input_ids) * attention_mask.unsqueeze(-1)
+        spread = torch.histc(x, bins=4, min=-1, max=1).sum()
+        if x.sum() > 0:
+            return x.mean(1) * spread
+        return x.mean(1) - spread
+
+
+def unexportable(**kwargs: int) -> nn.Module:
+    torch.manual_seed(0)
+    return _Unexportable()
