@@ -22,7 +22,8 @@ from pipeline.inputs.specs import DataSpec, ModelSpec, dim_sizes
 from pipeline.recipe import InputSpec, OnnxExport, Recipe
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.toolchain import ort_probe
-from pipeline.toolchain.onnx_tools import captured, drop_initializer_value_info
+from pipeline.toolchain.capture import captured
+from pipeline.toolchain.onnx_tools import drop_initializer_value_info
 
 _DROPPED_NODE_METADATA = ("pkg.torch.onnx.stack_trace",)
 FILE = parse("onnx-fp32").file
@@ -171,6 +172,14 @@ def _strip_location_metadata(model: onnx.ModelProto) -> None:
         node.metadata_props.extend(kept)
 
 
+def _reason(exc: Exception) -> str:
+    """An exporter's failure on one line. torch.export's message opens with a generic banner: its cause is under
+    "Exception summary"."""
+    text = plain(str(exc)).split("## Exception summary", 1)[-1]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {' '.join(lines)[:500]}"
+
+
 def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
     cfg = config.onnx
     target = ctx.path(FILE)
@@ -184,10 +193,7 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
                 _dynamo_export(ctx, config, target)
                 why = None
             except Exception as exc:  # noqa: BLE001 - any exporter failure is a reason to fall back
-                # torch.export's message opens with a generic banner: its cause is under "Exception summary"
-                text = plain(str(exc)).split("## Exception summary", 1)[-1]
-                lines = [line.strip() for line in text.splitlines() if line.strip()]
-                why = f"{type(exc).__name__}: {' '.join(lines)[:500]}"
+                why = _reason(exc)
             # a full disk here is the deploy's, not dynamo's: raised, not a reason to fall back
             if not why:
                 why, corners = _corner_run(ctx, config, target)
@@ -201,8 +207,7 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
                     _legacy_export(ctx, config, target)
                 except Exception as exc:  # both reasons: dynamo's is often the one a user can act on
                     raise StageError(
-                        f"onnx: neither exporter gave a graph: dynamo: {why}; legacy: {type(exc).__name__}: "
-                        f"{plain(str(exc))[:500]}"
+                        f"onnx: neither exporter gave a graph: dynamo: {why}; legacy: {_reason(exc)}"
                     ) from exc
                 legacy, corners = _corner_run(ctx, config, target)
                 if legacy:  # one failure here, with both reasons, not one per graph made from it downstream

@@ -36,7 +36,7 @@ from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageRe
 from pipeline.stages.export_onnx import corner_batches
 from pipeline.stages.fp16 import convert, onnxruntime_check
 from pipeline.toolchain import onnx_tools, ort_probe
-from pipeline.toolchain.onnx_tools import captured
+from pipeline.toolchain.capture import captured
 
 if TYPE_CHECKING:
     from pipeline.inputs.data import Dataset

@@ -39,7 +39,7 @@ from pipeline.recipe import PaddingConfig, Recipe
 from pipeline.stages import export_pt2
 from pipeline.stages.base import BACKGROUND, Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.stages.export_packed import checked_samples, longest_sentence, packing_of, real_token_share
-from pipeline.toolchain.onnx_tools import captured
+from pipeline.toolchain.capture import captured
 
 EXPORTED, AOTI = parse("exported-packed-fp16"), parse("aoti-packed-fp16")
 BUCKET = 64  # the packed row rounds up to this many tokens: one CUDA graph per 64 tokens of a batch's total

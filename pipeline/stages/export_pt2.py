@@ -35,9 +35,9 @@ from pipeline.recipe import Recipe, Tolerance
 from pipeline.stages.base import BACKGROUND, Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.stages.static_mix import StaticMix, chosen_layers
 from pipeline.toolchain.aoti import device_info
+from pipeline.toolchain.capture import captured
 from pipeline.toolchain.fp8_linear import to_fp8
 from pipeline.toolchain.int8_linear import to_int8
-from pipeline.toolchain.onnx_tools import captured
 from pipeline.toolchain.static_linear import input_amax
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

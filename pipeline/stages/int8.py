@@ -28,6 +28,7 @@ from pipeline.inputs.specs import DataSpec
 from pipeline.recipe import Int8Export, Recipe
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.toolchain import onnx_tools
+from pipeline.toolchain.capture import captured
 
 FILE = parse("onnx-int8").file
 LOG = "logs/int8.log"
@@ -183,7 +184,7 @@ def quantized_nodes(model: onnx.ModelProto, op_types: list[str]) -> list[str]:
 def _run(ctx: RunContext, config: Int8Config, inputs: dict[str, ArtifactRecord]) -> StageResult:
     cfg, dataset = config.int8, ctx.dataset(config.data)
     target = ctx.path(FILE)
-    with tempfile.TemporaryDirectory(prefix="int8-") as tmp, onnx_tools.captured(ctx.path(LOG)):
+    with tempfile.TemporaryDirectory(prefix="int8-") as tmp, captured(ctx.path(LOG)):
         source = Path(tmp) / "preprocessed.onnx"
         ctx.report("int8: shape inference before quantization")
         pre = preprocess(inputs["onnx-fp32"].path, source)

@@ -19,6 +19,7 @@ from pipeline.core.variants import Variant, parse
 from pipeline.recipe import Recipe
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.toolchain import onnx_tools
+from pipeline.toolchain.capture import captured
 
 FILE = parse("onnx-int8-dynamic").file
 LOG = "logs/int8_dynamic.log"
@@ -64,7 +65,7 @@ def quantized_count(counts: dict[str, int]) -> int:
 def _run(ctx: RunContext, config: Int8DynamicConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
     target = ctx.path(FILE)
     ctx.report("int8_dynamic: quantizing weights")
-    with tempfile.TemporaryDirectory(prefix="int8-dynamic-") as tmp, onnx_tools.captured(ctx.path(LOG)):
+    with tempfile.TemporaryDirectory(prefix="int8-dynamic-") as tmp, captured(ctx.path(LOG)):
         try:
             quantize(inputs["onnx-fp32"].path, Path(tmp) / FILE)
         except StageError:

@@ -52,6 +52,7 @@ from pipeline.runners.ort_session import session_options
 from pipeline.stages.base import ALONE, Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.stages.int8_dynamic import SETTINGS, quantize, quantized_count
 from pipeline.toolchain import onnx_tools
+from pipeline.toolchain.capture import captured
 
 NAME = "int8_mixed"
 VARIANT = "onnx-int8-mixed"
@@ -232,7 +233,7 @@ def _run(ctx: RunContext, config: Int8MixedConfig, inputs: dict[str, ArtifactRec
     layers = weight_layers(onnx_tools.load(source))
     if not layers:
         raise StageError(f"{NAME}: the graph has no weight MatMul or Gemm to quantize")
-    with tempfile.TemporaryDirectory(prefix="int8-mixed-") as tmp, onnx_tools.captured(ctx.path(LOG)):
+    with tempfile.TemporaryDirectory(prefix="int8-mixed-") as tmp, captured(ctx.path(LOG)):
         mixes = Mixes(config, source, feeds, Path(tmp))
         sensitivity: dict[str, float] = {}
         unquantized: list[str] = []

@@ -34,6 +34,7 @@ from pipeline.inputs.specs import DataSpec, ModelSpec
 from pipeline.recipe import Fp16Export, OptimizeExport, Recipe
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.toolchain import onnx_tools, ort_probe
+from pipeline.toolchain.capture import captured
 
 CHECK_BATCH = 2  # the sample batch each fused graph is run on beside the FP32 graph
 
@@ -240,7 +241,7 @@ def _run(ctx: RunContext, config: OptimizeConfig, inputs: dict[str, ArtifactReco
     ctx.report(f"{name}: running the ONNX Runtime transformer optimizer")
     log = f"logs/{name}.log"
     feeds = sample_feeds(ctx, config.data)
-    with onnx_tools.captured(ctx.path(log)):
+    with captured(ctx.path(log)):
         model, fusions = optimize_checked(
             inputs["onnx-fp32"].path,
             config.optimize,

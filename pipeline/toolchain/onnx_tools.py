@@ -11,12 +11,8 @@ import ast
 import contextlib
 import fnmatch
 import heapq
-import io
-import logging
 import re
-import sys
 import tempfile
-import warnings
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -111,66 +107,6 @@ def op_counts(model: onnx.ModelProto) -> dict[str, int]:
         f"{n.domain}.{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type for n in model.graph.node
     )
     return dict(sorted(counts.items()))
-
-
-@contextlib.contextmanager
-def captured(log_path: Path) -> Iterator[None]:
-    """Send what exporters, converters and quantizers print, log and warn (torch.onnx and ONNX Runtime's tools
-    do all three) to the stage's log file instead of the live display. torch's loggers do not propagate and
-    carry their own stderr handlers, so those handlers are swapped out for the duration."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    own = {name: logging.getLogger(name) for name in _SELF_HANDLED_LOGGERS}
-    own |= {  # torch's artifact loggers (graph code, symbolic shapes) carry stderr handlers of their own
-        name: logger
-        for name, logger in list(logging.Logger.manager.loggerDict.items())
-        if isinstance(logger, logging.Logger) and name.split(".")[0] == "torch" and logger.handlers
-    }
-    saved = {name: list(logger.handlers) for name, logger in own.items()}
-    root.addHandler(handler)
-    for logger in own.values():
-        logger.handlers = [handler]
-    with (
-        warnings.catch_warnings(record=True) as caught,
-        contextlib.redirect_stdout(stream),
-        contextlib.redirect_stderr(stream),  # torch.export prints the graph it failed on to sys.stderr
-        _torchscript_onnx_log_through_python(),
-    ):
-        warnings.simplefilter("always")
-        try:
-            yield
-        finally:
-            root.removeHandler(handler)
-            for name, logger in own.items():
-                logger.handlers = saved[name]
-            log_path.write_text(
-                stream.getvalue() + "".join(f"{w.category.__name__}: {w.message}\n" for w in caught)
-            )
-
-
-_SELF_HANDLED_LOGGERS = ("torch", "torch.onnx")
-
-
-@contextlib.contextmanager
-def _torchscript_onnx_log_through_python() -> Iterator[None]:
-    """torch's TorchScript-based exporter switches its C++ ONNX log on for every export and leaves it on (its
-    setup_onnx_logging tests the is-enabled function instead of calling it), and when an operator cannot be
-    exported it logs the whole TorchScript graph, hundreds of lines, to the process's stderr past Python's
-    sys.stderr: onto the user's console. Its Python-side log call goes through sys.stderr here (into the
-    stage's log), and the log is off again afterwards."""
-    torch = sys.modules.get("torch")
-    log = getattr(getattr(torch, "_C", None), "_jit_onnx_log", None)
-    if log is None:
-        yield
-        return
-    torch._C._jit_onnx_log = lambda *parts: print(*parts, sep="", file=sys.stderr)
-    try:
-        yield
-    finally:
-        torch._C._jit_onnx_log = log
-        torch._C._jit_set_onnx_log_enabled(False)
 
 
 @contextlib.contextmanager

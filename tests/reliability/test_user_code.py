@@ -67,7 +67,7 @@ PREFLIGHT = {
     ),
     "factory hangs": (
         f"{BAD}:hangs",
-        ("model.build_timeout_s=4",),
+        ("model.build_timeout_s=4",),  # a forked check (the CLI's) is in the factory at once
         "building or running the model did not finish within model.build_timeout_s (4 s)",
     ),
     "module import ends the process": (

@@ -277,10 +277,8 @@ def test_the_plan_puts_the_onnx_builds_on_a_lane_where_nothing_in_front_waits_fo
         assert {s.name for s in stages if s.lane} == {"export_onnx", "fp16"}
 
 
-def sleep_on_lane(ctx: RunContext, config: None, inputs: dict) -> StageResult:
-    marker = os.environ.get("LANE_JOB_MARKER")
-    if marker:  # the test kills the deploy once the job runs
-        Path(marker).write_text("running")
+def sleep_on_lane(ctx: RunContext, config: str, inputs: dict) -> StageResult:
+    Path(config).write_text("running")  # the test kills the deploy once the job runs
     time.sleep(120)
     raise AssertionError("never reached: the deploy was killed")
 
@@ -293,11 +291,12 @@ def test_a_busy_lane_worker_does_not_outlive_a_killeddeploy(tmp_path: Path) -> N
         "from tests.unit.test_lanes import sleep_on_lane\n"
         f"worker = LaneWorker('onnx', Path({str(tmp_path)!r}), None, threads=1)\n"
         "print(worker.pid, flush=True)\n"
-        "job = (sleep_on_lane, None, {})\n"
-        "threading.Thread(target=worker.run, args=('sleep', job), daemon=True).start()\n"
         f"marker = Path({str(tmp_path / 'running')!r})\n"
+        "job = (sleep_on_lane, str(marker), {})\n"
+        "runs = threading.Thread(target=worker.run, args=('sleep', job), daemon=True)\n"
+        "runs.start()\n"
         "deadline = time.monotonic() + 50\n"
-        "while not marker.exists() and time.monotonic() < deadline:\n"  # the worker is in the job
+        "while not marker.exists() and runs.is_alive() and time.monotonic() < deadline:\n"  # in the job
         "    time.sleep(0.05)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
@@ -308,7 +307,6 @@ def test_a_busy_lane_worker_does_not_outlive_a_killeddeploy(tmp_path: Path) -> N
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "LANE_JOB_MARKER": str(tmp_path / "running")},
     )
     assert (tmp_path / "running").exists(), "the job never started on the lane"
     assert killed.returncode == -signal.SIGKILL, killed.stderr
