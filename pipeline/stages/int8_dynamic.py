@@ -81,10 +81,14 @@ def _run(ctx: RunContext, config: Int8DynamicConfig, inputs: dict[str, ArtifactR
     quantized = quantized_count(counts)
     if not quantized:  # an "INT8" artifact that is its FP32 graph would be timed and chosen as INT8
         floats = counts.get("MatMul", 0) + counts.get("Gemm", 0)
+        found = (
+            f"none of this graph's {floats} MatMul/Gemm nodes has one"
+            if floats
+            else "this graph has no MatMul or Gemm node"
+        )
         raise StageError(
             f"int8_dynamic: nothing was quantized: this variant quantizes MatMul and Gemm nodes with float32 "
-            f"weights, and none of this graph's {floats} MatMul/Gemm nodes is one (convolutions are quantized "
-            "by onnx-int8, with calibration)"
+            f"weights, and {found} (convolutions are quantized by onnx-int8, with calibration)"
         )
     onnx_tools.save(model, target)
     details = {

@@ -41,3 +41,23 @@ def test_per_token_outputs_are_compared_on_real_tokens_and_the_reference_is_left
         polygraphy_verdict(reference, shifted, ["hidden", "pooled"], Tolerance(), [mask])["pooled"]["passed"]
         is False
     )
+
+
+def test_the_cross_check_of_zero_and_integer_outputs_prints_no_numpy_warning() -> None:
+    """A detector's suppressed scores are zeros and its labels and keep mask are integers and booleans:
+    Polygraphy divides 0 by 0 for their relative difference, and numpy's RuntimeWarning reached the user's
+    console in the middle of the live display."""
+    import warnings
+
+    outputs = {
+        "scores": np.zeros((2, 8), dtype=np.float32),
+        "labels": np.array([[0, 3, 3, 1]], dtype=np.int64),
+        "keep": np.array([[True, False, False, True]]),
+    }
+    reference = {"torch": [IterationResult(outputs, runner_name="torch")]}
+    actual = {"onnx": [IterationResult({k: v.copy() for k, v in outputs.items()}, runner_name="onnx")]}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        found = polygraphy_verdict(reference, actual, list(outputs), Tolerance())
+    assert all(found[name]["passed"] is True for name in outputs), found
+    assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []
