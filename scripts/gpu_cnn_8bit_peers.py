@@ -42,7 +42,9 @@ class Conv1x1In8Bits(nn.Module):
         quantized = scaled.to(FP8) if kind == "fp8" else scaled.round().clamp(-127, 127).to(torch.int8)
         self.register_buffer("weight_q", quantized.contiguous())
         self.register_buffer("weight_scale", weight_scale.t().contiguous())  # [1, out]
-        self.register_buffer("input_scale", torch.tensor(max(input_amax, 1e-12) / TOP[kind]))
+        self.register_buffer(
+            "input_scale", torch.tensor(max(input_amax, 1e-12) / TOP[kind], device=weight.device)
+        )
         self.register_buffer("bias", conv.bias.detach().to(torch.bfloat16))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
