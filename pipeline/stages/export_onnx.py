@@ -69,6 +69,32 @@ def _dynamo_export(ctx: RunContext, config: OnnxExportConfig, path: Path) -> Non
     program.save(str(path), external_data=False)
 
 
+def _fixed_dynamic_axes(model: onnx.ModelProto, spec: ModelSpec) -> str | None:
+    """Where the dynamo exporter fixed an axis the recipe declares dynamic: torch.export specializes a dim the
+    model's Python code depends on (a loop over the length, a size it computes) and the graph then runs at the
+    example's size only. The corner run would fail on it as well, with ONNX Runtime's "invalid dimensions";
+    this says which dim and why, which a user can act on."""
+    graph_inputs = {value.name: value.type.tensor_type.shape.dim for value in model.graph.input}
+    fixed: dict[tuple[str, int], list[str]] = {}  # (dim, the size it was fixed at) -> "input axis i"
+    for input_spec in spec.inputs:
+        for axis, (name, dim) in enumerate(
+            zip(input_spec.shape, graph_inputs.get(input_spec.name, []), strict=False)
+        ):
+            rng = spec.dims.get(name) if isinstance(name, str) else None
+            if rng is not None and rng.min < rng.max and dim.HasField("dim_value"):
+                fixed.setdefault((name, dim.dim_value), []).append(f"{input_spec.name} axis {axis}")
+    if not fixed:
+        return None
+    where = "; ".join(
+        f"'{name}' ({spec.dims[name].min}..{spec.dims[name].max} in the recipe) at {size} on {', '.join(axes)}"
+        for (name, size), axes in fixed.items()
+    )
+    return (
+        f"the graph fixes {where}: torch.export specialized it, since the model's Python code depends on that "
+        "size (a loop over it, a branch on it or a size computed from it)"
+    )
+
+
 def corner_batches(spec: ModelSpec, batch_dim: str) -> dict[str, int | None]:
     """The batch an export is run at, at the smallest and the largest shape: the recipe's smallest batch, and
     at most 2 at the largest (its other dims at their largest are the point; memory is not)."""
@@ -195,6 +221,8 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
             except Exception as exc:  # noqa: BLE001 - any exporter failure is a reason to fall back
                 why = _reason(exc)
             # a full disk here is the deploy's, not dynamo's: raised, not a reason to fall back
+            if not why:
+                why = _fixed_dynamic_axes(onnx.load(str(target), load_external_data=False), config.model)
             if not why:
                 why, corners = _corner_run(ctx, config, target)
             if why:
