@@ -1,6 +1,7 @@
 """Pre-flight model check: instantiate the model from its source and run it on the CPU, once at the min shape,
 once at a batch of 2 where validation runs batches of 2 or more from a min of 1, and once per other dynamic dim
-at its max, so that a model that cannot be built, rejects its inputs or returns something other than the
+at its max (on the recipe's samples where it has them, as the deploy feeds them; else on synthetic inputs in each
+input's value range), so that a model that cannot be built, rejects its inputs or returns something other than the
 recipe's `outputs` is a located user error before any work starts. Cheap by design (the batch at its min or
 2); the deploy loads the model again but never repeats this. Pre-flight calls it in a child process bounded in
 time (pipeline/preflight/model_child.py): this is the user's code, which may hang or crash."""
@@ -8,7 +9,7 @@ time (pipeline/preflight/model_child.py): this is the user's code, which may han
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ from pipeline.recipe import EntrypointSource, HuggingFaceSource, Recipe, TorchSc
 from pipeline.recipe.loader import LoadedRecipe
 
 HF_OUTPUTS = ("last_hidden_state", "sentence_embedding")
+# inputs at given dims: the recipe's samples where it has them (what the deploy runs), else synthetic ones
+Probe = Callable[[dict[str, int]], dict[str, np.ndarray]]
 MAX_PROBE = 1 << 24  # input elements of one probe run at a dim's max (16 M: an image batch of 1 at 2k x 2k)
 
 
@@ -59,7 +62,28 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool, kinds: dict[str, str] | 
     if problems:
         return problems
     min_dims = {name: rng.min for name, rng in recipe.dims.items()}
-    names, outputs, error = _run(model.module, recipe, _synthetic(recipe, min_dims, model.config), hint=True)
+
+    def synthetic(dims: dict[str, int]) -> dict[str, np.ndarray]:
+        return _synthetic(recipe, dims, model.config)
+
+    probe = synthetic
+    names, outputs, error = _run(model.module, recipe, synthetic(min_dims), hint=True)
+    if data_ok and recipe.data.samples.source != "random":  # the recipe's own samples: token ids beyond
+        # the vocabulary, a tokenizer without an input (random samples are drawn as the synthetic ones)
+        try:
+            probe = _real_feeds(recipe, recipe_dir, model.tokenizer)
+            feeds = probe(min_dims)
+        except RecipeError as exc:
+            return [loaded.problem("inputs", line) for line in exc.lines()]
+        except Exception as exc:  # noqa: BLE001 - the samples (or the tokenizer) cannot make inputs
+            return [loaded.problem("data.samples", f"cannot make inputs from the samples: {_short(exc)}")]
+        real_names, on_samples, real_error = _run(model.module, recipe, feeds)
+        if real_error and not error:
+            return [loaded.problem("data.samples", f"the model fails on the recipe's samples {real_error}")]
+        if not real_error:
+            # the deploy feeds these samples only (cropped or padded to each shape): inputs drawn in the value
+            # ranges may break a structure they keep (a box's corners in order), so they decide nothing
+            names, outputs, error = real_names, on_samples, ""
     if error:
         return problems + [loaded.problem("model", f"the model fails at the min shape {error}")]
     problems += _output_problems(loaded, names, outputs)
@@ -67,19 +91,7 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool, kinds: dict[str, str] | 
         return problems
     found = output_kinds(recipe.outputs, outputs)
     never_finite = _never_finite(outputs)
-    if data_ok and recipe.data.samples.source != "random":  # the recipe's own samples: token ids beyond
-        # the vocabulary, a tokenizer without an input (random samples are drawn as the synthetic ones)
-        try:
-            feeds = _real_feeds(recipe, recipe_dir, model.tokenizer, min_dims)
-        except RecipeError as exc:
-            return [loaded.problem("inputs", line) for line in exc.lines()]
-        except Exception as exc:  # noqa: BLE001 - the samples (or the tokenizer) cannot make inputs
-            return [loaded.problem("data.samples", f"cannot make inputs from the samples: {_short(exc)}")]
-        _, on_samples, error = _run(model.module, recipe, feeds)
-        if error:
-            return [loaded.problem("data.samples", f"the model fails on the recipe's samples {error}")]
-        never_finite &= _never_finite(on_samples)
-    two_problems, at_two = _at_batch_two(loaded, model, min_dims, outputs)
+    two_problems, at_two = _at_batch_two(loaded, model, probe, min_dims, outputs)
     problems += two_problems
     if at_two is not None:
         never_finite &= _never_finite(at_two)
@@ -87,14 +99,14 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool, kinds: dict[str, str] | 
     available = available_memory()
     for dim, rng in recipe.dims.items():
         key = f"dims.{dim}.max"
-        probe = {**min_dims, dim: rng.max}
+        at = {**min_dims, dim: rng.max}
         if dim == recipe.benchmark.batch_dim or rng.max == rng.min:
             continue  # the batch dim stays at its min
-        if _elements(recipe, probe) > MAX_PROBE:  # too large to probe: the inputs alone must fit
-            problems += _input_memory_problems(loaded, key, dim, rng.max, probe, available)
+        if _elements(recipe, at) > MAX_PROBE:  # too large to probe: the inputs alone must fit
+            problems += _input_memory_problems(loaded, key, dim, rng.max, at, available)
             continue
         peak = _peak_rss()
-        _, at_max, error = _run(model.module, recipe, _synthetic(recipe, probe, model.config))
+        _, at_max, error = _run(model.module, recipe, probe(at))
         grown = max(_peak_rss() - peak, 0)
         if error:
             problems.append(loaded.problem(key, f"the model fails when {dim} = {rng.max} {error}"))
@@ -119,7 +131,7 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool, kinds: dict[str, str] | 
 
 
 def _at_batch_two(
-    loaded: LoadedRecipe, model: Any, min_dims: dict[str, int], outputs: list
+    loaded: LoadedRecipe, model: Any, probe: Probe, min_dims: dict[str, int], outputs: list
 ) -> tuple[list[Problem], list | None]:
     """The model's outputs at a batch of 2 (None where it is not run), and the problems that run found. An output
     of [batch, batch] (a CLIP-style similarity) is one value at a batch of 1, as a score is; an output's kind
@@ -131,7 +143,7 @@ def _at_batch_two(
     if rng is None or rng.min != 1 or rng.max < 2 or largest_validated_batch(recipe) < 2:
         return [], None
     key = f"dims.{batch}.max"
-    _, at_two, error = _run(model.module, recipe, _synthetic(recipe, {**min_dims, batch: 2}, model.config))
+    _, at_two, error = _run(model.module, recipe, probe({**min_dims, batch: 2}))
     if error:
         return [loaded.problem(key, f"the model fails when {batch} = 2 {error}")], None
     if not _same_ranks(at_two, outputs):
@@ -355,11 +367,13 @@ def _synthetic(recipe: Recipe, dims: dict[str, int], config: dict[str, Any]) -> 
     }
 
 
-def _real_feeds(recipe: Recipe, recipe_dir: Path, tokenizer: Any, dims: dict[str, int]) -> dict[str, Any]:
+def _real_feeds(recipe: Recipe, recipe_dir: Path, tokenizer: Any) -> Probe:
+    """Inputs at given dims from the recipe's samples, as the deploy makes them (every sample is a candidate)."""
     from pipeline.inputs.data import Dataset
     from pipeline.inputs.specs import DataSpec
 
-    return Dataset(DataSpec.from_recipe(recipe, recipe_dir), tokenizer).feeds_at(dims, pool="all")
+    dataset = Dataset(DataSpec.from_recipe(recipe, recipe_dir), tokenizer)
+    return lambda dims: dataset.feeds_at(dims, pool="all")
 
 
 def _run(

@@ -233,3 +233,38 @@ def test_a_torchvision_for_another_torch_says_what_to_install() -> None:
     assert (
         "pip install 'torchvision==0." in line and "--index-url https://download.pytorch.org/whl/cpu" in line
     )
+
+
+def test_pre_flight_runs_the_model_on_the_recipes_own_samples(tmp_path: Path) -> None:
+    """The deploy feeds the recipe's samples only (cropped or padded to each shape). Pre-flight ran inputs drawn
+    in each input's range first and refused a layout model (LayoutLM from a config) whose stored boxes were
+    fine: random corners out of order are an index below zero. Random samples still decide for themselves."""
+    rng = np.random.default_rng(0)
+    corner = rng.integers(0, 30, (20, 12, 2))
+    boxes = np.concatenate([corner, corner + rng.integers(0, 30, (20, 12, 2))], -1)
+    np.savez(tmp_path / "boxes.npz", input_ids=rng.integers(0, 100, (20, 12)), boxes=boxes)
+    recipe = tmp_path / "boxes.yaml"
+    recipe.write_text(
+        """
+name: boxes
+model: {source: entrypoint, entrypoint: "tests.models.tiny:box_layout"}
+inputs:
+  - {name: input_ids, dtype: int64, shape: [batch, sequence], low: 0, high: 99}
+  - {name: boxes, dtype: int64, shape: [batch, sequence, 4], low: 0, high: 59}
+dims:
+  batch: {min: 1, opt: 2, max: 4}
+  sequence: {min: 4, opt: 8, max: 12}
+outputs: [hidden]
+data:
+  samples: {source: npz, path: boxes.npz}
+  calibration: 8
+  validation: 8
+variants:
+  build: [onnx-fp32]
+benchmark:
+  batch_sizes: [1, 2]
+"""
+    )
+    preflight.check(load(recipe))  # raises on a problem
+    [line] = _problems(recipe, "data.samples={source: random}")
+    assert "model: the model fails at the min shape (input_ids [1, 4], boxes [1, 4, 4]): IndexError" in line
