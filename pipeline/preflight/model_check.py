@@ -9,21 +9,26 @@ time (pipeline/preflight/model_child.py): this is the user's code, which may han
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from pipeline.core.errors import Problem, RecipeError
 from pipeline.core.user_code import contained
+from pipeline.preflight.memory_check import (
+    MAX_PROBE,
+    available_memory,
+    elements,
+    input_memory_problems,
+    peak_rss,
+    run_memory_problems,
+)
+from pipeline.preflight.probe_inputs import SAMPLES, SYNTHETIC, ProbeInputs
 from pipeline.recipe import EntrypointSource, HuggingFaceSource, Recipe, TorchScriptSource
 from pipeline.recipe.loader import LoadedRecipe
 
 HF_OUTPUTS = ("last_hidden_state", "sentence_embedding")
-# inputs at given dims: the recipe's samples where it has them (what the deploy runs), else synthetic ones
-Probe = Callable[[dict[str, int]], dict[str, np.ndarray]]
-MAX_PROBE = 1 << 24  # input elements of one probe run at a dim's max (16 M: an image batch of 1 at 2k x 2k)
 
 
 def source_key(recipe: Recipe) -> str:
@@ -61,36 +66,54 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool, kinds: dict[str, str] | 
     problems += pattern_problems(loaded, model.module)
     if problems:
         return problems
+    use_samples = data_ok and recipe.data.samples.source != "random"
+    probe = ProbeInputs(recipe, recipe_dir, model.tokenizer, model.config, use_samples)
+    try:
+        return _run_problems(loaded, model, probe, kinds)
+    except _Refused as refused:
+        return refused.problems
+
+
+class _Refused(Exception):
+    """The samples cannot make inputs at a shape pre-flight runs: these problems, and no further run."""
+
+    def __init__(self, problems: list[Problem]):
+        super().__init__("; ".join(p.message for p in problems))
+        self.problems = problems
+
+
+def _fed(loaded: LoadedRecipe, probe: ProbeInputs, dims: dict[str, int]) -> tuple[dict[str, np.ndarray], str]:
+    """The probe's inputs at these dims, or _Refused with where the samples (or the tokenizer) went wrong."""
+    try:
+        return probe.at(dims)
+    except RecipeError as exc:
+        raise _Refused([loaded.problem("inputs", line) for line in exc.lines()]) from exc
+    except Exception as exc:  # noqa: BLE001 - the samples (or the tokenizer) cannot make inputs
+        raise _Refused(
+            [loaded.problem("data.samples", f"cannot make inputs from the samples: {_short(exc)}")]
+        ) from exc
+
+
+def _run_problems(
+    loaded: LoadedRecipe, model: Any, probe: ProbeInputs, kinds: dict[str, str] | None
+) -> list[Problem]:
+    """The runs at the min shape, at a batch of 2 and at each other dim's max, and what they found."""
+    recipe = loaded.recipe
     min_dims = {name: rng.min for name, rng in recipe.dims.items()}
-
-    def synthetic(dims: dict[str, int]) -> dict[str, np.ndarray]:
-        return _synthetic(recipe, dims, model.config)
-
-    probe = synthetic
-    names, outputs, error = _run(model.module, recipe, synthetic(min_dims), hint=True)
-    if data_ok and recipe.data.samples.source != "random":  # the recipe's own samples: token ids beyond
-        # the vocabulary, a tokenizer without an input (random samples are drawn as the synthetic ones)
-        try:
-            probe = _real_feeds(recipe, recipe_dir, model.tokenizer)
-            feeds = probe(min_dims)
-        except RecipeError as exc:
-            return [loaded.problem("inputs", line) for line in exc.lines()]
-        except Exception as exc:  # noqa: BLE001 - the samples (or the tokenizer) cannot make inputs
-            return [loaded.problem("data.samples", f"cannot make inputs from the samples: {_short(exc)}")]
-        real_names, on_samples, real_error = _run(model.module, recipe, feeds)
-        if real_error and not error:
-            return [loaded.problem("data.samples", f"the model fails on the recipe's samples {real_error}")]
-        if not real_error:
-            # the deploy feeds these samples only (cropped or padded to each shape): inputs drawn in the value
-            # ranges may break a structure they keep (a box's corners in order), so they decide nothing
-            names, outputs, error = real_names, on_samples, ""
+    feeds, fed = _fed(loaded, probe, min_dims)
+    names, outputs, error = _run(model.module, recipe, feeds, hint=fed == SYNTHETIC)
+    if error and fed == SAMPLES:  # the model's fault if it fails on synthetic inputs too, else the samples'
+        _, _, synthetic_error = _run(model.module, recipe, probe.synthetic(min_dims), hint=True)
+        if not synthetic_error:
+            return [loaded.problem("data.samples", f"the model fails on the recipe's samples {error}")]
+        error = synthetic_error
     if error:
-        return problems + [loaded.problem("model", f"the model fails at the min shape {error}")]
-    problems += _output_problems(loaded, names, outputs)
+        return [loaded.problem("model", f"the model fails at the min shape {error}")]
+    problems = _output_problems(loaded, names, outputs)
     if problems:
         return problems
     found = output_kinds(recipe.outputs, outputs)
-    never_finite = _never_finite(outputs)
+    never_finite, seen = _never_finite(outputs), {fed}
     two_problems, at_two = _at_batch_two(loaded, model, probe, min_dims, outputs)
     problems += two_problems
     if at_two is not None:
@@ -102,36 +125,31 @@ def model_problems(loaded: LoadedRecipe, data_ok: bool, kinds: dict[str, str] | 
         at = {**min_dims, dim: rng.max}
         if dim == recipe.benchmark.batch_dim or rng.max == rng.min:
             continue  # the batch dim stays at its min
-        if _elements(recipe, at) > MAX_PROBE:  # too large to probe: the inputs alone must fit
-            problems += _input_memory_problems(loaded, key, dim, rng.max, at, available)
+        if elements(recipe, at) > MAX_PROBE:  # too large to probe: the inputs alone must fit
+            problems += input_memory_problems(loaded, key, dim, rng.max, at, available)
             continue
-        peak = _peak_rss()
-        _, at_max, error = _run(model.module, recipe, probe(at))
-        grown = max(_peak_rss() - peak, 0)
+        feeds, fed = _fed(loaded, probe, at)
+        peak = peak_rss()
+        _, at_max, error = _run(model.module, recipe, feeds)
+        grown = max(peak_rss() - peak, 0)
+        on = " on the recipe's samples, padded to that size" if fed == SAMPLES else ""
         if error:
-            problems.append(loaded.problem(key, f"the model fails when {dim} = {rng.max} {error}"))
+            problems.append(loaded.problem(key, f"the model fails when {dim} = {rng.max}{on} {error}"))
         elif not _same_ranks(at_max, outputs):
             problems.append(loaded.problem(key, f"the model's output ranks change when {dim} = {rng.max}"))
         else:
-            problems += _run_memory_problems(loaded, key, dim, rng.max, grown, available)
+            problems += run_memory_problems(loaded, key, dim, rng.max, grown, available)
             never_finite &= _never_finite(at_max)
             merge_kinds(found, output_kinds(recipe.outputs, at_max))
-    for i in sorted(never_finite):  # no artifact could ever be checked against it: found before any export
-        problems.append(
-            loaded.problem(
-                f"outputs[{i}]",
-                f"the model's output '{recipe.outputs[i]}' is NaN/inf everywhere at every shape pre-flight ran "
-                "(synthetic inputs in the recipe's ranges): fix the model, or the inputs' ranges "
-                "(inputs[].low/high)",
-            )
-        )
+            seen.add(fed)
+    problems += _never_finite_problems(loaded, never_finite, seen)
     if kinds is not None:
         kinds.update(found)
     return problems
 
 
 def _at_batch_two(
-    loaded: LoadedRecipe, model: Any, probe: Probe, min_dims: dict[str, int], outputs: list
+    loaded: LoadedRecipe, model: Any, probe: ProbeInputs, min_dims: dict[str, int], outputs: list
 ) -> tuple[list[Problem], list | None]:
     """The model's outputs at a batch of 2 (None where it is not run), and the problems that run found. An output
     of [batch, batch] (a CLIP-style similarity) is one value at a batch of 1, as a score is; an output's kind
@@ -143,7 +161,8 @@ def _at_batch_two(
     if rng is None or rng.min != 1 or rng.max < 2 or largest_validated_batch(recipe) < 2:
         return [], None
     key = f"dims.{batch}.max"
-    _, at_two, error = _run(model.module, recipe, probe({**min_dims, batch: 2}))
+    feeds, _ = _fed(loaded, probe, {**min_dims, batch: 2})
+    _, at_two, error = _run(model.module, recipe, feeds)
     if error:
         return [loaded.problem(key, f"the model fails when {batch} = 2 {error}")], None
     if not _same_ranks(at_two, outputs):
@@ -179,6 +198,22 @@ def merge_kinds(found: dict[str, str], seen: dict[str, str]) -> None:
             found[name] = kind
 
 
+def _never_finite_problems(loaded: LoadedRecipe, never_finite: set[int], seen: set[str]) -> list[Problem]:
+    """Outputs NaN/inf at every shape run: no artifact could ever be checked against them. What to fix depends
+    on what was fed: the samples, or the value ranges synthetic inputs are drawn from."""
+    fix = "the model, or the inputs' ranges (inputs[].low/high)" if SYNTHETIC in seen else "the model"
+    if SAMPLES in seen:
+        fix += ", or the samples"
+    return [
+        loaded.problem(
+            f"outputs[{i}]",
+            f"the model's output '{loaded.recipe.outputs[i]}' is NaN/inf everywhere at every shape pre-flight "
+            f"ran ({' and '.join(sorted(seen))}): fix {fix}",
+        )
+        for i in sorted(never_finite)
+    ]
+
+
 def _never_finite(outputs: list) -> set[int]:
     """The floating outputs of one run without a single finite value. Every run must agree before pre-flight
     refuses one: a run at a shape whose padding mask happens to mask every token may give NaN alone."""
@@ -199,85 +234,6 @@ def output_kinds(names: list[str], outputs: list) -> dict[str, str]:
         tensor = value.detach().cpu()
         kinds[name] = output_kind((tensor.float() if tensor.is_floating_point() else tensor).numpy())
     return kinds
-
-
-def available_memory() -> int | None:
-    """Bytes of memory this machine has available now (MemAvailable), None where it cannot be read."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def _peak_rss() -> int:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kB on Linux
-
-
-def largest_batch(recipe: Recipe) -> int:
-    """The largest batch a deploy runs the model at: the benchmark's, or a validation corner's."""
-    return max([*recipe.benchmark.batch_sizes, *recipe.validation.corner_batches.values(), 1])
-
-
-def _gib(value: float) -> str:
-    return f"{value / 2**30:.1f} GiB"
-
-
-def _run_memory_problems(
-    loaded: LoadedRecipe, key: str, dim: str, size: int, grown: int, available: int | None
-) -> list[Problem]:
-    """The probe at this dim's max ran at the batch dim's min; the deploy runs larger batches, and memory grows
-    about in proportion: refuse a max whose estimate is beyond what this machine has available."""
-    recipe = loaded.recipe
-    batch_rng = recipe.dims.get(recipe.benchmark.batch_dim)
-    probed = batch_rng.min if batch_rng else 1
-    biggest = largest_batch(recipe) if batch_rng else 1
-    estimate = grown * biggest / probed
-    if available is None or estimate <= available:
-        return []
-    return [
-        loaded.problem(
-            key,
-            f"running the model when {dim} = {size} took {_gib(grown)} at batch {probed}; at batch {biggest} "
-            f"(the largest the deploy runs) that is about {_gib(estimate)}, more than this machine's available "
-            f"memory ({_gib(available)})",
-        )
-    ]
-
-
-def _input_memory_problems(
-    loaded: LoadedRecipe, key: str, dim: str, size: int, probe: dict[str, int], available: int | None
-) -> list[Problem]:
-    """A max too large to probe: its inputs alone, at the largest batch, must take at most a quarter of the
-    memory available (the outputs, copies per runtime and activations take the rest)."""
-    from pipeline.inputs.data import NUMPY_DTYPES
-
-    recipe = loaded.recipe
-    batch = (
-        {recipe.benchmark.batch_dim: largest_batch(recipe)}
-        if recipe.benchmark.batch_dim in recipe.dims
-        else {}
-    )
-    shape_dims = {**probe, **batch}
-    size_bytes = sum(
-        int(np.prod(recipe.corner_shape(spec, "min", shape_dims), dtype=np.float64))
-        * np.dtype(NUMPY_DTYPES[spec.dtype]).itemsize
-        for spec in recipe.inputs
-    )
-    if available is None or size_bytes * 4 <= available:
-        return []
-    return [
-        loaded.problem(
-            key,
-            f"the inputs alone take {_gib(size_bytes)} when {dim} = {size} at batch "
-            f"{shape_dims.get(recipe.benchmark.batch_dim, 1)}: more than a quarter of this machine's "
-            f"available memory ({_gib(available)})",
-        )
-    ]
 
 
 def _static_problems(loaded: LoadedRecipe) -> list[Problem]:
@@ -350,30 +306,6 @@ def pattern_problems(loaded: LoadedRecipe, module: Any) -> list[Problem]:
                     )
                 )
     return problems
-
-
-def _elements(recipe: Recipe, dims: dict[str, int]) -> int:
-    return sum(int(np.prod(recipe.corner_shape(spec, "min", dims))) for spec in recipe.inputs)
-
-
-def _synthetic(recipe: Recipe, dims: dict[str, int], config: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Seeded inputs in each input's value range at the given dims (int dims stay as declared)."""
-    from pipeline.inputs.data import random_values, value_range
-
-    rng = np.random.default_rng(0)
-    return {
-        spec.name: random_values(spec, recipe.corner_shape(spec, "min", dims), rng, value_range(spec, config))
-        for spec in recipe.inputs
-    }
-
-
-def _real_feeds(recipe: Recipe, recipe_dir: Path, tokenizer: Any) -> Probe:
-    """Inputs at given dims from the recipe's samples, as the deploy makes them (every sample is a candidate)."""
-    from pipeline.inputs.data import Dataset
-    from pipeline.inputs.specs import DataSpec
-
-    dataset = Dataset(DataSpec.from_recipe(recipe, recipe_dir), tokenizer)
-    return lambda dims: dataset.feeds_at(dims, pool="all")
 
 
 def _run(

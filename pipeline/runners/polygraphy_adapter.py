@@ -118,8 +118,9 @@ def polygraphy_verdict(
 
     ref_iters, act_iters = compared(ref_iters), compared(act_iters)
     combined = RunResults([(ref_name, ref_iters), (act_name, act_iters)])
-    # outputs that are zero where the reference is zero (suppressed scores, labels, masks) give Polygraphy's
-    # relative difference 0/0: numpy warns on the user's console, and the NaN is recorded as None below
+    # integer and boolean outputs (labels, keep masks) that are 0 where the reference is 0 give Polygraphy's
+    # relative difference 0/0 (it offsets float zeros only): numpy warns on the user's console, and the NaN
+    # is recorded as None below
     with G_LOGGER.verbosity(G_LOGGER.CRITICAL), np.errstate(divide="ignore", invalid="ignore"):
         results = Comparator.compare_accuracy(combined, compare_func=CompareFunc.simple(atol=atol, rtol=rtol))
     per_output: dict[str, Any] = {}

@@ -71,8 +71,8 @@ def _dynamo_export(ctx: RunContext, config: OnnxExportConfig, path: Path) -> Non
 
 def _fixed_dynamic_axes(model: onnx.ModelProto, spec: ModelSpec) -> str | None:
     """Where the dynamo exporter fixed an axis the recipe declares dynamic: torch.export specializes a dim the
-    model's Python code depends on (a loop over the length, a size it computes) and the graph then runs at the
-    example's size only. The corner run would fail on it as well, with ONNX Runtime's "invalid dimensions";
+    model depends on (a loop over the length, a size it computes, a weight of that size) and the graph then
+    runs at the example's size only. The corner run would fail on it as well, with ONNX Runtime's "invalid dimensions";
     this says which dim and why, which a user can act on."""
     graph_inputs = {value.name: value.type.tensor_type.shape.dim for value in model.graph.input}
     fixed: dict[tuple[str, int], list[str]] = {}  # (dim, the size it was fixed at) -> "input axis i"
@@ -90,8 +90,9 @@ def _fixed_dynamic_axes(model: onnx.ModelProto, spec: ModelSpec) -> str | None:
         for (name, size), axes in fixed.items()
     )
     return (
-        f"the graph fixes {where}: torch.export specialized it, since the model's Python code depends on that "
-        "size (a loop over it, a branch on it or a size computed from it)"
+        f"the graph fixes {where}: torch.export found the model needs that size (its code loops or branches on "
+        "it, computes a size from it, or a weight's shape ties it); declare the dim fixed, or remove the "
+        "dependency"
     )
 
 
@@ -220,9 +221,9 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
                 why = None
             except Exception as exc:  # noqa: BLE001 - any exporter failure is a reason to fall back
                 why = _reason(exc)
-            # a full disk here is the deploy's, not dynamo's: raised, not a reason to fall back
             if not why:
                 why = _fixed_dynamic_axes(onnx.load(str(target), load_external_data=False), config.model)
+            # a full disk here is the deploy's, not dynamo's: raised, not a reason to fall back
             if not why:
                 why, corners = _corner_run(ctx, config, target)
             if why:

@@ -82,7 +82,7 @@ def _run(ctx: RunContext, config: Int8DynamicConfig, inputs: dict[str, ArtifactR
     if not quantized:  # an "INT8" artifact that is its FP32 graph would be timed and chosen as INT8
         floats = counts.get("MatMul", 0) + counts.get("Gemm", 0)
         found = (
-            f"none of this graph's {floats} MatMul/Gemm nodes has one"
+            f"none of this graph's {floats} MatMul/Gemm node(s) has a float32 weight"
             if floats
             else "this graph has no MatMul or Gemm node"
         )

@@ -290,7 +290,7 @@ def test_a_sequence_beyond_the_models_positions_is_refused_for_an_entrypoint_mod
 def test_dims_whose_inputs_do_not_fit_in_memory_are_refused() -> None:
     """Images of 8192 x 8192 at batch 8 (the benchmark's) are 6 GiB of inputs alone: on a 24 GB machine more
     than a quarter of what it has available. Too large to probe, so the inputs alone are weighed."""
-    from pipeline.preflight.model_check import available_memory
+    from pipeline.preflight.memory_check import available_memory
 
     available = available_memory()
     if available is None or available > 24 * 2**30:  # 4 x 6 GiB would fit

@@ -236,9 +236,9 @@ def test_a_torchvision_for_another_torch_says_what_to_install() -> None:
 
 
 def test_pre_flight_runs_the_model_on_the_recipes_own_samples(tmp_path: Path) -> None:
-    """The deploy feeds the recipe's samples only (cropped or padded to each shape). Pre-flight ran inputs drawn
-    in each input's range first and refused a layout model (LayoutLM from a config) whose stored boxes were
-    fine: random corners out of order are an index below zero. Random samples still decide for themselves."""
+    """The deploy feeds a recipe with samples nothing but those samples (cropped or padded to each shape), so
+    pre-flight judges the model on them: boxes drawn in a value range have corners out of order, an index below
+    zero for a layout model whose stored boxes are fine. A recipe of random samples is judged on random ones."""
     rng = np.random.default_rng(0)
     corner = rng.integers(0, 30, (20, 12, 2))
     boxes = np.concatenate([corner, corner + rng.integers(0, 30, (20, 12, 2))], -1)
@@ -268,3 +268,31 @@ benchmark:
     preflight.check(load(recipe))  # raises on a problem
     [line] = _problems(recipe, "data.samples={source: random}")
     assert "model: the model fails at the min shape (input_ids [1, 4], boxes [1, 4, 4]): IndexError" in line
+
+
+def test_pre_flight_probes_a_dim_the_samples_do_not_follow_on_synthetic_inputs(tmp_path: Path) -> None:
+    """Text is tokenized to the sequence dim only (benchmark.sequence_dim): a length dim under another name is
+    not one the samples can be made at, so its max is probed on synthetic inputs, not at the sentences' own
+    lengths (which would probe neither the position table nor the memory at the max)."""
+    from pipeline.inputs.models import load_model
+    from pipeline.preflight.probe_inputs import SAMPLES, SYNTHETIC, ProbeInputs
+
+    text = (ROOT / "recipes/bert.yaml").read_text().replace("[batch, sequence]", "[batch, length]")
+    text = text.replace("  sequence: {min: 8, opt: 128, max: 256}", "  length: {min: 8, opt: 128, max: 256}")
+    text = text.replace("sequence_lengths: [128]", "sequence_lengths: []")
+    text = text.replace(
+        "  padding: {mask_input: attention_mask, per_token_outputs: [last_hidden_state]}\n", ""
+    )
+    text = text.replace("    - onnx-packed-fp32", "    # -").replace("    - aoti-packed-fp16", "    # -")
+    (tmp_path / "data").symlink_to(ROOT / "recipes/data")
+    recipe_path = tmp_path / "renamed.yaml"
+    recipe_path.write_text(text)
+    recipe = load(recipe_path).recipe
+    model = load_model(ModelSpec.from_recipe(recipe, tmp_path))
+    probe = ProbeInputs(recipe, tmp_path, model.tokenizer, model.config, samples=True)
+    feeds, fed = probe.at({"batch": 2, "length": 256})
+    assert fed == SYNTHETIC and feeds["input_ids"].shape == (2, 256)
+    shipped = load(ROOT / "recipes/bert.yaml").recipe
+    probe = ProbeInputs(shipped, ROOT / "recipes", model.tokenizer, model.config, samples=True)
+    feeds, fed = probe.at({"batch": 2, "sequence": 256})
+    assert fed == SAMPLES and feeds["input_ids"].shape == (2, 256)

@@ -53,7 +53,7 @@ def float64_graph(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (
             "int8_dynamic",
             "onnx-int8-dynamic",
-            "nothing was quantized: .*none of this graph.s 1 MatMul/Gemm nodes has one",
+            "nothing was quantized: .*none of this graph.s 1 MatMul/Gemm node.s. has a float32 weight",
         ),
         ("int8", "onnx-int8", "nothing to quantize|quantized none of the"),
         ("int8_mixed", "onnx-int8-mixed", "nothing was quantized: ONNX Runtime's dynamic quantizer"),
@@ -65,3 +65,22 @@ def test_a_copy_that_changed_no_precision_fails_its_variant(
     ctx = tiny_context(tmp_path, "export.int8.exclude_feed_forward=false")
     with pytest.raises(StageError, match=message):
         ctx.run_named(stage, {"onnx-fp32": record(float64_graph)}, variants=[variant])
+
+
+def test_a_graph_without_matmul_or_gemm_fails_dynamic_int8_saying_so(tmp_path: Path) -> None:
+    """Dynamic INT8 quantizes MatMul and Gemm weights only: a graph of convolutions gets nothing from it, and the
+    reason must say the graph has no such node (not "none of its 0 nodes")."""
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1])],
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, 8])],
+        [helper.make_tensor("w", TensorProto.FLOAT, [4, 2, 3], np.ones(24, dtype=np.float32))],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    path = tmp_path / "conv.onnx"
+    onnx.save(model, path)
+    ctx = tiny_context(tmp_path)
+    with pytest.raises(StageError, match="nothing was quantized: .*this graph has no MatMul or Gemm node"):
+        ctx.run_named("int8_dynamic", {"onnx-fp32": record(path)}, variants=["onnx-int8-dynamic"])

@@ -62,3 +62,40 @@ def test_axes_named_after_a_recipe_dim_fixed_axes_and_outputs_the_runs_lack_are_
     model = _graph({"y": ["sequence", 6], "z": ["Z_dim_0"]})
     name_output_axes(model, runs)
     assert _dims(model) == {"y": ["sequence", 6], "z": ["Z_dim_0"]}
+
+
+def test_a_dynamic_dim_the_graph_fixed_is_named_with_its_inputs_and_range() -> None:
+    """export_onnx._fixed_dynamic_axes: a dim declared dynamic (min < max) that the graph holds as a number is
+    the dynamo export's failure; a dim with min == max, a fixed axis the recipe fixes too, and a recipe input
+    the graph dropped are not."""
+    from types import SimpleNamespace
+
+    from pipeline.recipe.sources import DimRange, InputSpec
+    from pipeline.stages.export_onnx import _fixed_dynamic_axes
+
+    inputs = [
+        helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", 16]),
+        helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", 16]),
+        helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 3, 8]),
+    ]
+    model = helper.make_model(helper.make_graph([], "g", inputs, []))
+    spec = SimpleNamespace(
+        inputs=[
+            InputSpec(name="ids", dtype="int64", shape=["batch", "sequence"]),
+            InputSpec(name="mask", dtype="int64", shape=["batch", "sequence"]),
+            InputSpec(name="image", shape=["batch", 3, "side"]),
+            InputSpec(name="dropped", shape=["batch", "sequence"]),
+        ],
+        dims={
+            "batch": DimRange(min=1, opt=2, max=8),
+            "sequence": DimRange(min=4, opt=16, max=32),
+            "side": DimRange(min=8, opt=8, max=8),
+        },
+    )
+    why = _fixed_dynamic_axes(model, spec)
+    assert why is not None and why.startswith(
+        "the graph fixes 'sequence' (4..32 in the recipe) at 16 on ids axis 1, mask axis 1: "
+    ), why
+    assert "side" not in why and "image" not in why and "dropped" not in why
+    spec.dims["sequence"] = DimRange(min=16, opt=16, max=16)
+    assert _fixed_dynamic_axes(model, spec) is None
