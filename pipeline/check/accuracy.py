@@ -400,6 +400,8 @@ class Check:
         """One line naming output, metric and input set, e.g. 'pooled cosine 0.91 < 0.98 at opt'."""
         if self.metric == FINITE and self.value:
             return f"{self.output} has {self.value} NaN/inf values at {self.inputs}"
+        if self.metric == COMPARABLE and not self.passed:
+            return f"{self.output} not comparable at {self.inputs}: {self.reason}"
         if self.reason is not None and self.reason not in GATED_NOTES:
             return f"{self.output} {self.metric} at {self.inputs}: {self.reason}"
         if self.value is None or self.threshold is None:

@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pipeline.check.accuracy import LOWER_BOUNDS, tolerance_share
+from pipeline.check.accuracy import COMPARABLE, LOWER_BOUNDS, tolerance_share
 from pipeline.check.speed import as_interval, fmt_ms, overlap
 from pipeline.check.timings import Timing, timings
 from pipeline.check.verdicts import CheckRecord, Verdict, records
@@ -124,6 +124,8 @@ def relation(check: CheckRecord) -> str:
 def check_text(check: CheckRecord, with_metric: bool = False) -> str:
     """'0.971200 < 0.98 ✗' for a failing required check, '1.85 > 1 (info)' for an informational one that is
     over its threshold (it never gates, so it never gets a ✗), '0.999871 ≥ 0.9999 ✓' when it holds."""
+    if check.metric == COMPARABLE and not check.passed:  # no number: what made the outputs incomparable
+        return f"not comparable ({check.reason}) ✗" if with_metric and check.reason else "no ✗"
     text = fmt_metric(check.metric, check.value)
     if check.threshold is not None:
         text += f" {relation(check)} {check.threshold:g}"

@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from pipeline.check.accuracy import LOWER_BOUNDS
+from pipeline.check.accuracy import COMPARABLE, LOWER_BOUNDS
 from pipeline.check.speed import THROUGHPUT, fmt_rate
 from pipeline.check.timings import Timing, is_winner_row, timings
 from pipeline.check.verdicts import Verdict, records
@@ -187,6 +187,8 @@ def _accuracy_cell(name: str, entry: Verdict | None) -> str:
     failing = failing_checks(entry)
     if failing:
         check = failing[0]
+        if check.metric == COMPARABLE:  # no number to show: the note says why
+            return f"FAIL {check.output or 'an output'} not comparable"
         broken = "<" if check.metric in LOWER_BOUNDS else ">"
         limit = "—" if check.threshold is None else f"{check.threshold:g}"
         return f"FAIL {check.metric} {fmt_metric(check.metric, check.value)} {broken} {limit}"

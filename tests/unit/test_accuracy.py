@@ -79,7 +79,7 @@ def test_incomparable_output_is_one_failed_required_check() -> None:
     )
     (check,) = acc.checks
     assert check.metric == COMPARABLE and check.blocking
-    assert acc.reason.startswith("y comparable at opt: shape [1, 2] differs from the reference [2, 2]")
+    assert acc.reason.startswith("y not comparable at opt: shape [1, 2] differs from the reference [2, 2]")
 
 
 def test_combine_aggregates_batches() -> None:
@@ -418,3 +418,28 @@ def test_an_output_is_one_value_per_sample_only_where_it_is_at_every_input_set()
     bounds = {c.inputs: c for c in result.checks if c.metric == "max_abs"}
     assert not bounds["min"].informational
     assert bounds["min"].scale == pytest.approx(np.std(many[:, :1])) == bounds["data"].scale
+
+
+def test_an_incomparable_output_reads_as_one_in_every_report_line() -> None:
+    """A data-dependent output (the indices nonzero() keeps) whose count an INT8 graph changed has no number to
+    show: the deploy's table, the sign-off's failing checks and the verdict say "not comparable" and why, not
+    "comparable — > —"."""
+    from pipeline.report.facts import check_text
+    from pipeline.report.summary import _accuracy_cell
+
+    acc = evaluate(
+        ArtifactAccuracy("a", "int8", "onnxruntime-cpu"),
+        {"data": [{"kept": np.zeros((37, 2), np.int64)}]},
+        {"data": [{"kept": np.zeros((36, 2), np.int64)}]},
+        ["kept"],
+        Tolerance(),
+    )
+    record = AccuracyRecord.read("a", artifact_entry([acc]))
+    verdict = record.on("onnxruntime-cpu")
+    (check,) = verdict.checks
+    assert record.reason == "kept not comparable at data: shape [36, 2] differs from the reference [37, 2]"
+    assert check_text(check, with_metric=True) == (
+        "not comparable (shape [36, 2] differs from the reference [37, 2]) ✗"
+    )
+    assert check_text(check) == "no ✗"  # the table's "comparable" column
+    assert _accuracy_cell("a", verdict) == "FAIL kept not comparable"
