@@ -213,6 +213,7 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
     details: dict = {"exporter": cfg.exporter, "opset": cfg.opset}
     details[WEIGHTS] = ctx.model(config.model).weights_digest()  # the weights this process exports
     corners: list[CornerShapes] = []
+    model = None  # the dynamo graph, parsed once: checked for fixed dims, then finished below if it is kept
     with captured(ctx.path("logs/export_onnx.log")):
         if cfg.exporter == "dynamo":
             ctx.report("onnx: exporting with the dynamo exporter")
@@ -222,7 +223,8 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
             except Exception as exc:  # noqa: BLE001 - any exporter failure is a reason to fall back
                 why = _reason(exc)
             if not why:
-                why = _fixed_dynamic_axes(onnx.load(str(target), load_external_data=False), config.model)
+                model = onnx.load(str(target))
+                why = _fixed_dynamic_axes(model, config.model)
             # a full disk here is the deploy's, not dynamo's: raised, not a reason to fall back
             if not why:
                 why, corners = _corner_run(ctx, config, target)
@@ -231,6 +233,7 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
                     raise StageError(f"onnx: the dynamo export failed: {why}")
                 details["exporter"] = "legacy"
                 details["fallback_reason"] = why
+                model = None  # the legacy graph replaces it on disk
                 ctx.report(f"onnx: dynamo export failed ({why[:200]}), falling back to the legacy exporter")
                 try:
                     _legacy_export(ctx, config, target)
@@ -250,7 +253,8 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
             legacy, corners = _corner_run(ctx, config, target)
             if legacy:
                 raise StageError(f"onnx: the legacy export does not run at the recipe's shapes: {legacy}")
-    model = onnx.load(str(target))
+    if model is None:
+        model = onnx.load(str(target))
     name_dynamic_axes(model, config.model.inputs)
     if details["exporter"] == "legacy" and len(corners) == 3:  # dynamo's own names say more (a data-
         # dependent u0, an expression of dims) than sizes seen at three shapes
