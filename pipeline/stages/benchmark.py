@@ -16,6 +16,7 @@ import contextlib
 import functools
 import gc
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -133,17 +134,21 @@ def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, Artifac
     found = candidates(ctx, config, artifacts, work)
     not_run = list(work["not_run"]) + hosts.skipped_gpu_variants(config.gpu_only, work["gpu_host"])
     shapes = shapes_of(ctx, config)
+    phases = _PhaseClock()
     try:
         with frozen_heap():  # the collections after each shape walk only what the candidates made
             here, elsewhere = _share_out(ctx, config, inputs, found, work)
-            results, failed, measured = measure_shapes(ctx, config, here, shapes, policy, work)
+            with phases("measure"):
+                results, failed, measured = measure_shapes(ctx, config, here, shapes, policy, work)
             results, failed = elsewhere.results + results, elsewhere.failed + failed
             if ACCURACY in inputs:
                 accuracy = inputs[ACCURACY].report()
-                results = confirm_winner(ctx, config, results, accuracy, found, shapes, measured, policy)
+                with phases("confirm_winner"):
+                    results = confirm_winner(ctx, config, results, accuracy, found, shapes, measured, policy)
             if config.benchmark.profile:  # the rows without one: a GPU worker profiled its own
                 bare = {(r["artifact"], r["runtime"], r["io"]) for r in results if "profile" not in r}
-                profile_rows(ctx, config, [c for c in found if c.key in bare], shapes, results)
+                with phases("profile"):
+                    profile_rows(ctx, config, [c for c in found if c.key in bare], shapes, results)
     finally:  # the compiled modules kept since validation (pipeline.runners.compiled)
         release_all()
         _free_memory()
@@ -154,6 +159,7 @@ def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, Artifac
             "cuda_graphs": "per row (cuda_graph); captured outside the timed windows",
             "runtimes_timed": {**work["policy"], "not_timed": work["not_timed"]},
             **({"parallel_gpus": elsewhere.describe()} if config.benchmark.parallel_gpus > 1 else {}),
+            "phase_seconds": phases.seconds,
         },
         "results": results,
         "not_run": not_run,  # artifacts this host cannot run at all
@@ -169,6 +175,22 @@ def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, Artifac
         "remeasured": [r["artifact"] for r in results if r.get("remeasured")],
     }
     return StageResult(outputs=[Output(REPORT, "report", "report:speed", value=report)], details=details)
+
+
+class _PhaseClock:
+    """Seconds per phase of the stage, kept in the report: a slow benchmark says whether its time went on
+    the timed windows, on confirming the winner or on the per-row profiles (each loads its rows again)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = round(time.perf_counter() - started, 1)
 
 
 def shapes_of(ctx: RunContext, config: BenchmarkStageConfig) -> list[BenchShape]:
