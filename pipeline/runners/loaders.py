@@ -54,6 +54,9 @@ class ExportedProgramFromPath:
         import torch
         from torch.export.passes import move_to_device_pass
 
+        from pipeline.toolchain.conv_epilogue import register_meta
+
+        register_meta()  # a program with cuDNN's fused convolutions: torch.compile traces them through it
         program = torch.export.load(str(self.path))
         device = self.device
         if device != "cpu":

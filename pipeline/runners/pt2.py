@@ -345,6 +345,12 @@ def pt2_runners(artifact: ArtifactRecord, settings: RunnerSettings) -> list[Runn
             artifact.name,
             f"FP8 GEMMs need compute capability 8.9 or later (Ada, Hopper); {host.gpu_name()} lacks them",
         )
+    if artifact.details.get("conv_epilogues") and not host.has_cuda():
+        return NotRunnable(
+            artifact.name,
+            f"its {artifact.details['conv_epilogues']} convolutions are cuDNN's fused kernels (built for a "
+            "CUDA GPU); no CUDA GPU here",
+        )
     if artifact.kind in ("exported", "exported-packed"):
         return list(exported_runners(artifact, settings))
     found = aoti_runners(artifact, settings)

@@ -51,6 +51,7 @@ class PackedPt2Config(StageConfig):
     device: str  # export.pt2.device: auto | cpu | cuda
     fuse_projections: bool
     gelu_epilogue: bool
+    conv_epilogue: bool
     mask_input: str  # runtime.padding's: the grid settings there are the ONNX packing's, not read here
     per_token_outputs: list[str]
     model: ModelSpec
@@ -65,6 +66,7 @@ class PackedPt2Config(StageConfig):
             device=pt2.device,
             fuse_projections=pt2.fuse_projections,
             gelu_epilogue=export_pt2.gelu_epilogue_for(recipe, EXPORTED.precision),
+            conv_epilogue=export_pt2.conv_epilogue_for(recipe, EXPORTED.precision),
             mask_input=recipe.runtime.padding.mask_input,
             per_token_outputs=list(recipe.runtime.padding.per_token_outputs),
             model=ModelSpec.from_recipe(recipe, recipe_dir),

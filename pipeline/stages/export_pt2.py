@@ -73,6 +73,7 @@ class ExportConfig(StageConfig):
     attention: str  # export.pt2.attention
     fuse_projections: bool
     gelu_epilogue: bool  # asked for and FP16 compute: applied where `device` is a CUDA GPU
+    conv_epilogue: bool  # the same, for convolutions (pipeline/toolchain/conv_epilogue.py)
     device: str  # export.pt2.device: auto | cpu | cuda
     memory_format: str  # export.pt2.memory_format
     model: ModelSpec
@@ -90,6 +91,7 @@ class ExportConfig(StageConfig):
             attention=recipe.export.pt2.attention,
             fuse_projections=recipe.export.pt2.fuse_projections,
             gelu_epilogue=gelu_epilogue_for(recipe, precision),
+            conv_epilogue=conv_epilogue_for(recipe, precision),
             device=recipe.export.pt2.device,
             memory_format=recipe.export.pt2.memory_format,
             model=ModelSpec.from_recipe(recipe, recipe_dir),
@@ -173,6 +175,13 @@ def gelu_epilogue_for(recipe: Recipe, precision: str) -> bool:
     """Whether the program of this precision gets GELU epilogues (pipeline/toolchain/gelu_epilogue.py) where it
     is compiled for a CUDA GPU (`gelu_epilogue_on`): asked for, and FP16 compute."""
     return recipe.export.pt2.gelu_epilogue and precision in FP16_COMPUTE
+
+
+def conv_epilogue_for(recipe: Recipe, precision: str) -> bool:
+    """Whether the program of this precision gets cuDNN's fused convolutions (pipeline/toolchain/
+    conv_epilogue.py) where it is compiled for a CUDA GPU (`gelu_epilogue_on`): asked for, and FP16 compute,
+    the precision they were measured at."""
+    return recipe.export.pt2.conv_epilogue and precision in FP16_COMPUTE
 
 
 def gelu_epilogue_on(asked: bool, device: str) -> bool:
@@ -281,6 +290,9 @@ class FuseChoices(Protocol):
     def gelu_epilogue(self) -> bool: ...
 
     @property
+    def conv_epilogue(self) -> bool: ...
+
+    @property
     def device(self) -> str: ...
 
 
@@ -290,9 +302,10 @@ def fuse_as_asked(
     dynamic: tuple,
     asked: FuseChoices,
 ) -> tuple[torch.export.ExportedProgram, dict[str, Any]]:
-    """fuse_program as the recipe asks, GELU epilogues only where they pay (gelu_epilogue_on)."""
+    """fuse_program as the recipe asks, epilogues only where they pay (gelu_epilogue_on: CUDA's fused calls)."""
     gelu = gelu_epilogue_on(asked.gelu_epilogue, asked.device)
-    return fuse_program(program, example, dynamic, asked.fuse_projections, gelu)
+    conv = gelu_epilogue_on(asked.conv_epilogue, asked.device)
+    return fuse_program(program, example, dynamic, asked.fuse_projections, gelu, conv)
 
 
 def fuse_program(
@@ -301,11 +314,14 @@ def fuse_program(
     dynamic: tuple,
     projections: bool,
     gelu: bool,
+    conv: bool = False,
 ) -> tuple[torch.export.ExportedProgram, dict[str, Any]]:
-    """The program with projections on one input fused and linear + GELU pairs as one GEMM (each where asked),
-    and what the details say of it (`fused_projections`, `gelu_epilogues`, with `fuse_error` where fusing
-    failed and the unfused program, as correct, is kept)."""
-    asked = [key for key, on in (("fused_projections", projections), ("gelu_epilogues", gelu)) if on]
+    """The program with projections on one input fused, linear + GELU pairs as one GEMM and convolutions with
+    their batch norm, residual add and ReLU as one cuDNN call (each where asked), and what the details say of
+    it (`fused_projections`, `gelu_epilogues`, `conv_epilogues`, with `fuse_error` where fusing failed and the
+    unfused program, as correct, is kept)."""
+    choices = (("fused_projections", projections), ("gelu_epilogues", gelu), ("conv_epilogues", conv))
+    asked = [key for key, on in choices if on]
     if not asked:
         return program, {}
     try:
@@ -319,11 +335,16 @@ def _fused(
     program: torch.export.ExportedProgram, example: tuple[torch.Tensor, ...], dynamic: tuple, asked: list[str]
 ) -> tuple[torch.export.ExportedProgram, dict[str, int]]:
     """The program rewritten by the passes asked for, in order (pipeline/toolchain/fuse_projections.py and
-    gelu_epilogue.py), and re-exported, with how much each rewrote."""
+    gelu_epilogue.py, conv_epilogue.py), and re-exported, with how much each rewrote."""
+    from pipeline.toolchain.conv_epilogue import fuse_conv_epilogues
     from pipeline.toolchain.fuse_projections import fuse_linear_groups
     from pipeline.toolchain.gelu_epilogue import fuse_gelu_epilogues
 
-    passes = {"fused_projections": fuse_linear_groups, "gelu_epilogues": fuse_gelu_epilogues}
+    passes = {
+        "fused_projections": fuse_linear_groups,
+        "gelu_epilogues": fuse_gelu_epilogues,
+        "conv_epilogues": fuse_conv_epilogues,
+    }
     module = program.module()
     counts = {key: passes[key](module) for key in asked}
     if not any(counts.values()):

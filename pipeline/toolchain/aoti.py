@@ -40,6 +40,9 @@ def compile_aoti(
     import torch
     from torch.export.passes import move_to_device_pass
 
+    from pipeline.toolchain.conv_epilogue import register_meta
+
+    register_meta()  # Inductor traces cuDNN's fused convolutions (conv_epilogue.py) through it
     program = torch.export.load(str(source))
     if device != "cpu":
         program = move_to_device_pass(program, torch.device(device, 0) if device == "cuda" else device)
