@@ -52,7 +52,9 @@ def _targets(program: torch.export.ExportedProgram) -> list[object]:
     return [n.target for n in program.graph.nodes if n.op == "call_function"]
 
 
-def test_a_channels_last_resnet_becomes_one_cudnn_call_per_convolution_and_relu(cpu_definitions: None) -> None:
+def test_a_channels_last_resnet_becomes_one_cudnn_call_per_convolution_and_relu(
+    cpu_definitions: None,
+) -> None:
     model, example = _resnet(), (_images(2),)
     with torch.no_grad():
         program = torch.export.export(model, example, dynamic_shapes=BATCH, strict=False)
@@ -138,4 +140,6 @@ def test_only_fp16_programs_compiled_for_a_gpu_take_it_and_a_cpu_host_says_why_i
     )
     refused = pt2_runners(artifact, RunnerSettings.from_recipe(recipe))
     assert isinstance(refused, NotRunnable)
-    assert "13 convolutions are cuDNN's fused kernels" in refused.reason and "no CUDA GPU here" in refused.reason
+    assert (
+        "13 convolutions are cuDNN's fused kernels" in refused.reason and "no CUDA GPU here" in refused.reason
+    )
