@@ -215,6 +215,45 @@ def winner_problems(
         extra = named - group
         if extra:
             found.append(f"winner.json within_noise_of names {sorted(extra)}, outside the tie group")
+        why = [line for line in section.splitlines() if line.startswith("Why: ")]
+        found += tie_sentence_problems(" ".join(why) or winner.get("reason", ""), winner, candidates)
+    return found
+
+
+LABEL = re.compile(r"([\w.-]+ \([^()]*\)) ")
+
+
+def tie_sentence_problems(why: str, winner: dict[str, Any], candidates: list[dict[str, Any]]) -> list[str]:
+    """Every candidate the reason calls tied with someone overlaps that someone's interval: 'tied with the
+    winner' lists only rows that overlap the winner, 'within noise of the fastest' only rows that overlap the
+    fastest (`candidates`: best first, as `_candidates` gives them)."""
+    spans = {c["label"]: c["interval"] for c in candidates}
+    fastest = candidates[0]
+    winner_label = _label(winner)
+    subjects = [
+        (r"tied with the winner: ([^;]*)", "the winner", winner_label, winner.get("interval")),
+        (
+            r"within noise of the (?:fastest|best): ([^;]*)",
+            "the fastest",
+            fastest["label"],
+            fastest["interval"],
+        ),
+        (
+            r", but within noise of (.*?) \(95% intervals overlap\)",
+            "the winner",
+            winner_label,
+            winner.get("interval"),
+        ),
+    ]
+    found = []
+    for pattern, said, label, span in subjects:
+        for match in re.finditer(pattern, why):
+            for named in LABEL.findall(match.group(1) + " "):
+                if named in spans and named != label and not _overlap(spans[named], span):
+                    found.append(
+                        f"the reason puts {named} {spans[named]} within noise of {said} {label} {span}: "
+                        "the intervals do not overlap"
+                    )
     return found
 
 

@@ -6,7 +6,7 @@ the benchmark's throughput run: the highest wins). The noise is the 95% interval
 the benchmark computes it from whole windows, so it reflects window-to-window drift; for throughput from the
 throughput run's segments. Among the candidates whose interval overlaps the best's, the simplest wins
 (`simplicity`: fewer transformations of the artifact, then simpler runtimes), and the reason names every
-candidate it is tied with. A winner whose measurement never stabilized is chosen provisionally and says so.
+candidate within noise of the best. A winner whose measurement never stabilized is chosen provisionally and says so.
 The select stage chooses, once; the benchmark only asks which rows contend with an unstable would-be winner
 (`unsettled_contenders`), to measure them again before selection sees them."""
 
@@ -274,20 +274,25 @@ def tie_reason(
     best_word: str = "fastest",
 ) -> str:
     """Why the winner, by rule 9, for every objective: beyond the noise of the runner-up, or the simplest of those
-    within noise of the best (`within`: the rest of that group)."""
+    within noise of the best (`within`: the rest of that group). The group is built around the best, not the
+    winner: a member may overlap the best and not the winner, so the sentence names the group by the best."""
     if not within:
         return f"{lead}: {winner.figure} vs {runner_up.figure} for {runner_up.label}; the 95% intervals do not overlap"
-    tied = ", ".join(f"{r.label} {r.figure}" for r in within)
     if winner == best:
+        tied = ", ".join(f"{r.label} {r.figure}" for r in within)
         return (
             f"{lead} at {winner.figure}, but within noise of {tied} (95% intervals overlap); it is also the "
             "simplest of these, so it is chosen"
         )
-    return (
+    found = (
         f"{best.label} {measured} {best.figure}, within noise of {winner.label} at {winner.figure} (95% intervals "
-        f"overlap); the simplest of the candidates within noise of the {best_word} is chosen (tied with the "
-        f"winner: {tied})"
+        f"overlap); the simplest of the candidates within noise of the {best_word} is chosen"
     )
+    others = [r for r in within if r != best]
+    if not others:
+        return found
+    listed = ", ".join(f"{r.label} {r.figure}" for r in others)
+    return f"{found} (the others within noise of the {best_word}: {listed})"
 
 
 def selection_problems(accuracy: Row, winner: Row | None) -> list[str]:
