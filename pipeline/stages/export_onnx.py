@@ -23,7 +23,7 @@ from pipeline.recipe import InputSpec, OnnxExport, Recipe
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.toolchain import ort_probe
 from pipeline.toolchain.capture import captured
-from pipeline.toolchain.onnx_tools import drop_initializer_value_info
+from pipeline.toolchain.onnx_tools import PROTOBUF_LIMIT, drop_initializer_value_info
 
 _DROPPED_NODE_METADATA = ("pkg.torch.onnx.stack_trace",)
 FILE = parse("onnx-fp32").file
@@ -192,6 +192,27 @@ def name_output_axes(model: onnx.ModelProto, runs: list[CornerShapes]) -> None:
                 dim.dim_value = sizes[0]
 
 
+def _check_self_contained(model: onnx.ModelProto) -> None:
+    """Every ONNX artifact here is one self-contained file (each stage reads, writes, stores and hashes that one
+    file), and protobuf cannot serialize past 2 GB. An exporter writes a larger graph's weights to a file beside
+    it instead, and onnx's checker then fails on the loaded model with a message about its own API; this says
+    which model it is, how large, and what makes it so."""
+    size = model.ByteSize()
+    if size <= PROTOBUF_LIMIT:
+        return
+    weights = sorted(model.graph.initializer, key=lambda t: t.ByteSize(), reverse=True)[:3]
+    largest = ", ".join(f"{t.name} {list(t.dims)} {_gib(t.ByteSize())}" for t in weights)
+    raise StageError(
+        f"onnx: the exported graph ({FILE}) is {_gib(size)} ({size} bytes), which exceeds the 2 GB limit of a "
+        "self-contained ONNX file, the only form the ONNX stages here read and write: leave the ONNX variants "
+        f"out of variants.build, or make the model's weights smaller (the largest: {largest})"
+    )
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.2f} GiB"
+
+
 def _strip_location_metadata(model: onnx.ModelProto) -> None:
     for node in model.graph.node:
         kept = [p for p in node.metadata_props if p.key not in _DROPPED_NODE_METADATA]
@@ -224,6 +245,7 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
                 why = _reason(exc)
             if not why:
                 model = onnx.load(str(target))
+                _check_self_contained(model)  # before the corner run: the legacy graph would be as large
                 why = _fixed_dynamic_axes(model, config.model)
             # a full disk here is the deploy's, not dynamo's: raised, not a reason to fall back
             if not why:
@@ -263,6 +285,7 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
     # value_info restating initializers: ONNX Runtime 1.31's quantizer re-infers a Gemm's per-channel weights
     # against them and fails ("Inferred shape and existing shape differ"); the initializers say it all
     drop_initializer_value_info(model)
+    _check_self_contained(model)
     onnx.checker.check_model(model, full_check=False)
     onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
     onnx.save(model, str(target))
