@@ -54,6 +54,23 @@ def first_line(text: object, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+PYTHON_TRACEBACK = "Traceback (most recent call last):"
+
+
+def reason_line(text: object, limit: int = 300) -> str:
+    """A failure's reason on one line, as the console and the sign-off list it: its lines joined, since the line
+    after a break is often the reason's subject (onnx's checker names the node on the next line: "input
+    'weight_rows' of node:" alone says nothing); a TorchScript wrapper line is replaced by the reason as in
+    `first_line`, and a Python traceback is no part of the reason (after a message, it is left out; alone,
+    its last line is the reason). At most `limit` characters: the record keeps the whole text."""
+    lines = [line.strip() for line in plain(str(text or "")).strip().splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith(WRAPPER_LINES):
+        return first_line(text, limit)
+    cut = next((i for i, line in enumerate(lines) if line.startswith(PYTHON_TRACEBACK)), len(lines))
+    line = " ".join(lines[:cut] or lines[-1:])
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 def one_line(text: str) -> str:
     """Control characters (a newline in a --set value, in a path, in a quoted value) written as escapes, and
     terminal colour codes dropped: a problem is one line on stderr, whatever the user's text held."""

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from pipeline.check.results import Winner
 from pipeline.check.verdicts import records as accuracy_records
-from pipeline.core.errors import first_line
+from pipeline.core.errors import first_line, reason_line
 
 SHAPE_DEPENDENT = "shape_dependent"  # set in a stage's details when a trace disagreed with eager at a corner
 WEIGHTS = "weights"  # an export's details: weights_digest of the model it was exported from
@@ -40,7 +40,7 @@ class VariantFailure:
         return asdict(self)
 
     def describe(self) -> str:
-        return f"{self.artifact} failed at {self.stage}: {first_line(self.error)}"
+        return f"{self.artifact} failed at {self.stage}: {reason_line(self.error)}"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from pipeline.check.accuracy import DIRECTIONLESS, EXACT, SPREAD
 from pipeline.check.speed import figure_text, fmt_qps, fmt_rate
 from pipeline.check.timings import Throughput, is_winner_row
 from pipeline.check.verdicts import AccuracyRecord, Verdict, records
+from pipeline.core.errors import reason_line
 from pipeline.report.blocks import Block, Bullets, Cell, Document, Image, Para, Section, Table, Text
 from pipeline.report.card import decision_card
 from pipeline.report.diff import diff_versions
@@ -111,7 +112,7 @@ def _verdict(header: Dict, accuracy: Dict | None, speed: Dict | None, winner: Di
         blocks.append(Bullets(reasons, tone="bad"))
     if failed:
         rows = [
-            [str(f.get("artifact")), str(f.get("stage")), first_line(f.get("error"), 300)] for f in failed
+            [str(f.get("artifact")), str(f.get("stage")), reason_line(f.get("error"), 300)] for f in failed
         ]
         blocks += [Para("Failed variants:"), Table(["artifact", "stage", "error"], rows, ["bad"] * len(rows))]
     warnings = [str(w) for w in header.get("warnings") or []]

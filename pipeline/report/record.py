@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pipeline.core.errors import reason_line
 from pipeline.report.blocks import Block, Bullets, Code, Para, Section, Table, Text
 from pipeline.report.facts import first_line, flatten, fmt_seconds
 
@@ -57,7 +58,7 @@ def stages_section(stages: Sequence[Dict]) -> Section:
     for s in stages:
         status = str(s.get("status"))
         rows.append(
-            [str(s.get("name")), status, fmt_seconds(s.get("duration_s")), first_line(s.get("error"))]
+            [str(s.get("name")), status, fmt_seconds(s.get("duration_s")), reason_line(s.get("error"), 160)]
         )
         tones.append({"failed": "bad", "skipped": "warn"}.get(status, ""))
     blocks: list[Block] = [Table(["stage", "status", "duration", "error"], rows, tones)]

@@ -10,10 +10,10 @@ from pipeline.check.accuracy import COMPARABLE, LOWER_BOUNDS
 from pipeline.check.speed import THROUGHPUT, fmt_rate
 from pipeline.check.timings import Timing, is_winner_row, timings
 from pipeline.check.verdicts import Verdict, records
+from pipeline.core.errors import reason_line
 from pipeline.core.variants import REFERENCE
 from pipeline.report.facts import (
     failing_checks,
-    first_line,
     fmt_metric,
     fmt_ms,
     group_key,
@@ -70,7 +70,7 @@ def summary_table(
             continue
         shown.add(failure["artifact"])
         cells = [failure["artifact"], "—", precision_of(failure["artifact"]), f"FAILED ({failure['stage']})"]
-        cells += ["—"] * len(columns) + [first_line(failure["error"], 300)]
+        cells += ["—"] * len(columns) + [reason_line(failure["error"], 300)]
         lines.append(
             {"name": failure["artifact"], "order": (math.inf, len(lines)), "cells": cells, "style": "red"}
         )

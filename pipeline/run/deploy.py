@@ -19,7 +19,7 @@ from rich.markup import escape
 
 from pipeline.check.served import served_rates
 from pipeline.check.speed import figure_text, fmt_qps
-from pipeline.core.errors import Interrupted, PipelineError
+from pipeline.core.errors import Interrupted, PipelineError, reason_line
 from pipeline.core.files import sha256_file, storage_failure
 from pipeline.core.stored import read_or_none
 from pipeline.decide.verdict import SignOff
@@ -84,7 +84,7 @@ def _failed_error(verdict: Freshness) -> str | None:
     record = verdict.record
     if not verdict.fresh or record is None or record.status != "failed":
         return None
-    return (record.error or "unknown error").strip().splitlines()[0][:200]
+    return reason_line(record.error or "unknown error", 200)
 
 
 @dataclass

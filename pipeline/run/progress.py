@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.progress import Progress, ProgressColumn, SpinnerColumn, Task, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from pipeline.core.errors import reason_line
 from pipeline.stages.base import Stage
 from pipeline.stages.record import StageRecord
 
@@ -130,7 +131,7 @@ class StageProgress:
         extra = (
             f" from {record.reused_from}" if record.reused_from else f"  ({record.why})" if record.why else ""
         )
-        error = f"  {record.error.splitlines()[0][:160]}" if record.error else ""
+        error = f"  {reason_line(record.error, 160)}" if record.error else ""
         text = (
             f"{step} [{style}]{record.status:>7}[/{style}] {record.name:<24} {record.duration_s:7.1f} s"
             f"  total {clock(time.monotonic() - self.started)}{escape(extra + error)}"
