@@ -110,7 +110,10 @@ class Dataset:
         shapes = {s.name: self._shape(s, dims) for s in self.spec.inputs}
         return {
             s.name: np.stack(
-                [_fit(np.asarray(self.items[i][s.name]), shapes[s.name][1:]) for i in picks]
+                [
+                    _fit(np.asarray(self.items[i][s.name]), shapes[s.name][1:], self.spec.fill.get(s.name, 0))
+                    for i in picks
+                ]
             ).astype(NUMPY_DTYPES[s.dtype])
             for s in self.spec.inputs
         }
@@ -317,9 +320,10 @@ def random_values(
     return arr.astype(NUMPY_DTYPES[spec.dtype])
 
 
-def _fit(arr: np.ndarray, shape: list[int]) -> np.ndarray:
-    """Crop or zero-pad a stored sample to a target shape (non-text data at a pinned corner)."""
-    out = np.zeros(shape, dtype=arr.dtype)
+def _fit(arr: np.ndarray, shape: list[int], fill: int = 0) -> np.ndarray:
+    """Crop or pad a stored sample to a target shape (non-text data at a pinned corner); padding is `fill`
+    (DataSpec.fill: a key-padding mask's padding value, else 0)."""
+    out = np.full(shape, fill, dtype=arr.dtype)
     region = tuple(slice(0, min(a, b)) for a, b in zip(arr.shape, shape, strict=False))
     out[region] = arr[region]
     return out

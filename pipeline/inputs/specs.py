@@ -155,6 +155,9 @@ class DataSpec(Spec):
     sequence_dim: str | None
     model: ModelSpec | None  # text samples: the tokenizer; a huggingface model: its vocabulary
     digest: str
+    # an input's value where a stored sample is padded to a longer corner, where it is not 0: a key-padding
+    # mask (validation.padding_value 1) marks the filler as padding, as zeros would mark it as real tokens
+    fill: dict[str, int] = Field(default_factory=dict, exclude=True)  # in `digest` where not empty
 
     @classmethod
     def from_recipe(cls, recipe: Recipe, recipe_dir: Path) -> DataSpec:
@@ -167,8 +170,10 @@ class DataSpec(Spec):
             "batch_dim": recipe.benchmark.batch_dim,
             "sequence_dim": recipe.benchmark.sequence_dim,
         }
-        digest = data_digest(recipe.data, recipe_dir, model.digest if model else None, **fields)
-        return cls(data=recipe.data, recipe_dir=recipe_dir, model=model, digest=digest, **fields)
+        mask, value = recipe.validation.padding_mask, recipe.validation.padding_value
+        fill = {mask: value} if value and any(s.name == mask for s in recipe.inputs) else {}
+        digest = data_digest(recipe.data, recipe_dir, model.digest if model else None, **fields, fill=fill)
+        return cls(data=recipe.data, recipe_dir=recipe_dir, model=model, digest=digest, fill=fill, **fields)
 
     @property
     def file(self) -> Path | None:
@@ -196,9 +201,12 @@ def data_digest(
     dims: dict[str, DimRange],
     batch_dim: str,
     sequence_dim: str | None,
+    fill: dict[str, int] | None = None,
 ) -> str:
     """Everything the feeds depend on: the sample file's content, the split settings, the inputs (dtype,
-    shape, random range), the dims (padding and truncation) and the model (its tokenizer)."""
+    shape, random range), the dims (padding and truncation), the values padding fills in where they are not 0
+    (absent otherwise, so that the digests of recipes without them stay as they were) and the model (its
+    tokenizer)."""
     settings = {
         "layout": DATA_LAYOUT,
         "data": data.model_dump(exclude={"samples": {"path"}}),
@@ -208,6 +216,8 @@ def data_digest(
         "sequence_dim": sequence_dim,
         "model": model,
     }
+    if fill:
+        settings["fill"] = fill
     h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     path = data_file(data, recipe_dir)
     if path is not None:

@@ -4,8 +4,11 @@ data-dependent branches in, so a trace is only trusted where it was compared).
 The check tells numerics from behaviour. Its tolerance is `check_atol` at unit scale, multiplied by the
 output's scale (max(1, largest |eager value|), as validation scales absolute tolerances) and on a CUDA device by
 CUDA_FACTOR (the frozen trace folds BatchNorm into convolutions and cuDNN may pick other algorithms for it;
-TF32 is off for the check). A trace that disagrees is only said to depend on the input shape with evidence: it
-agrees at one checked shape and not at another, or the tracer warned that it baked in a Python value.
+TF32 is off for the check). It compares what validation compares: a per-token output on real tokens only
+(validation.padding_mask), since eager may compute padded positions another way (nn.TransformerEncoder's
+nested-tensor fast path writes 0 there, its trace does not). A trace that disagrees is only said to depend on the
+input shape with evidence: it agrees at one checked shape and not at another, or the tracer warned that it baked
+in a Python value.
 
 A trace also bakes in the device of every tensor it creates (position ids, masks), so a CPU trace loaded onto a
 GPU fails with "found at least two devices". Where this host has a CUDA GPU, the module is traced a second time
@@ -20,8 +23,10 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import torch
 
+from pipeline.check.accuracy import per_token_mask, real_tokens
 from pipeline.core import host
 from pipeline.core.artifacts import ArtifactRecord
 from pipeline.core.errors import StageError
@@ -44,6 +49,8 @@ CONTROL_FLOW = "TracerWarning"  # the tracer's warning that a Python value (a br
 class TorchScriptConfig(StageConfig):
     torchscript: TorchScriptExport
     max_corner_batch: int  # the check at the max corner runs at the validation's batch there (memory)
+    padding_mask: str | None  # validation.padding_mask: per-token outputs are compared on real tokens only
+    padding_value: int
     model: ModelSpec
     data: DataSpec
 
@@ -52,6 +59,8 @@ class TorchScriptConfig(StageConfig):
         return cls(
             torchscript=recipe.export.torchscript,
             max_corner_batch=recipe.validation.corner_batches.get("max", 1),
+            padding_mask=recipe.validation.padding_mask,
+            padding_value=recipe.validation.padding_value,
             model=ModelSpec.from_recipe(recipe, recipe_dir),
             data=DataSpec.from_recipe(recipe, recipe_dir),
         )
@@ -59,6 +68,21 @@ class TorchScriptConfig(StageConfig):
 
 def _max_diff(a: tuple[torch.Tensor, ...], b: tuple[torch.Tensor, ...]) -> float:
     return max(float((x.float() - y.float()).abs().max()) for x, y in zip(a, b, strict=True))
+
+
+def on_real_tokens(outputs: tuple[torch.Tensor, ...], mask: np.ndarray | None) -> tuple[torch.Tensor, ...]:
+    """The outputs as validation compares them: a per-token output (accuracy.per_token_mask) with its padded
+    positions zeroed; the rest, and every output where the batch has no padding mask, as they are."""
+    if mask is None:
+        return outputs
+    kept = []
+    for output in outputs:
+        keep = per_token_mask(output, mask)  # reads only ndim and shape
+        if keep is not None:
+            where = torch.from_numpy(keep).to(output.device)
+            output = torch.where(where, output, torch.zeros((), dtype=output.dtype, device=output.device))
+        kept.append(output)
+    return tuple(kept)
 
 
 def output_scale(outputs: tuple[torch.Tensor, ...]) -> float:
@@ -72,9 +96,14 @@ def check_tolerance(atol: float, scale: float, device: str) -> float:
 
 
 def disagreement(
-    device: str, checks: dict[str, float], tolerances: dict[str, float], tracer_warnings: list[str]
+    device: str,
+    checks: dict[str, float],
+    tolerances: dict[str, float],
+    tracer_warnings: list[str],
+    masked: str | None = None,
 ) -> StageError:
-    """The trace check's failure, with the shape-dependence claim only where the evidence supports it."""
+    """The trace check's failure, with the shape-dependence claim only where the evidence supports it; `masked`
+    names the padding mask when per-token outputs were compared on real tokens only."""
     bad = {c: d for c, d in checks.items() if not d <= tolerances[c]}
     good = [c for c in checks if c not in bad]
     control_flow = [w for w in tracer_warnings if w.startswith(CONTROL_FLOW)]
@@ -89,8 +118,13 @@ def disagreement(
         )
     else:
         evidence = "at every checked shape, with no tracer warning: a numerical difference, not control flow"
+    where = (
+        f" on real tokens (padded positions of {masked} left out, as validation leaves them out)"
+        if masked
+        else ""
+    )
     return StageError(
-        f"traced module ({device}) disagrees with eager: {figures}; {evidence}",
+        f"traced module ({device}) disagrees with eager{where}: {figures}; {evidence}",
         details={
             SHAPE_DEPENDENT: bool(good or control_flow),
             "check_max_abs": checks,
@@ -136,6 +170,9 @@ def _trace(
     def corner_args(corner: str, batch: int | None = None) -> tuple[torch.Tensor, ...]:
         return on_device(positional(dataset.corner_feeds(corner, batch), config.model))
 
+    def corner_mask(corner: str, batch: int | None = None) -> np.ndarray | None:
+        return real_tokens(dataset.corner_feeds(corner, batch), config.padding_mask, config.padding_value)
+
     example = corner_args("opt", batch=2)
     ctx.report(f"torchscript: tracing at the opt shape ({device})")
     with warnings.catch_warnings(record=True) as caught, torch.inference_mode(False), torch.no_grad():
@@ -148,21 +185,26 @@ def _trace(
                 traced(*corner_args(corner, batch=config.max_corner_batch if corner == "max" else None))
             traced = torch.jit.freeze(traced.eval())
     tracer_warnings = sorted({f"{w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught})
-    checks, tolerances = {}, {}
+    checks, tolerances, masked = {}, {}, False
     with torch.no_grad(), exact_float32(device):
         for corner in cfg.check_corners:
             ctx.report(f"torchscript: checking against eager at {corner} ({device})")
-            args = corner_args(corner, batch=config.max_corner_batch if corner == "max" else None)
-            eager = module(*args)
-            checks[corner] = _max_diff(traced(*args), eager)
+            batch = config.max_corner_batch if corner == "max" else None
+            args, mask = corner_args(corner, batch), corner_mask(corner, batch)
+            masked |= mask is not None
+            eager = on_real_tokens(module(*args), mask)
+            checks[corner] = _max_diff(on_real_tokens(traced(*args), mask), eager)
             tolerances[corner] = check_tolerance(cfg.check_atol, output_scale(eager), device)
     if any(not d <= tolerances[c] for c, d in checks.items()):
-        raise disagreement(device, checks, tolerances, tracer_warnings)
+        raise disagreement(
+            device, checks, tolerances, tracer_warnings, config.padding_mask if masked else None
+        )
     return traced, {
         "check_max_abs": checks,
         "check_tolerance": tolerances,
         "tracer_warnings": tracer_warnings,
         "frozen": cfg.freeze,
+        "check_on": "real tokens" if masked else "every position",
     }
 
 
@@ -186,7 +228,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="export_torchscript",
-            version=2,  # CHANGELOG.md, "Stage versions"
+            version=3,  # CHANGELOG.md, "Stage versions"
             config=TorchScriptConfig.from_recipe(recipe, recipe_dir),
             run=_run,
             environment=lambda: {

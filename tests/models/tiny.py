@@ -177,6 +177,27 @@ def key_padding_encoder(**kwargs: int) -> nn.Module:
     return KeyPaddingEncoder(**kwargs)
 
 
+class PaddingZeroedInPython(nn.Module):
+    """Per-token states zeroed at padded positions only when the batch has padding, decided in Python as
+    nn.TransformerEncoder decides to take its nested-tensor fast path: a trace keeps the branch its example
+    took, so a trace made on a batch without padding computes padded positions that eager writes as 0."""
+
+    def __init__(self, vocab: int = 500, hidden: int = 16):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.mix = nn.Linear(hidden, hidden)
+
+    def forward(self, tokens: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        states = torch.tanh(self.mix(self.embed(tokens)))
+        if not bool(attention_mask.all()):
+            states = states * attention_mask.unsqueeze(-1).to(states.dtype)
+        return states
+
+
+def padding_zeroed_in_python(**kwargs: int) -> nn.Module:
+    return PaddingZeroedInPython(**kwargs)
+
+
 class PairLogits(nn.Module):
     """A CLIP-style similarity: every sample's embedding (the mean over its sequence) against every other's,
     logits [batch, batch], beside a score [batch, 1]. At a batch of 1 both are one value."""
