@@ -17,6 +17,7 @@ import importlib
 import inspect
 import os
 import random
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,6 +114,7 @@ def _load_model(spec: ModelSpec) -> LoadedModel:
             made = factory(**src.kwargs)
         if not isinstance(made, nn.Module):
             raise TypeError(f"'{src.entrypoint}' returned {type(made).__name__}, not a torch.nn.Module")
+        _quiet_transformers()
         return LoadedModel(module=Bound(made, spec, by_name=True).eval(), config=_hf_config(made))
     if isinstance(src, TorchScriptSource):
         scripted = torch.jit.load(str(resolve(src.path, recipe_dir)))
@@ -122,6 +124,14 @@ def _load_model(spec: ModelSpec) -> LoadedModel:
     with _seeded(src.seed):
         made = torchvision.models.get_model(src.name, weights=src.weights)
     return LoadedModel(module=Bound(made, spec, by_name=True).eval())
+
+
+def _quiet_transformers() -> None:
+    """A factory that built a transformers model gets the quiet the hub loader sets: transformers' notes are not
+    ours to print, and torch.jit.trace reads every attribute of the model, so its `loss_function` property
+    warned of an unrecognized `loss_type` over the live display of every deploy of such a model."""
+    if "transformers" in sys.modules:
+        sys.modules["transformers"].logging.set_verbosity_error()
 
 
 @contextlib.contextmanager

@@ -98,6 +98,23 @@ def test_every_process_builds_the_same_weights() -> None:
     assert load_model(_spec(ZOO / "bert.yaml", "model.seed=1")).weights_digest() != here
 
 
+def test_a_factory_built_transformers_model_traces_without_transformers_notes() -> None:
+    """torch.jit.trace reads every attribute of the model: transformers' `loss_function` property then warned of
+    an unrecognized `loss_type` on the console of every deploy of a model a factory built from a config. In a
+    process of its own, since transformers warns once per process."""
+    code = (
+        "from pathlib import Path; import torch; from pipeline.recipe.loader import load;"
+        "from pipeline.inputs.specs import ModelSpec; from pipeline.inputs.models import load_model;"
+        f"p = Path({str(ZOO / 'bert.yaml')!r}); r = load(p).recipe;"
+        "m = load_model(ModelSpec.from_recipe(r, p.parent)).module;"
+        "ids = torch.ones(1, 8, dtype=torch.long);"
+        "torch.jit.trace(m, tuple(ids for _ in r.inputs), check_trace=False); print('traced')"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "traced"
+    assert "loss_type" not in run.stderr, run.stderr
+
+
 def test_seeding_leaves_the_callers_random_state_alone() -> None:
     torch.manual_seed(7)
     np.random.seed(7)
