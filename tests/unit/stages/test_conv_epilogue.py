@@ -81,11 +81,13 @@ class Corners(nn.Module):
         self.shared = nn.Conv2d(4, 4, 3, padding=1)  # read by the ReLU and by the output
         self.scaled = nn.Conv2d(4, 4, 1)  # added with alpha 2
         self.broadcast = nn.Conv2d(4, 4, 1)  # added to a per-channel vector: not a residual of its shape
+        self.depthwise = nn.Conv2d(4, 4, 3, padding=1, groups=4)  # grouped: not measured, left as it is
 
     def forward(self, x: torch.Tensor, channel: torch.Tensor) -> torch.Tensor:
         shared = self.shared(x)
         y = torch.relu(self.taken(x)) + torch.relu(shared) + shared
         y = y + torch.relu(torch.add(self.scaled(x), x, alpha=2))
+        y = y + torch.relu(self.depthwise(x))
         return y + torch.relu(self.broadcast(x) + channel.reshape(1, 4, 1, 1))
 
 
@@ -95,7 +97,7 @@ def test_only_a_convolution_read_by_its_relu_or_residual_alone_is_rewritten(cpu_
     example = (torch.randn(2, 4, 8, 8).contiguous(memory_format=torch.channels_last), torch.randn(4))
     module = torch.export.export(model, example, dynamic_shapes=(BATCH[0], None), strict=False).module()
     assert fuse_conv_epilogues(module) == 1
-    assert [n.target for n in module.graph.nodes].count(torch.ops.aten.conv2d.default) == 3
+    assert [n.target for n in module.graph.nodes].count(torch.ops.aten.conv2d.default) == 4
     with torch.no_grad():
         assert torch.allclose(module(*example), model(*example), atol=1e-5)
 
