@@ -108,15 +108,39 @@ class Dataset:
             seq = dims.get(self.spec.sequence_dim or "")
             return self._tokenize([self.items[i] for i in picks], length=seq)
         shapes = {s.name: self._shape(s, dims) for s in self.spec.inputs}
+        starts = [self._crop_starts(self.items[i], shapes) for i in picks]
         return {
             s.name: np.stack(
                 [
-                    _fit(np.asarray(self.items[i][s.name]), shapes[s.name][1:], self.spec.fill.get(s.name, 0))
-                    for i in picks
+                    _fit(
+                        np.asarray(self.items[i][s.name]),
+                        shapes[s.name][1:],
+                        self.spec.fill.get(s.name, 0),
+                        [start.get(d, 0) if isinstance(d, str) else 0 for d in s.shape[1:]],
+                    )
+                    for i, start in zip(picks, starts, strict=True)
                 ]
             ).astype(NUMPY_DTYPES[s.dtype])
             for s in self.spec.inputs
         }
+
+    def _crop_starts(self, item: dict[str, Any], shapes: dict[str, list[int]]) -> dict[str, int]:
+        """Where a sample's crop starts along each dim it is cropped in: the first window holding the most
+        real tokens of its padding mask (a right-padded sample keeps its start, a left-padded one the start of
+        its text: cropped from its first position, a left-padded sample's short corner held padding only, and
+        every check there compared nothing)."""
+        if self.spec.padding is None:
+            return {}
+        name, value = self.spec.padding
+        spec = next(s for s in self.spec.inputs if s.name == name)
+        mask, target = np.asarray(item[name]), shapes[name][1:]
+        starts = {}
+        for axis, (have, want, dim) in enumerate(zip(mask.shape, target, spec.shape[1:], strict=False)):
+            if have <= want or not isinstance(dim, str) or want < 1:
+                continue
+            real = np.moveaxis(mask != value, axis, 0).reshape(have, -1).sum(axis=1)
+            starts[dim] = int(np.argmax(np.convolve(real, np.ones(want, dtype=np.int64), "valid")))
+        return starts
 
     def corner_dims(self, corner: str) -> dict[str, int]:
         return self.spec.corner_dims(corner)
@@ -320,10 +344,16 @@ def random_values(
     return arr.astype(NUMPY_DTYPES[spec.dtype])
 
 
-def _fit(arr: np.ndarray, shape: list[int], fill: int = 0) -> np.ndarray:
+def _fit(arr: np.ndarray, shape: list[int], fill: int = 0, starts: list[int] | None = None) -> np.ndarray:
     """Crop or pad a stored sample to a target shape (non-text data at a pinned corner); padding is `fill`
-    (DataSpec.fill: a key-padding mask's padding value, else 0)."""
+    (DataSpec.fill: a key-padding mask's padding value, else 0), a crop along an axis begins at its `starts`
+    entry (Dataset._crop_starts; else at 0)."""
     out = np.full(shape, fill, dtype=arr.dtype)
-    region = tuple(slice(0, min(a, b)) for a, b in zip(arr.shape, shape, strict=False))
-    out[region] = arr[region]
+    starts = starts or [0] * len(shape)
+    source = tuple(
+        slice(start, start + min(a, b)) if a > b else slice(0, a)
+        for a, b, start in zip(arr.shape, shape, starts, strict=False)
+    )
+    target = tuple(slice(0, min(a, b)) for a, b in zip(arr.shape, shape, strict=False))
+    out[target] = arr[source]
     return out

@@ -155,9 +155,17 @@ class DataSpec(Spec):
     sequence_dim: str | None
     model: ModelSpec | None  # text samples: the tokenizer; a huggingface model: its vocabulary
     digest: str
-    # an input's value where a stored sample is padded to a longer corner, where it is not 0: a key-padding
-    # mask (validation.padding_value 1) marks the filler as padding, as zeros would mark it as real tokens
-    fill: dict[str, int] = Field(default_factory=dict, exclude=True)  # in `digest` where not empty
+    # the padding mask and its value at padded positions (validation.padding_mask, padding_value), where the
+    # mask is an input and the samples are arrays fitted to each shape: a sample cropped to a shorter corner
+    # keeps the first window of its most real tokens (a left-padded one the start of its text), and one padded
+    # to a longer corner is padded with padding (for a key-padding mask, zeros would mark the filler as real
+    # tokens); in `digest`
+    padding: tuple[str, int] | None = Field(None, exclude=True)
+
+    @property
+    def fill(self) -> dict[str, int]:
+        """Each input's value where a stored sample is padded, where it is not 0."""
+        return {self.padding[0]: self.padding[1]} if self.padding and self.padding[1] else {}
 
     @classmethod
     def from_recipe(cls, recipe: Recipe, recipe_dir: Path) -> DataSpec:
@@ -171,9 +179,14 @@ class DataSpec(Spec):
             "sequence_dim": recipe.benchmark.sequence_dim,
         }
         mask, value = recipe.validation.padding_mask, recipe.validation.padding_value
-        fill = {mask: value} if value and any(s.name == mask for s in recipe.inputs) else {}
-        digest = data_digest(recipe.data, recipe_dir, model.digest if model else None, **fields, fill=fill)
-        return cls(data=recipe.data, recipe_dir=recipe_dir, model=model, digest=digest, fill=fill, **fields)
+        arrays = recipe.data.samples.source != "text"  # text is tokenized to each shape, not fitted
+        padding = (mask, value) if arrays and any(s.name == mask for s in recipe.inputs) else None
+        digest = data_digest(
+            recipe.data, recipe_dir, model.digest if model else None, **fields, padding=padding
+        )
+        return cls(
+            data=recipe.data, recipe_dir=recipe_dir, model=model, digest=digest, padding=padding, **fields
+        )
 
     @property
     def file(self) -> Path | None:
@@ -201,12 +214,12 @@ def data_digest(
     dims: dict[str, DimRange],
     batch_dim: str,
     sequence_dim: str | None,
-    fill: dict[str, int] | None = None,
+    padding: tuple[str, int] | None = None,
 ) -> str:
     """Everything the feeds depend on: the sample file's content, the split settings, the inputs (dtype,
-    shape, random range), the dims (padding and truncation), the values padding fills in where they are not 0
-    (absent otherwise, so that the digests of recipes without them stay as they were) and the model (its
-    tokenizer)."""
+    shape, random range), the dims (padding and truncation), the padding mask arrays are cropped and padded
+    by (absent where there is none, so that the digests of recipes without one stay as they were) and the
+    model (its tokenizer)."""
     settings = {
         "layout": DATA_LAYOUT,
         "data": data.model_dump(exclude={"samples": {"path"}}),
@@ -216,8 +229,8 @@ def data_digest(
         "sequence_dim": sequence_dim,
         "model": model,
     }
-    if fill:
-        settings["fill"] = fill
+    if padding:
+        settings["padding"] = list(padding)
     h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     path = data_file(data, recipe_dir)
     if path is not None:

@@ -198,6 +198,23 @@ def padding_zeroed_in_python(**kwargs: int) -> nn.Module:
     return PaddingZeroedInPython(**kwargs)
 
 
+class LongerScaled(nn.Module):
+    """Per-token states scaled when the sequence is longer than 8, a Python decision on a shape: a trace made at
+    8 tokens computes longer batches another way, on real tokens as on padded ones."""
+
+    def __init__(self, vocab: int = 500, hidden: int = 16):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+
+    def forward(self, tokens: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        states = self.embed(tokens) * attention_mask.unsqueeze(-1).to(torch.float32)
+        return states * 2 if tokens.shape[1] > 8 else states
+
+
+def longer_scaled(**kwargs: int) -> nn.Module:
+    return LongerScaled(**kwargs)
+
+
 class PairLogits(nn.Module):
     """A CLIP-style similarity: every sample's embedding (the mean over its sequence) against every other's,
     logits [batch, batch], beside a score [batch, 1]. At a batch of 1 both are one value."""
