@@ -22,6 +22,7 @@ NUMPY_DTYPES = {
     "float16": np.float16,
     "int64": np.int64,
     "int32": np.int32,
+    "uint8": np.uint8,
     "bool": np.bool_,
 }
 
@@ -309,8 +310,9 @@ DISTINCT_SCAN = 1_000_000  # ... among at most this many values per input
 def value_range(spec: InputSpec, model_config: dict[str, Any] | None = None) -> tuple[float, float]:
     """The low..high random samples of this input are drawn in: the recipe's, else for a transformers model's
     token inputs its vocabulary (input_ids), all ones (attention_mask) or its type vocabulary
-    (token_type_ids), else 0..1 (float inputs; integer inputs only where the recipe check lets them through:
-    pre-flight probes of npz or text data)."""
+    (token_type_ids), else 0..255 for uint8 (an image's bytes: drawn in 0..1 they would be black), else 0..1
+    (float inputs; other integer inputs only where the recipe check lets them through: pre-flight probes of npz
+    or text data)."""
     config = model_config or {}
     low, high = spec.low, spec.high
     if low is None or high is None:
@@ -325,7 +327,7 @@ def value_range(spec: InputSpec, model_config: dict[str, Any] | None = None) -> 
             if spec.dtype in ("int64", "int32")
             else None
         )
-        d_low, d_high = defaults or (0.0, 1.0)
+        d_low, d_high = defaults or ((0, 255) if spec.dtype == "uint8" else (0.0, 1.0))
         low = d_low if low is None else low
         high = d_high if high is None else high
     return float(low), float(high)
@@ -337,7 +339,7 @@ def random_values(
     """Values drawn in `bounds` (default: value_range of the input alone; both ends included for integers),
     in the input's dtype."""
     low, high = bounds or value_range(spec)
-    if NUMPY_DTYPES[spec.dtype] in (np.int64, np.int32, np.bool_):  # a bool's 0 and 1 are False and True
+    if NUMPY_DTYPES[spec.dtype] in (np.int64, np.int32, np.uint8, np.bool_):  # a bool's 0 and 1: False, True
         arr = rng.integers(int(low), int(high), size=shape, endpoint=True)
     else:
         arr = rng.uniform(low, high, size=shape)

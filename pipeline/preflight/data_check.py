@@ -125,7 +125,9 @@ def _array_problem(recipe: Recipe, spec: InputSpec, array: np.ndarray) -> str | 
     target = np.dtype(NUMPY_DTYPES[spec.dtype])
     if array.dtype.kind not in "biuf":
         return f"holds {array.dtype} values; input '{spec.name}' is {spec.dtype}"
-    if not np.can_cast(array.dtype, target, casting="same_kind"):
+    # integers of any width or sign convert where their values fit (checked below: images saved as int64)
+    integers = array.dtype.kind in "biu" and target.kind in "iu"
+    if not (integers or np.can_cast(array.dtype, target, casting="same_kind")):
         return f"holds {array.dtype} values, which do not convert to {spec.dtype} without loss"
     if array.ndim != len(spec.shape):
         return (

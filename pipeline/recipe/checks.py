@@ -117,12 +117,14 @@ def cross_field_problems(recipe: Recipe) -> list[tuple[str, str]]:
 DTYPE_RANGES = {
     "int64": (-(2**63), 2**63 - 1),
     "int32": (-(2**31), 2**31 - 1),
+    "uint8": (0, 255),
     "float16": (-65504.0, 65504.0),
     "float32": (-3.4028234663852886e38, 3.4028234663852886e38),
     "bool": (0, 1),
 }
 
 
+# Integer inputs whose random samples need the recipe's range (a uint8's default is every value it holds).
 INTEGER_DTYPES = ("int64", "int32")
 # Inputs a Hugging Face source fills itself when random samples name no range (pipeline/inputs/data.py value_range).
 HF_DEFAULT_RANGES = ("input_ids", "attention_mask", "token_type_ids", "decoder_input_ids")

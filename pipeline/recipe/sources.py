@@ -95,8 +95,8 @@ class InputSpec(Strict):
     name: Annotated[str, Field(min_length=1)] = Field(
         description="input name (the model's positional argument order)"
     )
-    dtype: Literal["float32", "float16", "int64", "int32", "bool"] = Field(
-        "float32", description="element type"
+    dtype: Literal["float32", "float16", "int64", "int32", "uint8", "bool"] = Field(
+        "float32", description="element type (uint8: an image's bytes, normalized inside the model)"
     )
     shape: list[Dim | Annotated[str, Field(pattern=r"^[A-Za-z_]\w*$")]] = Field(
         description="sizes: an integer for a fixed axis, a name for a dynamic one (its range under dims)"
@@ -104,13 +104,14 @@ class InputSpec(Strict):
     low: Value | None = Field(
         None,
         description="smallest value of random samples (data.samples.source: random); default 0 for float "
-        "inputs; required for integer inputs (token ids, class indices), except a huggingface source's "
-        "input_ids, attention_mask and token_type_ids (its vocabulary, all ones, its type vocabulary); bool "
-        "inputs: 0 is False, 1 is True (default 0..1, half of each)",
+        "and uint8 inputs; required for int64 and int32 inputs (token ids, class indices), except a "
+        "huggingface source's input_ids, attention_mask and token_type_ids (its vocabulary, all ones, its type "
+        "vocabulary); bool inputs: 0 is False, 1 is True (default 0..1, half of each)",
     )
     high: Value | None = Field(
         None,
-        description="largest value of random samples (integers: inclusive); default 1 for float and bool inputs",
+        description="largest value of random samples (integers: inclusive); default 1 for float and bool "
+        "inputs, 255 for uint8 inputs",
     )
 
 
