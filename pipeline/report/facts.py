@@ -25,12 +25,13 @@ Row = Mapping[str, Any]
 
 
 def fmt_metric(metric: str, value: float | None) -> str:
-    """Cosines need their nines; error magnitudes need three significant figures."""
+    """Lower bounds near 1 (cosine, neighbours) need their nines: at three significant figures 0.9995 would read
+    0.999, twice its shortfall. Error magnitudes need three significant figures."""
     if value is None or not isinstance(value, int | float):
         return "—"
     if math.isnan(value):
         return "nan"
-    if metric == "cosine":
+    if metric in LOWER_BOUNDS:
         text = f"{value:.6f}"
         if text != "1.000000" or value == 1:
             return text

@@ -52,6 +52,19 @@ def test_accuracy_table_shows_failing_artifact_and_its_reason(inputs):
     assert "| pass |" in fp16 and "0.061 > 0.05 (info)" in fp16 and "✗" not in fp16
 
 
+def test_accuracy_table_shows_a_neighbours_share_true_to_its_number(inputs):
+    """A hold-out's FP16 kept 0.9995 of its embeddings' neighbours; three significant figures showed 0.999."""
+    from tests.claims import accuracy_table_problems
+
+    neighbours = {"output": "sentence_embedding", "inputs": "data", "metric": "neighbours", "value": 0.9995}
+    neighbours |= {"threshold": None, "passed": True, "informational": True}
+    inputs["accuracy"]["artifacts"]["onnx-fp16"]["checks"].append(neighbours)
+    text = render_markdown(**inputs)
+    fp16 = next(line for line in _section(text, "Accuracy").splitlines() if line.startswith("| onnx-fp16 |"))
+    assert "| 0.999500 (info) |" in fp16
+    assert accuracy_table_problems(text, inputs["accuracy"]) == []
+
+
 def test_speed_table_marks_winner_and_unstable_row(inputs):
     speed = _section(render_markdown(**inputs), "Speed")
     lines = speed.splitlines()
