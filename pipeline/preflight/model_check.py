@@ -341,13 +341,17 @@ def _output_problems(loaded: LoadedRecipe, names: list[str] | None, outputs: lis
 
     declared = list(loaded.recipe.outputs)
     if names and names != declared:  # a dict: outputs are picked by name, so every name must be there
-        return [
-            loaded.problem(
-                f"outputs[{i}]", f"the model has no output '{name}' (it returns {', '.join(names)})"
-            )
-            for i, name in enumerate(declared)
-            if name not in names
-        ]
+        returned = dict(zip(names, outputs, strict=True))
+        problems = []
+        for i, name in enumerate(declared):
+            if name in names:
+                continue
+            message = f"the model has no output '{name}' (it returns {', '.join(names)})"
+            outer = next((n for n in names if name.startswith((f"{n}.", f"{n}["))), None)
+            if outer is not None and _is_nested(returned[outer]):
+                message += f": '{outer}' is {_nested(outer, returned[outer])}"
+            problems.append(loaded.problem(f"outputs[{i}]", message))
+        return problems
     if len(outputs) != len(declared):
         return [
             loaded.problem(
@@ -356,27 +360,52 @@ def _output_problems(loaded: LoadedRecipe, names: list[str] | None, outputs: lis
         ]
     problems = []
     for i, value in enumerate(outputs):
-        if not isinstance(value, torch.Tensor):
+        label = f"'{names[i]}'" if names else str(i)
+        if _is_nested(value):
             problems.append(
                 loaded.problem(
-                    f"outputs[{i}]", f"the model's output {i} is a {type(value).__name__}, not a tensor"
+                    f"outputs[{i}]", f"the model's output {label} is {_nested(declared[i], value)}"
+                )
+            )
+        elif not isinstance(value, torch.Tensor):
+            problems.append(
+                loaded.problem(
+                    f"outputs[{i}]", f"the model's output {label} is a {type(value).__name__}, not a tensor"
                 )
             )
         elif value.numel() == 0 and value.ndim > 0:
             problems.append(
                 loaded.problem(
-                    f"outputs[{i}]", f"the model's output {i} is empty (shape {list(value.shape)})"
+                    f"outputs[{i}]", f"the model's output {label} is empty (shape {list(value.shape)})"
                 )
             )
         elif value.ndim == 0 or value.dtype.is_complex:
             problems.append(
                 loaded.problem(
                     f"outputs[{i}]",
-                    f"the model's output {i} is a {'0-d' if value.ndim == 0 else str(value.dtype)} tensor; "
+                    f"the model's output {label} is a {'0-d' if value.ndim == 0 else str(value.dtype)} tensor; "
                     "outputs must be real tensors with at least one dim",
                 )
             )
     return problems
+
+
+def _is_nested(value: Any) -> bool:
+    return isinstance(value, Mapping | tuple | list)
+
+
+def _nested(name: str, value: Any) -> str:
+    """Why a tuple, list or dict cannot be an output, and the flat outputs that would replace it: exporters and
+    runtimes hand over a flat list of named tensors, so an item inside an output has no name of its own."""
+    if isinstance(value, Mapping):
+        held, flat = f"a dict ({', '.join(map(str, value))})", [f"{name}_{key}" for key in value]
+    else:
+        held, flat = f"a {type(value).__name__} of {len(value)}", [f"{name}{j}" for j in range(len(value))]
+    example = ", ".join(flat[:3]) + (", …" if len(flat) > 3 else "")
+    return (
+        f"{held}, not a tensor: outputs must be tensors, and an item inside one cannot be named; return "
+        f"the items as outputs of their own ({example}), or wrap the model in a module that does"
+    )
 
 
 def _range_hint(recipe: Recipe, feeds: dict[str, np.ndarray], exc: BaseException) -> str:

@@ -67,6 +67,16 @@ def nested_output(**kwargs: int) -> nn.Module:
     return _Nested()
 
 
+class _NestedNamed(_Wrapping):
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict:
+        hidden, pooled = self.inner(input_ids, attention_mask)
+        return {"hidden": hidden, "heads": (pooled, 2 * pooled)}
+
+
+def nested_named_output(**kwargs: int) -> nn.Module:
+    return _NestedNamed()
+
+
 class _OneInput(_Wrapping):
     def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.inner(input_ids, torch.ones_like(input_ids))

@@ -532,8 +532,22 @@ CASES = [
     Case(
         "nested output",
         "model",
-        "outputs[1]: the model's output 1 is a list, not a tensor",
+        "outputs[1]: the model's output 1 is a list of 1, not a tensor: outputs must be tensors",
         overrides=(f"model.entrypoint={BAD}:nested_output",),
+    ),
+    Case(
+        "nested dict output",
+        "model",
+        "outputs[1]: the model's output 'heads' is a tuple of 2, not a tensor: outputs must be tensors, and an "
+        "item inside one cannot be named; return the items as outputs of their own (heads0, heads1)",
+        overrides=(f"model.entrypoint={BAD}:nested_named_output", "outputs=[hidden, heads]"),
+    ),
+    Case(
+        "item of a nested output named",
+        "model",
+        "outputs[1]: the model has no output 'heads.0' (it returns hidden, heads): 'heads' is a tuple of 2, "
+        "not a tensor: outputs must be tensors, and an item inside one cannot be named",
+        overrides=(f"model.entrypoint={BAD}:nested_named_output", "outputs=[hidden, heads.0]"),
     ),
     Case(
         "forward takes fewer inputs",
