@@ -9,7 +9,8 @@ channels-last, ran 9 to 11% faster that way than compiled by torch.compile, both
 before it, then rewrites conv + ReLU and conv + add + ReLU. Model-agnostic: any `aten.conv2d` with a constant
 weight and integer geometry whose output is channels-last. The ops are CUDA-only: the stages apply the pass to
 programs compiled for a GPU. torch gives them no meta kernel, which torch.export and Inductor need to trace
-them: `register_meta` adds one, whose output has the layout cuDNN picks (channels-last when the weight is).
+them: `register_meta` adds one, whose output has the layout cuDNN picks (channels-last when the input or the
+weight is).
 The caller re-exports the result.
 """
 
@@ -107,11 +108,13 @@ def fold_batch_norms(module: fx.GraphModule) -> int:
         if norm.op != "call_function" or norm.target != BATCH_NORM or len(norm.args) < 8 or norm.args[5]:
             continue
         conv = norm.args[0]
-        if not isinstance(conv, fx.Node) or conv.target != CONV or len(conv.users) != 1:
+        if not isinstance(conv, fx.Node) or conv.target != CONV or len(conv.users) != 1 or conv.kwargs:
             continue
-        weight = _constant(module, conv.args[1])
-        bias = _constant(module, conv.args[2]) if len(conv.args) > 2 and conv.args[2] is not None else None
-        gamma, beta, mean, var = (_constant(module, a) if a is not None else None for a in norm.args[1:5])
+        given = [conv.args[2] if len(conv.args) > 2 else None, *norm.args[1:3]]  # bias, gamma, beta
+        weight, mean, var = (_constant(module, a) for a in (conv.args[1], *norm.args[3:5]))
+        bias, gamma, beta = (_constant(module, a) if a is not None else None for a in given)
+        if any(a is not None and c is None for a, c in zip(given, (bias, gamma, beta), strict=True)):
+            continue  # one of them computed in the graph: the fold would drop it
         if weight is None or weight.dim() != 4 or mean is None or var is None:
             continue
         scale = torch.rsqrt(var.float() + float(norm.args[7]))
@@ -120,6 +123,8 @@ def fold_batch_norms(module: fx.GraphModule) -> int:
         shift = (bias.float() if bias is not None else 0) - mean.float()
         new_bias = shift * scale + (beta.float() if beta is not None else 0)
         new_weight = torch.empty_like(weight).copy_(weight.float() * scale.reshape(-1, 1, 1, 1))
+        if not (new_weight.isfinite().all() and new_bias.to(weight.dtype).isfinite().all()):
+            continue  # past the weight dtype's range (a near-zero variance in FP16): left unfolded
         names = [f"_folded_{folded}_{part}" for part in ("weight", "bias")]
         module.register_buffer(names[0], new_weight.detach())
         module.register_buffer(names[1], new_bias.to(weight.dtype).detach())
@@ -144,15 +149,17 @@ def _fusable(module: fx.GraphModule, conv: object, reader: fx.Node) -> bool:
     return suggest_memory_format(out) == torch.channels_last
 
 
-def _channels_last_weight(module: fx.GraphModule, conv: fx.Node) -> None:
-    """The weight in channels-last layout, so that cuDNN writes channels-last whatever its input's layout (the
-    layout the meta kernel promises the compiled graph)."""
-    target = conv.args[1].target
-    weight = operator.attrgetter(target)(module)
-    if suggest_memory_format(weight) != torch.channels_last:
-        owner, _, name = target.rpartition(".")
-        holder = operator.attrgetter(owner)(module) if owner else module
-        setattr(holder, name, weight.contiguous(memory_format=torch.channels_last))
+def _channels_last_weight(module: fx.GraphModule, conv: fx.Node, index: int) -> None:
+    """The convolution's weight in channels-last strides (a copy of its own where it is not), the layout
+    cuDNN's channels-last kernels read; the output's layout follows the input's and the weight's alike in the
+    op and in its meta kernel (_cudnn_layout)."""
+    weight = operator.attrgetter(conv.args[1].target)(module)
+    if suggest_memory_format(weight) == torch.channels_last or weight.shape[1:] == (1, 1, 1):
+        return
+    name = f"_channels_last_{index}_weight"
+    module.register_buffer(name, weight.detach().contiguous(memory_format=torch.channels_last))
+    with module.graph.inserting_before(conv):
+        conv.args = (conv.args[0], module.graph.get_attr(name), *conv.args[2:])
 
 
 def _bias(conv: fx.Node) -> object:
@@ -171,14 +178,18 @@ def fuse_conv_epilogues(module: fx.GraphModule) -> int:
             continue
         source = relu.args[0]
         if _fusable(module, source, relu):
-            conv, call = source, CONV_RELU
-            args: tuple[Any, ...] = (conv.args[0], conv.args[1], _bias(conv), *_geometry(conv))
-        elif (z := _residual(module, source, relu)) is not None:
-            conv, call = z[0], CONV_ADD_RELU
-            args = (conv.args[0], conv.args[1], z[1], 1.0, _bias(conv), *_geometry(conv))
+            conv, z = source, None
+        elif (found := _residual(module, source, relu)) is not None:
+            conv, z = found
         else:
             continue
-        _channels_last_weight(module, conv)
+        if _mutated_between(conv, relu, {source, relu}):
+            continue
+        _channels_last_weight(module, conv, fused)
+        if z is None:
+            call, args = CONV_RELU, (conv.args[0], conv.args[1], _bias(conv), *_geometry(conv))
+        else:
+            call, args = CONV_ADD_RELU, (conv.args[0], conv.args[1], z, 1.0, _bias(conv), *_geometry(conv))
         with graph.inserting_before(relu):
             replacement = graph.call_function(call, args)
         replacement.meta = dict(relu.meta)
@@ -193,6 +204,19 @@ def fuse_conv_epilogues(module: fx.GraphModule) -> int:
         graph.lint()
         module.recompile()
     return fused
+
+
+def _mutated_between(conv: fx.Node, relu: fx.Node, matched: set[fx.Node]) -> bool:
+    """Whether an in-place op other than the matched add and ReLU runs between the convolution and its ReLU:
+    the fused call reads the convolution's input and the residual where the ReLU was, so a tensor written in
+    between would be read changed."""
+    node = conv.next
+    while node is not relu and node.op != "root":
+        schema = getattr(node.target, "_schema", None)
+        if node not in matched and schema is not None and schema.is_mutable:
+            return True
+        node = node.next
+    return False
 
 
 def _drop_unused_constants(module: fx.GraphModule) -> None:
@@ -227,7 +251,7 @@ def _residual(module: fx.GraphModule, add: object, relu: fx.Node) -> tuple[fx.No
     for i, (conv, z) in enumerate([add.args, add.args[::-1]]):
         if in_place and i == 1:
             break
-        if not isinstance(z, fx.Node) or not _fusable(module, conv, add):
+        if not isinstance(z, fx.Node) or z is conv or not _fusable(module, conv, add):
             continue
         out, other = _val(conv), _val(z)
         # compared as text: symbolic sizes alike print alike, and no guard is asked of a spent shape env

@@ -102,6 +102,67 @@ def test_only_a_convolution_read_by_its_relu_or_residual_alone_is_rewritten(cpu_
         assert torch.allclose(module(*example), model(*example), atol=1e-5)
 
 
+class ComputedScale(nn.Module):
+    """A batch norm whose scale is computed in forward: folding only its stored tensors would drop it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.norm = nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        norm = self.norm
+        scaled = nn.functional.batch_norm(
+            self.conv(x),
+            norm.running_mean,
+            norm.running_var,
+            norm.weight * 2,
+            norm.bias,
+            False,
+            0.1,
+            norm.eps,
+        )
+        return torch.relu(scaled)
+
+
+class WrittenBetween(nn.Module):
+    """The convolution's input is written in place before the ReLU: fused at the ReLU, the convolution would
+    read it changed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x * 1
+        y = self.conv(h)
+        h.mul_(2)
+        return torch.relu(y) + h
+
+
+class SelfResidual(nn.Module):
+    """A convolution added to itself: the same node as convolution and residual."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        return torch.relu(y + y)
+
+
+@pytest.mark.parametrize("model", [ComputedScale, WrittenBetween, SelfResidual])
+def test_graphs_the_rewrite_would_change_keep_their_meaning(cpu_definitions: None, model: type) -> None:
+    torch.manual_seed(0)
+    module_in = model().eval().to(memory_format=torch.channels_last)
+    example = (torch.randn(2, 4, 8, 8).contiguous(memory_format=torch.channels_last),)
+    module = torch.export.export(module_in, example, dynamic_shapes=BATCH, strict=False).module()
+    assert fuse_conv_epilogues(module) == 0
+    x = torch.randn(3, 4, 8, 8).contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        assert torch.allclose(module(x), module_in(x), atol=1e-5)
+
+
 def test_a_contiguous_program_keeps_its_convolutions_with_batch_norm_folded() -> None:
     """cuDNN's fused call writes channels-last; an NCHW program would pay a layout change around each one."""
     torch.manual_seed(0)
@@ -145,3 +206,18 @@ def test_only_fp16_programs_compiled_for_a_gpu_take_it_and_a_cpu_host_says_why_i
     assert (
         "13 convolutions are cuDNN's fused kernels" in refused.reason and "no CUDA GPU here" in refused.reason
     )
+
+
+def test_a_contiguous_weight_on_a_channels_last_input_gets_a_channels_last_copy(
+    cpu_definitions: None,
+) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.ReLU()).eval()  # its weight stays contiguous
+    example = (torch.randn(2, 4, 8, 8).contiguous(memory_format=torch.channels_last),)
+    module = torch.export.export(model, example, dynamic_shapes=BATCH, strict=False).module()
+    assert fuse_conv_epilogues(module) == 1
+    call = next(n for n in module.graph.nodes if n.target == CONV_RELU)
+    weight = getattr(module, call.args[1].target)
+    assert weight.is_contiguous(memory_format=torch.channels_last) and not weight.is_contiguous()
+    with torch.no_grad():
+        assert torch.allclose(module(*example), model(*example), atol=1e-5)
