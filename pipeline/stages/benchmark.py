@@ -137,7 +137,8 @@ def run(ctx: RunContext, config: BenchmarkStageConfig, inputs: dict[str, Artifac
     phases = _PhaseClock()
     try:
         with frozen_heap():  # the collections after each shape walk only what the candidates made
-            here, elsewhere = _share_out(ctx, config, inputs, found, work)
+            with phases("gpu_workers"):  # several GPUs: each worker times and profiles its own rows
+                here, elsewhere = _share_out(ctx, config, inputs, found, work)
             with phases("measure"):
                 results, failed, measured = measure_shapes(ctx, config, here, shapes, policy, work)
             results, failed = elsewhere.results + results, elsewhere.failed + failed
@@ -190,7 +191,7 @@ class _PhaseClock:
         try:
             yield
         finally:
-            self.seconds[phase] = round(time.perf_counter() - started, 1)
+            self.seconds[phase] = round(time.perf_counter() - started, 2)
 
 
 def shapes_of(ctx: RunContext, config: BenchmarkStageConfig) -> list[BenchShape]:
