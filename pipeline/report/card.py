@@ -146,6 +146,20 @@ def load_snippet(header: Dict, winner: Dict, names: list[str]) -> str | None:
         )
     if kind == "torchscript":
         return f'import torch\nmodel = torch.jit.load("{file}")\noutputs = model({call})'
+    if kind == "exported" and "cuda" in str(winner.get("runtime")):
+        # traced on the CPU: moved as the runners move it, device arguments baked into the graph included
+        fused = (entry.get("details") or {}).get("conv_epilogues")
+        compile_note = (
+            "# torch.compile of it needs the fused convolutions' meta kernels first:\n"
+            "# from pipeline.toolchain.conv_epilogue import register_meta; register_meta()\n"
+            if fused
+            else ""
+        )
+        return (
+            "import torch\nfrom torch.export.passes import move_to_device_pass\n"
+            f'model = move_to_device_pass(torch.export.load("{file}"), "cuda").module()\n'
+            f"{compile_note}outputs = model({call})  # inputs on the GPU"
+        )
     if kind == "exported":
         return f'import torch\nmodel = torch.export.load("{file}").module()\noutputs = model({call})'
     if kind == "aoti":
