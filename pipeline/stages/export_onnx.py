@@ -192,18 +192,20 @@ def name_output_axes(model: onnx.ModelProto, runs: list[CornerShapes]) -> None:
                 dim.dim_value = sizes[0]
 
 
-def _check_self_contained(model: onnx.ModelProto) -> None:
+def _check_self_contained(model: onnx.ModelProto, weights_only: bool = False) -> None:
     """Every ONNX artifact here is one self-contained file (each stage reads, writes, stores and hashes that one
     file), and protobuf cannot serialize past 2 GB. An exporter writes a larger graph's weights to a file beside
     it instead, and onnx's checker then fails on the loaded model with a message about its own API; this says
     which model it is, how large, and what makes it so."""
-    size = model.ByteSize()
+    # weights_only: the exporter's graph, still holding the metadata the stage strips before saving
+    size = sum(t.ByteSize() for t in model.graph.initializer) if weights_only else model.ByteSize()
     if size <= PROTOBUF_LIMIT:
         return
+    subject, verb = ("the exported graph's weights", "are") if weights_only else ("the exported graph", "is")
     weights = sorted(model.graph.initializer, key=lambda t: t.ByteSize(), reverse=True)[:3]
     largest = ", ".join(f"{t.name} {list(t.dims)} {_gib(t.ByteSize())}" for t in weights)
     raise StageError(
-        f"onnx: the exported graph ({FILE}) is {_gib(size)} ({size} bytes), which exceeds the 2 GB limit of a "
+        f"onnx: {subject} ({FILE}) {verb} {_gib(size)} ({size} bytes), which exceeds the 2 GB limit of a "
         "self-contained ONNX file, the only form the ONNX stages here read and write: leave the ONNX variants "
         f"out of variants.build, or make the model's weights smaller (the largest: {largest})"
     )
@@ -245,7 +247,9 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
                 why = _reason(exc)
             if not why:
                 model = onnx.load(str(target))
-                _check_self_contained(model)  # before the corner run: the legacy graph would be as large
+                _check_self_contained(
+                    model, weights_only=True
+                )  # before the corner run: the legacy graph would be as large
                 why = _fixed_dynamic_axes(model, config.model)
             # a full disk here is the deploy's, not dynamo's: raised, not a reason to fall back
             if not why:

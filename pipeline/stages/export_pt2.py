@@ -173,20 +173,21 @@ def use_sdpa(module: nn.Module) -> bool:
 
 def gelu_epilogue_for(recipe: Recipe, precision: str) -> bool:
     """Whether the program of this precision gets GELU epilogues (pipeline/toolchain/gelu_epilogue.py) where it
-    is compiled for a CUDA GPU (`gelu_epilogue_on`): asked for, and FP16 compute."""
+    is compiled for a CUDA GPU (`cuda_epilogue_on`): asked for, and FP16 compute."""
     return recipe.export.pt2.gelu_epilogue and precision in FP16_COMPUTE
 
 
 def conv_epilogue_for(recipe: Recipe, precision: str) -> bool:
     """Whether the program of this precision gets cuDNN's fused convolutions (pipeline/toolchain/
-    conv_epilogue.py) where it is compiled for a CUDA GPU (`gelu_epilogue_on`): asked for, and FP16 compute,
+    conv_epilogue.py) where it is compiled for a CUDA GPU (`cuda_epilogue_on`): asked for, and FP16 compute,
     the precision they were measured at."""
     return recipe.export.pt2.conv_epilogue and precision in FP16_COMPUTE
 
 
-def gelu_epilogue_on(asked: bool, device: str) -> bool:
-    """Asked for (`gelu_epilogue_for`) and compiled for a CUDA GPU, where the call is cuBLASLt's fused GEMM: on a
-    CPU it is a GEMM and an exact GELU, two calls where Inductor would fuse the pair itself."""
+def cuda_epilogue_on(asked: bool, device: str) -> bool:
+    """Asked for (`gelu_epilogue_for`, `conv_epilogue_for`) and compiled for a CUDA GPU, where the calls are
+    cuBLASLt's and cuDNN's fused kernels: on a CPU a GELU epilogue is a GEMM and an exact GELU, two calls where
+    Inductor would fuse the pair itself, and cuDNN's calls do not exist."""
     return asked and target_device(device) == "cuda"
 
 
@@ -302,9 +303,9 @@ def fuse_as_asked(
     dynamic: tuple,
     asked: FuseChoices,
 ) -> tuple[torch.export.ExportedProgram, dict[str, Any]]:
-    """fuse_program as the recipe asks, epilogues only where they pay (gelu_epilogue_on: CUDA's fused calls)."""
-    gelu = gelu_epilogue_on(asked.gelu_epilogue, asked.device)
-    conv = gelu_epilogue_on(asked.conv_epilogue, asked.device)
+    """fuse_program as the recipe asks, epilogues only where they pay (cuda_epilogue_on: CUDA's fused calls)."""
+    gelu = cuda_epilogue_on(asked.gelu_epilogue, asked.device)
+    conv = cuda_epilogue_on(asked.conv_epilogue, asked.device)
     return fuse_program(program, example, dynamic, asked.fuse_projections, gelu, conv)
 
 

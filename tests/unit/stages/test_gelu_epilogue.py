@@ -10,7 +10,7 @@ import transformers
 from torch import nn
 
 from pipeline.recipe.loader import load
-from pipeline.stages.export_pt2 import fuse_program, gelu_epilogue_for, gelu_epilogue_on
+from pipeline.stages.export_pt2 import cuda_epilogue_on, fuse_program, gelu_epilogue_for
 from pipeline.toolchain.gelu_epilogue import fuse_gelu_epilogues
 
 ADDMM_GELU = torch.ops.aten._addmm_activation.default
@@ -91,8 +91,8 @@ def test_only_fp16_programs_compiled_for_a_gpu_take_it() -> None:
         assert gelu_epilogue_for(recipe, precision) is asked, precision  # fp8's float layers compute in FP16
     off = load(tiny, ["export.pt2.gelu_epilogue=false"]).recipe
     assert not gelu_epilogue_for(off, "fp16")
-    assert gelu_epilogue_on(True, "cuda") and not gelu_epilogue_on(False, "cuda")
+    assert cuda_epilogue_on(True, "cuda") and not cuda_epilogue_on(False, "cuda")
     # on a CPU it would be a GEMM and an exact GELU, two calls where Inductor fuses the pair itself
-    assert not gelu_epilogue_on(True, "cpu")
+    assert not cuda_epilogue_on(True, "cpu")
     if not torch.cuda.is_available():
-        assert not gelu_epilogue_on(True, "auto")
+        assert not cuda_epilogue_on(True, "auto")

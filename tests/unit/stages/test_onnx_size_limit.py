@@ -45,5 +45,5 @@ def test_a_dynamo_graph_over_the_limit_fails_without_falling_back(
     monkeypatch.setattr(export_onnx, "PROTOBUF_LIMIT", 1000)
     with pytest.raises(StageError) as raised:
         tiny_context(tmp_path, "export.onnx.exporter=dynamo").run_named("export_onnx")
-    assert str(raised.value).startswith("onnx: the exported graph (model.onnx) is "), raised.value
+    assert str(raised.value).startswith("onnx: the exported graph's weights (model.onnx) are "), raised.value
     assert "legacy" not in str(raised.value)
