@@ -246,9 +246,13 @@ def tie_sentence_problems(why: str, winner: dict[str, Any], candidates: list[dic
         ),
     ]
     found = []
+    best_of = {c["label"].split(" (")[0]: c["label"] for c in candidates}
     for pattern, said, label, span in subjects:
         for match in re.finditer(pattern, why):
             for named in LABEL.findall(match.group(1) + " "):
+                artifact = named.split(" (")[0]
+                if named not in spans and artifact in best_of:  # selection weighs each artifact's best row
+                    found.append(f"the reason names {named}, not {artifact}'s best row {best_of[artifact]}")
                 if named in spans and named != label and not _overlap(spans[named], span):
                     found.append(
                         f"the reason puts {named} {spans[named]} within noise of {said} {label} {span}: "

@@ -302,3 +302,18 @@ def _claimed_candidates(speed: dict, winner: dict, accuracy: dict) -> list[dict]
     from tests.claims import _candidates
 
     return _candidates(speed, winner, "p50_ms", accuracy)
+
+
+def test_the_claim_checker_catches_a_reason_naming_a_row_that_is_not_its_artifacts_best() -> None:
+    """Selection weighs each artifact's best row: a reason naming another runtime of one of them names a row
+    the checker holds no interval for, which must be a problem, not a pass."""
+    from tests.claims import tie_sentence_problems
+
+    speed = {"results": [_row(a, p50, ci, runtime=rt) for a, rt, p50, ci in AUDIO]}
+    accuracy = {"artifacts": {a: _entry(True, {rt: True}) for a, rt, _, _ in AUDIO}}
+    winner = choose(_recipe(), speed, accuracy)
+    other = winner["reason"].replace("onnx-fp16 (onnxruntime-cpu)", "onnx-fp16 (onnxruntime-cpu-bucketed)")
+    [problem] = tie_sentence_problems(other, winner, _claimed_candidates(speed, winner, accuracy))
+    assert problem == (
+        "the reason names onnx-fp16 (onnxruntime-cpu-bucketed), not onnx-fp16's best row onnx-fp16 (onnxruntime-cpu)"
+    )
