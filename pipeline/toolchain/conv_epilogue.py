@@ -146,6 +146,8 @@ def _fusable(module: fx.GraphModule, conv: object, reader: fx.Node) -> bool:
     weight, out, geometry = _constant(module, conv.args[1]), _val(conv), _geometry(conv)
     if weight is None or weight.dim() != 4 or out is None or geometry is None or geometry[3] != 1:
         return False
+    if weight.shape[1:] == (1, 1, 1):  # no strides say channels-last: cuDNN's layout would follow the input's
+        return False
     return suggest_memory_format(out) == torch.channels_last
 
 
@@ -154,7 +156,7 @@ def _channels_last_weight(module: fx.GraphModule, conv: fx.Node, index: int) -> 
     cuDNN's channels-last kernels read; the output's layout follows the input's and the weight's alike in the
     op and in its meta kernel (_cudnn_layout)."""
     weight = operator.attrgetter(conv.args[1].target)(module)
-    if suggest_memory_format(weight) == torch.channels_last or weight.shape[1:] == (1, 1, 1):
+    if suggest_memory_format(weight) == torch.channels_last:
         return
     name = f"_channels_last_{index}_weight"
     module.register_buffer(name, weight.detach().contiguous(memory_format=torch.channels_last))
@@ -213,7 +215,11 @@ def _mutated_between(conv: fx.Node, relu: fx.Node, matched: set[fx.Node]) -> boo
     node = conv.next
     while node is not relu and node.op != "root":
         schema = getattr(node.target, "_schema", None)
-        if node not in matched and schema is not None and schema.is_mutable:
+        calls = (
+            node.op in ("call_function", "call_method", "call_module") and node.target is not operator.getitem
+        )
+        writes = schema.is_mutable if schema is not None else calls  # no schema: nothing says it does not
+        if node not in matched and writes:
             return True
         node = node.next
     return False
