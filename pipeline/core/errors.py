@@ -42,7 +42,7 @@ WRAPPER_LINES = ("The following operation failed in the TorchScript interpreter.
 def first_line(text: object, limit: int = 300) -> str:
     """An error's reason in one line, as a report lists it: its first line, or for an error whose first line only
     wraps it (TorchScript's interpreter) its last, where the reason is; at most `limit` characters."""
-    lines = [line.strip() for line in plain(str(text or "")).strip().splitlines() if line.strip()]
+    lines = _lines(text)
     if not lines:
         return ""
     line = lines[0]
@@ -51,7 +51,7 @@ def first_line(text: object, limit: int = 300) -> str:
         line = f"{kind}in the TorchScript interpreter: {lines[-1]}"
     elif len(lines) > 1 and re.fullmatch(r"[\w.]+:", line):  # only the exception's type: its message follows
         line = f"{line} {lines[1]}"
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    return _clipped(line, limit)
 
 
 PYTHON_TRACEBACK = "Traceback (most recent call last):"
@@ -63,11 +63,19 @@ def reason_line(text: object, limit: int = 300) -> str:
     'weight_rows' of node:" alone says nothing); a TorchScript wrapper line is replaced by the reason as in
     `first_line`, and a Python traceback is no part of the reason (after a message, it is left out; alone,
     its last line is the reason). At most `limit` characters: the record keeps the whole text."""
-    lines = [line.strip() for line in plain(str(text or "")).strip().splitlines() if line.strip()]
+    lines = _lines(text)
     if len(lines) > 1 and lines[0].endswith(WRAPPER_LINES):
         return first_line(text, limit)
     cut = next((i for i, line in enumerate(lines) if line.startswith(PYTHON_TRACEBACK)), len(lines))
-    line = " ".join(lines[:cut] or lines[-1:])
+    return _clipped(" ".join(lines[:cut] or lines[-1:]), limit)
+
+
+def _lines(text: object) -> list[str]:
+    """An error's non-blank lines, stripped, without colour codes or ONNX Runtime's frames."""
+    return [line.strip() for line in plain(str(text or "")).strip().splitlines() if line.strip()]
+
+
+def _clipped(line: str, limit: int) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
