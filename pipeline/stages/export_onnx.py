@@ -247,9 +247,8 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
                 why = _reason(exc)
             if not why:
                 model = onnx.load(str(target))
-                _check_self_contained(
-                    model, weights_only=True
-                )  # before the corner run: the legacy graph would be as large
+                # before the corner run: the legacy graph would be as large
+                _check_self_contained(model, weights_only=True)
                 why = _fixed_dynamic_axes(model, config.model)
             # a full disk here is the deploy's, not dynamo's: raised, not a reason to fall back
             if not why:

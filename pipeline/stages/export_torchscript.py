@@ -170,9 +170,6 @@ def _trace(
     def corner_args(corner: str, batch: int | None = None) -> tuple[torch.Tensor, ...]:
         return on_device(positional(dataset.corner_feeds(corner, batch), config.model))
 
-    def corner_mask(corner: str, batch: int | None = None) -> np.ndarray | None:
-        return real_tokens(dataset.corner_feeds(corner, batch), config.padding_mask, config.padding_value)
-
     example = corner_args("opt", batch=2)
     ctx.report(f"torchscript: tracing at the opt shape ({device})")
     with warnings.catch_warnings(record=True) as caught, torch.inference_mode(False), torch.no_grad():
@@ -190,7 +187,9 @@ def _trace(
         for corner in cfg.check_corners:
             ctx.report(f"torchscript: checking against eager at {corner} ({device})")
             batch = config.max_corner_batch if corner == "max" else None
-            args, mask = corner_args(corner, batch), corner_mask(corner, batch)
+            feeds = dataset.corner_feeds(corner, batch)  # once: the arguments and their padding mask
+            args = on_device(positional(feeds, config.model))
+            mask = real_tokens(feeds, config.padding_mask, config.padding_value)
             outputs = module(*args)
             # said only where an output is per-token: a pooled one is compared whole
             masked |= mask is not None and any(per_token_mask(o, mask) is not None for o in outputs)
