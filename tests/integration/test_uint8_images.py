@@ -20,39 +20,7 @@ from pipeline.recipe.loader import load
 from tests.claims import problems
 from tests.integration.test_deploy_cli import cli
 
-RECIPE = """
-name: bytes
-model: {source: entrypoint, entrypoint: "tests.models.images:byte_image_cnn", seed: 0}
-inputs:
-  - {name: image, dtype: uint8, shape: [batch, 3, height, width]}
-dims:
-  batch: {min: 1, opt: 2, max: 4}
-  height: {min: 16, opt: 24, max: 32}
-  width: {min: 16, opt: 24, max: 32}
-outputs: [logits]
-data:
-  samples: {source: random, samples: 16}
-  calibration: 8
-  validation: 8
-variants:
-  build: [torchscript-fp32, onnx-fp32, onnx-fp16, onnx-int8]
-  required: [onnx-fp32, onnx-fp16, onnx-int8]
-export:
-  onnx: {exporter: legacy}
-  fp16: {keep_io_types: false}
-validation:
-  corner_batches: {min: 1, opt: 2, max: 1}
-  data_batch: 4
-benchmark:
-  batch_sizes: [1]
-  warmup_s: 0.02
-  min_s: 0.05
-  window_s: 0.02
-  max_s: 0.15
-  profile: false
-selection:
-  objective: {metric: p50_ms, batch: 1}
-"""
+RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "byte_images.yaml"
 GRAPHS = {"onnx-fp32": "model.onnx", "onnx-fp16": "model.fp16.onnx", "onnx-int8": "model.int8.onnx"}
 FLOAT, HALF, UINT8 = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.UINT8
 
@@ -61,11 +29,9 @@ FLOAT, HALF, UINT8 = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.Tens
 def deployed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(the recipe, the signed-off version folder)."""
     folder = tmp_path_factory.mktemp("bytes")
-    recipe = folder / "bytes.yaml"
-    recipe.write_text(RECIPE)
-    result = cli("deploy", str(recipe), root=folder / "out")
+    result = cli("deploy", str(RECIPE), root=folder / "out")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return recipe, folder / "out/bytes/v0001"
+    return RECIPE, folder / "out/bytes/v0001"
 
 
 @pytest.fixture(scope="module")

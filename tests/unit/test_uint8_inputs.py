@@ -15,48 +15,31 @@ from pipeline.inputs.specs import DataSpec
 from pipeline.preflight.data_check import sample_file_problems
 from pipeline.recipe.loader import LoadedRecipe, load
 
-RECIPE = """
-name: bytes
-model: {source: entrypoint, entrypoint: "tests.models.images:byte_image_cnn", seed: 0}
-inputs:
-  - {name: image, dtype: uint8, shape: [batch, 3, height, width]}
-dims:
-  batch: {min: 1, opt: 2, max: 4}
-  height: {min: 16, opt: 24, max: 32}
-  width: {min: 16, opt: 24, max: 32}
-outputs: [logits]
-data:
-  samples: {source: random, samples: 8}
-  calibration: 4
-  validation: 4
-benchmark:
-  batch_sizes: [1, 4]
-"""
+RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "byte_images.yaml"
+SPLITS = ("data.calibration=4", "data.validation=4")  # eight stored images hold both splits
 
 
-def _load(tmp_path: Path, *overrides: str) -> LoadedRecipe:
-    path = tmp_path / "r.yaml"
-    path.write_text(RECIPE)
-    return load(path, list(overrides))
+def _load(*overrides: str) -> LoadedRecipe:
+    return load(RECIPE, [*SPLITS, *overrides])
 
 
-def test_random_bytes_cover_every_value_unless_the_recipe_narrows_them(tmp_path: Path) -> None:
+def test_random_bytes_cover_every_value_unless_the_recipe_narrows_them() -> None:
     """Drawn in a float's default 0..1, every image would be black."""
     rng = np.random.default_rng(0)
-    (spec,) = _load(tmp_path).recipe.inputs
+    (spec,) = _load().recipe.inputs
     assert value_range(spec) == (0.0, 255.0)
     values = random_values(spec, [64, 64], rng)
     assert values.dtype == np.uint8 and values.min() == 0 and values.max() == 255
-    (spec,) = _load(tmp_path, "inputs[0].low=10", "inputs[0].high=20").recipe.inputs
+    (spec,) = _load("inputs[0].low=10", "inputs[0].high=20").recipe.inputs
     values = random_values(spec, [64, 64], rng)
     assert values.min() == 10 and values.max() == 20
-    (spec,) = _load(tmp_path, "inputs[0].low=200").recipe.inputs
+    (spec,) = _load("inputs[0].low=200").recipe.inputs
     assert value_range(spec) == (200.0, 255.0)
 
 
-def test_a_uint8_range_must_lie_within_a_byte(tmp_path: Path) -> None:
+def test_a_uint8_range_must_lie_within_a_byte() -> None:
     with pytest.raises(RecipeError) as info:
-        _load(tmp_path, "inputs[0].low=-1", "inputs[0].high=256")
+        _load("inputs[0].low=-1", "inputs[0].high=256")
     assert info.value.lines() == [
         "--set inputs[0].low=-1: inputs[0].low: must lie within what uint8 holds (0..255, got -1)",
         "--set inputs[0].high=256: inputs[0].high: must lie within what uint8 holds (0..255, got 256)",
@@ -66,7 +49,7 @@ def test_a_uint8_range_must_lie_within_a_byte(tmp_path: Path) -> None:
 def test_stored_bytes_feed_as_bytes_and_values_past_a_byte_are_refused(tmp_path: Path) -> None:
     images = np.random.default_rng(0).integers(0, 256, size=(8, 3, 24, 24), dtype=np.uint8)
     np.savez(tmp_path / "images.npz", image=images)
-    loaded = _load(tmp_path, f"data.samples={{source: npz, path: {tmp_path / 'images.npz'}}}")
+    loaded = _load(f"data.samples={{source: npz, path: {tmp_path / 'images.npz'}}}")
     assert sample_file_problems(loaded, tmp_path / "images.npz") == []
     dataset = Dataset(DataSpec.from_recipe(loaded.recipe, tmp_path))
     for feeds in (*dataset.validation_feeds(batch=2), dataset.corner_feeds("min")):
