@@ -81,13 +81,10 @@ def _constant(module: fx.GraphModule, node: object) -> torch.Tensor | None:
 def _geometry(conv: fx.Node) -> tuple[list[int], list[int], list[int], int] | None:
     """stride, padding, dilation and groups of an aten.conv2d call, with its defaults; None where any is not a
     plain integer (a symbolic size, or padding given as "same")."""
-    args = list(conv.args) + [None] * (7 - len(conv.args))
-    stride, padding, dilation, groups = (
-        conv.kwargs.get(key, args[i] if args[i] is not None else default)
-        for i, (key, default) in enumerate(
-            [("stride", [1, 1]), ("padding", [0, 0]), ("dilation", [1, 1]), ("groups", 1)], start=3
-        )
-    )
+    named = conv.normalized_arguments(conv.graph.owning_module, normalize_to_only_use_kwargs=True)
+    if named is None:
+        return None
+    stride, padding, dilation, groups = (named.kwargs[k] for k in ("stride", "padding", "dilation", "groups"))
     pairs = [list(v) if isinstance(v, list | tuple) else [v] for v in (stride, padding, dilation)]
     pairs = [p * 2 if len(p) == 1 else p for p in pairs]  # the schema's [1] stands for [1, 1]
     if not all(len(p) == 2 and all(type(i) is int for i in p) for p in pairs) or type(groups) is not int:
@@ -188,10 +185,11 @@ def fuse_conv_epilogues(module: fx.GraphModule) -> int:
         if _mutated_between(conv, relu, {source, relu}):
             continue
         _channels_last_weight(module, conv, fused)
+        x, weight, bias, geometry = conv.args[0], conv.args[1], _bias(conv), _geometry(conv)
         if z is None:
-            call, args = CONV_RELU, (conv.args[0], conv.args[1], _bias(conv), *_geometry(conv))
+            call, args = CONV_RELU, (x, weight, bias, *geometry)
         else:
-            call, args = CONV_ADD_RELU, (conv.args[0], conv.args[1], z, 1.0, _bias(conv), *_geometry(conv))
+            call, args = CONV_ADD_RELU, (x, weight, z, 1.0, bias, *geometry)
         with graph.inserting_before(relu):
             replacement = graph.call_function(call, args)
         replacement.meta = dict(relu.meta)
