@@ -272,12 +272,20 @@ def keyword_binding(module: nn.Module, spec: ModelSpec) -> bool:
         return False
     names = {p.name for p in params}
     owner = f"{type(module).__name__}.forward({', '.join(p.name for p in params)})"
+    # Fewer parameters than inputs, none of them named by the recipe: forward most often takes its tensors
+    # grouped (a data loader's batch as a dict or tuple), which renaming the inputs cannot fix.
+    grouped = (
+        "; each input is one tensor for one parameter, so a forward that takes its tensors grouped in a dict, "
+        "list or tuple needs a wrapper module whose forward takes each tensor by name and groups them"
+        if len(params) < len(spec.inputs) and not names & set(spec.input_names)
+        else ""
+    )
     for i, spec_input in enumerate(spec.inputs):
         if spec_input.name not in names:
             raise BindingError(
                 f"inputs[{i}].name",
                 f"'{spec_input.name}' is not a parameter of {owner}: inputs are passed by name, so name "
-                "each input after the parameter it feeds",
+                f"each input after the parameter it feeds{grouped}",
             )
     given = set(spec.input_names)
     for p in params:

@@ -86,6 +86,17 @@ def one_input(**kwargs: int) -> nn.Module:
     return _OneInput()
 
 
+class _GroupedInputs(_Wrapping):
+    """A data loader's batch as one argument: the recipe's two tensors have no parameters of their own."""
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.inner(batch["input_ids"], batch["attention_mask"])
+
+
+def grouped_inputs(**kwargs: int) -> nn.Module:
+    return _GroupedInputs()
+
+
 class _Empty(_Wrapping):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         hidden, pooled = self.inner(input_ids, attention_mask)

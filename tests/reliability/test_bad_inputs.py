@@ -556,6 +556,14 @@ CASES = [
         overrides=(f"model.entrypoint={BAD}:one_input",),
     ),
     Case(
+        "forward takes its inputs grouped",
+        "model",
+        "inputs[0].name: 'input_ids' is not a parameter of _GroupedInputs.forward(batch): inputs are passed by "
+        "name, so name each input after the parameter it feeds; each input is one tensor for one parameter, so a "
+        "forward that takes its tensors grouped in a dict, list or tuple needs a wrapper module",
+        overrides=(f"model.entrypoint={BAD}:grouped_inputs",),
+    ),
+    Case(
         "sequence beyond positions",
         "model",
         "dims.sequence.max: the model fails when sequence = 600",
