@@ -190,9 +190,9 @@ def one_value_per_sample(reference: np.ndarray) -> bool:
 
 
 def per_sample_everywhere(reference: Mapping[str, list[Outputs]], output: str) -> bool:
-    """Whether an output holds one value per sample at every input set. Decided once per output, as pre-flight
-    decides its kind: an output of [batch, items] has one value per sample only where items is 1 (a corner),
-    and its gates must not change with the shape it was run at."""
+    """Whether an output holds one value per sample at every input set: its kind, as pre-flight decides it.
+    An output of [batch, items] has one value per sample only where items is 1 (a corner): it is judged as
+    values, and only its batches of one value per row as scores (_judged_by_direction)."""
     values = [np.asarray(b[output]) for batches in reference.values() for b in batches if output in b]
     return bool(values) and all(one_value_per_sample(v) for v in values)
 
@@ -610,7 +610,7 @@ def evaluate(
             ]
             combined = combine(per_batch)
             if combined.problem is None and not combined.exact:
-                combined = replace(combined, directionless=flat[output])
+                combined = _judged_by_direction(combined, per_batch, flat[output])
             accuracy.checks += checks_for(output, inputs, combined, tolerance, spreads[output])
             if inputs == "data":
                 check = neighbour_check(output, ref_batches, got, tolerance, neighbours_k)
@@ -619,12 +619,30 @@ def evaluate(
     return accuracy
 
 
+def _judged_by_direction(combined: Measure, per_batch: list[Measure], per_sample: bool) -> Measure:
+    """An input set's measure with its cosine taken only from batches whose rows hold more than one value.
+
+    An output that is one value per sample everywhere is gated as such. An output with more values per row
+    elsewhere (CLIP's [images, texts] logits, a ranker's [batch, items] scores) can still hold one value per
+    row in a batch of one: there cosine sees only whether a sign flipped, which a logit near zero does under
+    any rounding, so those batches are bounded as scores are (max_abs at the held-out spread) and the
+    input set's cosine comes from its other batches."""
+    directional = [m for m in per_batch if not m.directionless]
+    if per_sample or not directional:
+        return replace(combined, directionless=True)
+    cosine_ = min(m.values["cosine"] for m in directional)
+    return replace(combined, directionless=False, values={**combined.values, "cosine": cosine_})
+
+
 def held_out_spread(reference: Mapping[str, list[Outputs]], output: str) -> float | None:
-    """output_spread of a one-value-per-sample output over the held-out data's samples (every input set's
-    when there is no held-out data): the basis of its bound at every input set, the corners' batches of one
-    or two samples included. None for other outputs, or when no batch has the output."""
-    if not per_sample_everywhere(reference, output):
-        return None  # only a one-value-per-sample output is bounded by its spread (and it is small)
+    """output_spread of an output over the held-out data's samples (every input set's when there is no
+    held-out data), where some batch holds one value per sample: the basis of its bound in every such batch,
+    the corners' batches of one or two samples included. None for other outputs, or when no batch has the
+    output."""
+    if not any(
+        one_value_per_sample(np.asarray(b[output])) for s in reference.values() for b in s if output in b
+    ):
+        return None  # only a one-value-per-sample batch is bounded by the spread
     sets = [reference["data"]] if reference.get("data") else list(reference.values())
     values = [np.asarray(b[output]) for batches in sets for b in batches if output in b]
     if not values or any(integer_values(v) for v in values):

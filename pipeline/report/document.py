@@ -278,7 +278,8 @@ def _accuracy(accuracy: Dict | None, image: str | None) -> Section:
     if flat:
         blocks.append(
             Para(
-                f"{', '.join(flat)}: one value per sample, which cosine cannot judge (the cosine of two single "
+                f"{', '.join(flat)}: one value per sample (wherever a batch holds one), which cosine "
+                "cannot judge there (the cosine of two single "
                 f"numbers only says whether their signs agree, so it only informs): max_abs gates "
                 f"{'it' if len(flat) == 1 else 'them'} as the tolerance sets it where it gates max_abs (FP32: "
                 "its max_abs × scale)."
@@ -287,7 +288,8 @@ def _accuracy(accuracy: Dict | None, image: str | None) -> Section:
     if spread:
         blocks.append(
             Para(
-                f"{', '.join(spread)}: one value per sample, which cosine cannot judge (the cosine of two single "
+                f"{', '.join(spread)}: one value per sample (wherever a batch holds one), which cosine "
+                "cannot judge there (the cosine of two single "
                 "numbers only says whether their signs agree, so it only informs): max_abs gates "
                 f"{'it' if len(spread) == 1 else 'them'} where the precision's max_abs only informs (FP16, BF16, "
                 "INT8) at the error the precision's cosine allows a vector, "

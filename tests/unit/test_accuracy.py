@@ -398,8 +398,8 @@ def test_one_value_per_sample_bound_follows_the_precisions_cosine_and_the_output
 
 def test_an_output_is_one_value_per_sample_only_where_it_is_at_every_input_set() -> None:
     """A ranker's item scores [batch, items] hold one value per sample at a corner where items is 1: they are
-    still values there, gated by cosine as at every other shape, not by the spread of a score (whose basis
-    would then differ between input sets), as pre-flight's kind says."""
+    values, gated by cosine, wherever a row holds several; at that corner, where cosine would see only signs,
+    max_abs bounds them at the held-out samples' spread, the basis a score has at every input set."""
     rng = np.random.default_rng(0)
     one = rng.standard_normal((2, 1)).astype(np.float32)
     many = rng.standard_normal((4, 5)).astype(np.float32)
@@ -410,14 +410,45 @@ def test_an_output_is_one_value_per_sample_only_where_it_is_at_every_input_set()
         ArtifactAccuracy("onnx-fp16", "fp16", "onnxruntime-cpu"), reference, actual, ["items"], fp16
     )
     at_min = {c.metric: c for c in result.checks if c.inputs == "min"}
-    assert not at_min["cosine"].informational and not at_min["cosine"].passed
-    assert at_min["max_abs"].informational and at_min["max_abs"].scale != pytest.approx(np.std(many))
+    at_data = {c.metric: c for c in result.checks if c.inputs == "data"}
+    assert at_min["cosine"].informational and not at_data["cosine"].informational
+    assert not at_min["max_abs"].informational and not at_min["max_abs"].passed
+    assert at_min["max_abs"].scale == pytest.approx(np.std(many))  # the held-out spread, not the corner's own
+    assert not result.passed
     # a score at every input set keeps its spread-based bound, the held-out samples' spread
     scores = {"min": [{"s": one}], "data": [{"s": many[:, :1]}]}
     result = evaluate(ArtifactAccuracy("onnx-fp16", "fp16", "onnxruntime-cpu"), scores, scores, ["s"], fp16)
     bounds = {c.inputs: c for c in result.checks if c.metric == "max_abs"}
     assert not bounds["min"].informational
     assert bounds["min"].scale == pytest.approx(np.std(many[:, :1])) == bounds["data"].scale
+
+
+def test_a_logit_near_zero_whose_sign_flips_in_a_batch_of_one_is_within_int8s_bound() -> None:
+    """CLIP's logits_per_image is [images, texts]: at a batch of one, one logit. A random-weight CLIP's
+    dynamic INT8 graph kept every held-out logit at cosine 0.9993, and turned that corner's logit of 0.027
+    into -0.054: cosine -1, and the variant failed. The corner is now bounded by the held-out spread, where a
+    shift of 0.08 is well inside INT8's bound; a logit moved by a whole spread still fails."""
+    rng = np.random.default_rng(1)
+    held_out = (2.0 * rng.standard_normal((4, 4))).astype(np.float32)
+    near_zero = np.array([[0.027]], np.float32)
+    int8 = Tolerance(max_abs=1.0, cosine=0.98, informational=["max_abs"])
+
+    def judged(corner: float) -> ArtifactAccuracy:
+        reference = {"min": [{"logits": near_zero}], "data": [{"logits": held_out}]}
+        actual = {
+            "min": [{"logits": np.array([[corner]], np.float32)}],
+            "data": [{"logits": held_out + 0.01}],
+        }
+        return evaluate(
+            ArtifactAccuracy("int8", "int8", "onnxruntime-cpu"), reference, actual, ["logits"], int8
+        )
+
+    flipped = judged(-0.054)
+    assert flipped.passed, flipped.reason
+    (bound,) = [c for c in flipped.checks if c.inputs == "min" and c.metric == "max_abs"]
+    assert not bound.informational and bound.threshold == pytest.approx(0.203 * np.std(held_out), rel=1e-2)
+    moved = judged(0.027 + float(np.std(held_out)))
+    assert not moved.passed and "logits max_abs" in moved.reason and "at min" in moved.reason
 
 
 def test_an_incomparable_output_reads_as_one_in_every_report_line() -> None:
