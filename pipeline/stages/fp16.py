@@ -18,7 +18,7 @@ from pipeline.core.errors import StageError
 from pipeline.core.variants import Variant, parse
 from pipeline.recipe import Fp16Export, Recipe
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
-from pipeline.toolchain import onnx_tools, ort_probe
+from pipeline.toolchain import float16_mend, onnx_tools, ort_probe
 
 FILE = parse("onnx-fp16").file
 
@@ -53,6 +53,7 @@ def convert(model: onnx.ModelProto, cfg: Fp16Export) -> onnx.ModelProto:
         node_block_list=[node.name for node in kept],
         disable_shape_infer=False,
     )
+    float16_mend.mend(converted.graph)
     onnx_tools.topological_sort(converted.graph)
     onnx.checker.check_model(converted)
     onnx.shape_inference.infer_shapes(converted, check_type=True, strict_mode=True)

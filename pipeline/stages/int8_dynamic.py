@@ -73,6 +73,9 @@ def _run(ctx: RunContext, config: Int8DynamicConfig, inputs: dict[str, ArtifactR
         except Exception as exc:  # noqa: BLE001 - this variant's failure, with the quantizer's message
             raise StageError(f"int8_dynamic: quantization failed: {type(exc).__name__}: {exc}") from exc
         model = onnx_tools.load(Path(tmp) / FILE)
+        # the quantizer orders nodes by their own inputs only: a Loop or If body's captured names can end up
+        # produced after the node that holds the body (an EmbeddingBag's weight rows)
+        onnx_tools.topological_sort(model.graph)
         try:
             check_graph(model)
         except GraphRejected as exc:

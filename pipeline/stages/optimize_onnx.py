@@ -33,7 +33,7 @@ from pipeline.decide.verdict import STAGE_WARNINGS
 from pipeline.inputs.specs import DataSpec, ModelSpec
 from pipeline.recipe import Fp16Export, OptimizeExport, Recipe
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
-from pipeline.toolchain import onnx_tools, ort_probe
+from pipeline.toolchain import float16_mend, onnx_tools, ort_probe
 from pipeline.toolchain.capture import captured
 
 CHECK_BATCH = 2  # the sample batch each fused graph is run on beside the FP32 graph
@@ -230,6 +230,7 @@ def _finish(model: onnx.ModelProto, fp16: Fp16Export | None) -> onnx.ModelProto:
             keep_io_types=fp16.keep_io_types, op_block_list=onnx_tools.fp16_block_list(fp16.block_ops)
         )
         model = wrapped.model
+        float16_mend.mend(model.graph)
     onnx_tools.ensure_opset_imports(model)
     onnx_tools.topological_sort(model.graph)
     return model

@@ -410,6 +410,45 @@ def topological_sort(graph: onnx.GraphProto) -> None:
     graph.node.extend(nodes)
 
 
+def rehome_subgraph_nodes(graph: onnx.GraphProto) -> int:
+    """Move main-graph nodes that read a name only a Loop/If/Scan body defines into that body, then sort every
+    body; returns how many moved. ONNX Runtime's float16 converter appends the Casts around a blocked node to
+    the main graph even where the node lives in a body (an EmbeddingBag's Loop), which no checker or runtime
+    accepts: there the Cast can only sit beside the node it feeds."""
+    defined = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
+    defined |= {o for n in graph.node for o in n.output}
+    moved = 0
+    for node in list(graph.node):
+        missing = [i for i in node.input if i not in defined]
+        home = _defining_body(graph, missing[0]) if missing else None
+        if home is not None:
+            graph.node.remove(node)
+            home.node.append(node)
+            moved += 1
+    if moved:  # innermost first: sorting a body rebuilds its nodes, and with them the bodies inside
+        for body in reversed(subgraphs(graph)):
+            topological_sort(body)
+    return moved
+
+
+def subgraphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    """Every subgraph (Loop, If and Scan bodies) of `graph`'s nodes, at any depth, outermost first."""
+    found = []
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                found += [sub, *subgraphs(sub)]
+    return found
+
+
+def _defining_body(graph: onnx.GraphProto, name: str) -> onnx.GraphProto | None:
+    """The subgraph (at any depth) whose own nodes or inputs define `name`."""
+    for body in subgraphs(graph):
+        if name in {i.name for i in body.input} | {o for n in body.node for o in n.output}:
+            return body
+    return None
+
+
 def _node_inputs(node: onnx.NodeProto) -> set[str]:
     """Inputs of a node including names its subgraphs (If/Loop bodies) capture from the outer scope."""
     names = set(node.input)
