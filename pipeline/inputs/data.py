@@ -113,17 +113,37 @@ class Dataset:
         return {
             s.name: np.stack(
                 [
-                    _fit(
-                        np.asarray(self.items[i][s.name]),
-                        shapes[s.name][1:],
-                        self.spec.fill.get(s.name, 0),
-                        [start.get(d, 0) if isinstance(d, str) else 0 for d in s.shape[1:]],
+                    self._extended(
+                        s,
+                        i,
+                        _fit(
+                            np.asarray(self.items[i][s.name]),
+                            shapes[s.name][1:],
+                            self.spec.fill.get(s.name, 0),
+                            [start.get(d, 0) if isinstance(d, str) else 0 for d in s.shape[1:]],
+                        ),
+                        np.shape(self.items[i][s.name]),
                     )
                     for i, start in zip(picks, starts, strict=True)
                 ]
             ).astype(NUMPY_DTYPES[s.dtype])
             for s in self.spec.inputs
         }
+
+    def _extended(self, spec: InputSpec, i: int, fitted: np.ndarray, own: tuple[int, ...]) -> np.ndarray:
+        """A random sample fitted to a longer shape, its filler drawn as the sample was (seeded by the sample and
+        the shape): zeros would make rows of a set alike, and a model that ranks them (topk, sort, argmax) ties
+        them, which runtimes break in different orders. Stored samples keep their filler, and the padding mask
+        its padding, so that padded positions still read as padding."""
+        if not isinstance(self.spec.data.samples, RandomData) or (self.spec.padding or ("",))[0] == spec.name:
+            return fitted
+        filler = np.ones(fitted.shape, dtype=bool)
+        filler[tuple(slice(0, min(a, b)) for a, b in zip(own, fitted.shape, strict=False))] = False
+        if not filler.any():
+            return fitted
+        rng = np.random.default_rng([self.spec.data.seed, i, *fitted.shape])
+        drawn = random_values(spec, list(fitted.shape), rng, value_range(spec, self.model_config))
+        return np.where(filler, drawn, fitted)
 
     def _crop_starts(self, item: dict[str, Any], shapes: dict[str, list[int]]) -> dict[str, int]:
         """Where a sample's crop starts along each dim it is cropped in: the first window holding the most

@@ -38,8 +38,9 @@ from pipeline.recipe import (
     corner_shape,
 )
 
-DATA_LAYOUT = 4  # 2: random samples spread over each dynamic dim's range, batches grouped by shape; 3: dims
-# out of lockstep (combinations, not only squares); 4: bool inputs keep to their low..high
+DATA_LAYOUT = 5  # 2: random samples spread over each dynamic dim's range, batches grouped by shape; 3: dims
+# out of lockstep (combinations, not only squares); 4: bool inputs keep to their low..high; 5: a random sample
+# fitted to a longer shape is extended with random values, not zeros
 
 
 class Spec(BaseModel):

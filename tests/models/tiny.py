@@ -281,3 +281,20 @@ class BoxLayout(nn.Module):
 
 def box_layout(**kwargs: int) -> nn.Module:
     return BoxLayout(**kwargs)
+
+
+class TopItems(nn.Module):
+    """Scores a set of items [batch, items, features] and returns the top 3 items' indices and scores: an
+    integer output that two runtimes agree on only where no two scores tie."""
+
+    def __init__(self, features: int = 6, hidden: int = 16):
+        super().__init__()
+        self.score = nn.Sequential(nn.Linear(features, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+
+    def forward(self, items: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        top = torch.topk(self.score(items).squeeze(-1), k=3, dim=1)
+        return top.indices, top.values
+
+
+def top_items(**kwargs: int) -> nn.Module:
+    return TopItems(**kwargs)

@@ -85,3 +85,79 @@ def test_a_bool_range_other_than_0_or_1_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RecipeError) as refused:
         load(path)
     assert "inputs[1].high: must be 0 (False) or 1 (True) for a bool input (got 0.5)" in str(refused.value)
+
+
+ITEMS = """
+name: items
+model: {source: entrypoint, entrypoint: "tests.models.tiny:top_items", seed: 0}
+inputs:
+  - {name: items, dtype: float32, shape: [batch, items, 6], low: -1, high: 1}
+dims:
+  batch: {min: 1, opt: 2, max: 8}
+  items: {min: 3, opt: 10, max: 20}
+outputs: [top, scores]
+data:
+  samples: {source: random, samples: 16}
+  calibration: 8
+  validation: 8
+"""
+
+
+def _items(tmp_path: Path) -> tuple[Dataset, object]:
+    path = tmp_path / "items.yaml"
+    path.write_text(ITEMS)
+    recipe = load(path).recipe
+    return Dataset(DataSpec.from_recipe(recipe, tmp_path)), recipe
+
+
+def test_a_random_sample_fitted_to_a_longer_shape_is_extended_with_random_values(tmp_path: Path) -> None:
+    """Samples of 3 to 19 items checked at 20 were padded with rows of zeros, which score alike: a top-k
+    model's FP32 ONNX graph broke the ties in another order than eager and failed validation (top_items
+    max_abs 5 > 0). The filler is drawn as the sample was, reproducibly; the sample's own rows are kept."""
+    dataset, _ = _items(tmp_path)
+    feeds = dataset.corner_feeds("max", 8)["items"]
+    assert feeds.shape == (8, 20, 6)
+    for row, i in zip(feeds, dataset.validation_index, strict=False):
+        own = dataset.items[i]["items"]
+        assert np.array_equal(row[: len(own)], own)
+        assert len({tuple(r) for r in row.round(6)}) == 20  # no two items alike
+        assert row.min() >= -1 and row.max() <= 1
+    assert np.array_equal(feeds, dataset.corner_feeds("max", 8)["items"])
+
+
+def test_the_padding_mask_of_random_samples_still_marks_the_filler_as_padding() -> None:
+    """The tiny recipe's random token ids at the longest corner: the ids' filler is drawn, the mask's is
+    padding, so per-token checks still see padded positions there."""
+    tiny = Path(__file__).resolve().parents[1] / "recipes" / "tiny.yaml"
+    dataset = Dataset(DataSpec.from_recipe(load(tiny).recipe, tiny.parent))
+    feeds = dataset.corner_feeds("max", 8)
+    padded = feeds["attention_mask"] == 0
+    assert padded.any() and (feeds["input_ids"][padded] >= 1).all()
+
+
+def test_a_top_k_graph_agrees_with_eager_at_the_longest_corner(tmp_path: Path) -> None:
+    """The failure end to end, on a real ONNX Runtime session: at the max corner every sample shorter than 20
+    items used to end in tied zero rows."""
+    import onnxruntime as ort
+    import torch
+
+    from pipeline.inputs.models import load_model
+    from pipeline.inputs.specs import ModelSpec
+
+    dataset, recipe = _items(tmp_path)
+    model = load_model(ModelSpec.from_recipe(recipe, tmp_path)).module.eval()
+    feeds = dataset.corner_feeds("max", 8)["items"]
+    path = tmp_path / "top.onnx"
+    torch.onnx.export(
+        model,
+        (torch.from_numpy(feeds),),
+        str(path),
+        dynamo=False,
+        input_names=["items"],
+        output_names=["top", "scores"],
+        dynamic_axes={"items": {0: "batch", 1: "items"}},
+    )
+    (got, _) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"items": feeds})
+    with torch.no_grad():
+        want = model(torch.from_numpy(feeds))[0].numpy()
+    assert np.array_equal(got, want)
