@@ -20,6 +20,7 @@ from pipeline.core.errors import StageError
 from pipeline.core.variants import Variant, parse
 from pipeline.recipe import Recipe, corner_shape
 from pipeline.stages.base import ALONE, Output, RunContext, Stage, StageConfig, StageResult
+from pipeline.toolchain.trt import global_pools
 from pipeline.toolchain.trt.flavour import (
     DISPLAY,
     INSTALL,
@@ -177,8 +178,9 @@ def build_engine(ctx: RunContext, onnx: ArtifactRecord, config: EngineConfig) ->
     }
     cache = timing_cache_dir(ctx) / f"{flavour}-{config.trt_version}.cache" if flavour == "tensorrt" else None
     with tempfile.TemporaryDirectory(prefix=f"{name}-") as tmp:
+        parsed, pools = global_pools.for_tensorrt(onnx.path, Path(tmp))
         job = {
-            "onnx": str(onnx.path),
+            "onnx": str(parsed),
             "engine": str(ctx.path(rel["engine"])),
             "flavour": flavour,
             "profiles": config.profiles,
@@ -197,6 +199,7 @@ def build_engine(ctx: RunContext, onnx: ArtifactRecord, config: EngineConfig) ->
         "stage": name,
         "source": {"artifact": onnx.name, "sha256": onnx.sha256},
         "timing_cache": job["timing_cache"],
+        "global_average_pools": pools,  # average pools over their whole input, rewritten for the parser
     }
     ctx.path(rel["build"]).write_text(json.dumps(record, indent=1))
     if not result.get("ok"):
@@ -217,6 +220,7 @@ def build_engine(ctx: RunContext, onnx: ArtifactRecord, config: EngineConfig) ->
             "build_s": result["build_s"],
             "engine_bytes": result["engine_bytes"],
             "notes": result["notes"],
+            "global_average_pools": pools,
         },
     )
 

@@ -166,3 +166,56 @@ def test_several_compute_capabilities(tmp_path, tiny_onnx):
     engine = next(o for o in result.outputs if o.kind == "engine")
     assert engine.details["compute_capabilities"] == ["sm86", "sm120"]
     assert engine.details["optimization_level"] == 0
+
+
+def _whole_map_pool(path: Path) -> Path:
+    """transformers EfficientNet's pooler as its export writes it: AveragePool with a window far larger than
+    the feature map it averages (AvgPool2d(hidden_dim, ceil_mode=True)), then the batch's vectors."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 3, 5])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+    nodes = [
+        helper.make_node(
+            "AveragePool", ["x"], ["pooled"], kernel_shape=[320, 320], strides=[320, 320], ceil_mode=1
+        ),
+        helper.make_node("Flatten", ["pooled"], ["y"]),
+    ]
+    onnx.save(
+        helper.make_model(
+            helper.make_graph(nodes, "pool", [x], [y]), opset_imports=[helper.make_opsetid("", 18)]
+        ),
+        str(path),
+    )
+    return path
+
+
+def test_a_pool_over_the_whole_map_builds_as_a_global_average(tmp_path):
+    """TensorRT refuses the 320 x 320 window ("addPoolingNd: ... volume(windowSize) < maxKernelDimsProduct");
+    over a 3 x 5 map it is the map's mean, and the engine is built from a graph that says so."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from pipeline.toolchain.trt.global_pools import for_tensorrt
+
+    source = _whole_map_pool(tmp_path / "pool.onnx")
+    (tmp_path / "rewritten").mkdir()
+    rewritten, count = for_tensorrt(source, tmp_path / "rewritten")
+    assert count == 1
+    x = np.random.default_rng(0).standard_normal((2, 4, 3, 5)).astype(np.float32)
+    (want,) = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    (got,) = ort.InferenceSession(str(rewritten), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    assert np.allclose(want, x.mean(axis=(2, 3)), atol=1e-6) and np.allclose(got, want, atol=1e-6)
+    ctx, build = _build(
+        tmp_path,
+        record("onnx-fp32", source, "fp32"),
+        "inputs=[{name: x, dtype: float32, shape: [batch, 4, 3, 5]}]",
+        "dims={batch: {min: 1, opt: 2, max: 8}}",
+        "outputs=[y]",
+        "validation.padding_mask=null",
+        "benchmark.sequence_lengths=[]",
+    )
+    result = build()
+    assert result.details["global_average_pools"] == 1
+    assert (ctx.workdir / "model.tensorrt-rtx.fp32.engine").stat().st_size > 0
