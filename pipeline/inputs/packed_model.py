@@ -150,6 +150,14 @@ def why_not_packable(
     a local attention window must cover (the packed attention attends over a whole sentence)."""
     model = transformer_of(module)
     if model is None:
+        user = module.inner if isinstance(module, Bound) else module
+        inside = next((m for m in user.modules() if hasattr(m, "set_attn_implementation")), None)
+        if inside is not None:  # a user's module around a transformers model: its own code reads the layout
+            return (
+                f"packing needs the transformers model itself (it replaces the model's attention function): "
+                f"{type(user).__name__} wraps {type(inside).__name__} in code of its own, which would read the "
+                "packed rows; return the transformers model from the entrypoint to pack it"
+            )
         return (
             "packing needs a transformers model (it replaces the model's attention function); this is not one"
         )

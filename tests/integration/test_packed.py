@@ -117,7 +117,11 @@ def test_models_that_cannot_be_packed_say_why() -> None:
     assert why and "output 'pooler_output' is not per-token" in why
     torch.manual_seed(0)
     mixed = Bound(_MixesTokens().eval(), _Spec(["out"]), by_name=True)  # type: ignore[arg-type]
-    assert "needs a transformers model" in str(why_not_packable(mixed, packing, ["out"], ["out"]))
+    assert "_MixesTokens wraps BertModel in code of its own" in str(
+        why_not_packable(mixed, packing, ["out"], ["out"])
+    )  # a hold-out's pooling wrapper around DeBERTa read "this is not one"
+    plain = Bound(torch.nn.Linear(4, 4), _Spec(["out"]), by_name=False)  # type: ignore[arg-type]
+    assert "needs a transformers model" in str(why_not_packable(plain, packing, ["out"], ["out"]))
 
 
 def test_a_model_that_mixes_tokens_outside_attention_is_refused() -> None:
