@@ -39,6 +39,7 @@ from pipeline.inputs.models import positional
 from pipeline.inputs.specs import DataSpec, ModelSpec
 from pipeline.recipe import Recipe, TorchScriptExport
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
+from pipeline.toolchain.inlined_functions import forward_of_functions
 
 FILE = parse("torchscript-fp32").file
 CUDA_FILE = "model.cuda.ts"  # the same module traced on the GPU (its devices baked in)
@@ -172,7 +173,12 @@ def _trace(
 
     example = corner_args("opt", batch=2)
     ctx.report(f"torchscript: tracing at the opt shape ({device})")
-    with warnings.catch_warnings(record=True) as caught, torch.inference_mode(False), torch.no_grad():
+    with (
+        warnings.catch_warnings(record=True) as caught,
+        torch.inference_mode(False),
+        torch.no_grad(),
+        forward_of_functions(),  # TorchScript cannot save a Python autograd Function: trace its forward
+    ):
         warnings.simplefilter("always")
         traced = torch.jit.trace(module, example, check_trace=False, strict=False)
         if cfg.freeze:

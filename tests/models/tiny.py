@@ -298,3 +298,38 @@ class TopItems(nn.Module):
 
 def top_items(**kwargs: int) -> nn.Module:
     return TopItems(**kwargs)
+
+
+class _SquashFunction(torch.autograd.Function):
+    """A GELU written as an autograd Function with a backward of its own, as BLOOM writes its activation."""
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x)
+        return x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+
+class FunctionActivation(nn.Module):
+    """Token embeddings through a feed-forward block whose activation is a custom autograd Function;
+    per-token states and their masked mean, as the tiny recipe names them (hidden, pooled)."""
+
+    def __init__(self, vocab: int = 1000, hidden: int = 32):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.up, self.down = nn.Linear(hidden, 2 * hidden), nn.Linear(2 * hidden, hidden)
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.embed(input_ids)
+        x = x + self.down(_SquashFunction.apply(self.up(x)))
+        mask = attention_mask.unsqueeze(-1).to(x.dtype)
+        return x, (x * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+
+
+def function_activation(**kwargs: int) -> nn.Module:
+    return FunctionActivation()

@@ -1,0 +1,28 @@
+"""A model with a custom autograd Function (BLOOM's GELU is one) exports to TorchScript: the trace records the
+Function's forward, which TorchScript can save, and the saved module agrees with eager; gradients outside the
+trace still take the Function's own backward."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import torch
+
+from tests.models.tiny import _SquashFunction
+from tests.unit.stages.onnx_fixtures import tiny_context
+
+
+def test_a_custom_autograd_function_is_traced_as_its_forward(tmp_path: Path) -> None:
+    ctx = tiny_context(tmp_path, "model.entrypoint=tests.models.tiny:function_activation")
+    out = ctx.run_named("export_torchscript", variants=["torchscript-fp32"]).outputs[0]
+    loaded = torch.jit.load(io.BytesIO((tmp_path / out.path).read_bytes()))
+    feeds = ctx.dataset().feeds_at({"batch": 3, "sequence": 12})
+    args = (torch.from_numpy(feeds["input_ids"]), torch.from_numpy(feeds["attention_mask"]))
+    with torch.no_grad():
+        want, got = ctx.model().module(*args), loaded(*args)
+    assert all(torch.allclose(g, w, atol=1e-5) for g, w in zip(got, want, strict=True))
+    assert "_SquashFunction" not in str(loaded.inlined_graph)
+    x = torch.ones(2, requires_grad=True)
+    _SquashFunction.apply(x).sum().backward()
+    assert torch.equal(x.grad, torch.ones(2))  # its own backward: the real GELU's gradient at 1 is 1.08
