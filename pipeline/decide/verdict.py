@@ -118,8 +118,9 @@ PYTHON_VALUE = "TracerWarning: Converting a tensor to a Python"  # a boolean (an
 
 def branch_warnings(records: Iterable[RunRecord], failures: Iterable[VariantFailure]) -> list[str]:
     """Exports failing validation where the tracer warned that forward turns a tensor into a Python value (an
-    `if` on tensor values): each export recorded the one path the example took, and the data that takes the
-    other path disagrees. Said once beside the verdict, since the failures themselves only show cosines."""
+    `if` on tensor values, or a number such as a padding amount computed from a size): each export recorded
+    the one path or value the example had, and data that takes another disagrees. Said once beside the
+    verdict, since the failures themselves only show cosines."""
     failed = sorted({f.artifact for f in failures if f.stage == "validate" and f.artifact.endswith("-fp32")})
     if not failed:  # lower precisions fail for reasons of their own
         return []
@@ -127,12 +128,21 @@ def branch_warnings(records: Iterable[RunRecord], failures: Iterable[VariantFail
         if record.details.get(SHAPE_DEPENDENT):
             return []  # shape_warnings says it already
         found = [w for w in record.details.get("tracer_warnings") or [] if str(w).startswith(PYTHON_VALUE)]
-        if found:
+        branch = next((w for w in found if str(w).startswith(f"{PYTHON_VALUE} boolean")), None)
+        if branch:
             return [
                 f"{record.name}: the tracer warned that the model's forward turns a tensor into a Python value "
-                f"({first_line(found[0], 120)}): an `if` on tensor values is exported as the one path the "
+                f"({first_line(branch, 120)}): an `if` on tensor values is exported as the one path the "
                 f"example took, so {', '.join(failed)} may fail where the data takes the other path; express "
                 "the branch with tensor operations (torch.where) to export both"
+            ]
+        if found:  # an integer or float: a size or amount computed in Python (TF-style "same" padding)
+            return [
+                f"{record.name}: the tracer warned that the model's forward turns a tensor into a Python value "
+                f"({first_line(found[0], 120)}): a number computed in Python from a tensor or its shape (a "
+                f"padding amount, a size) is exported as the value the example had, so {', '.join(failed)} may "
+                "fail where the data's shapes or values give another; compute it with tensor operations, or "
+                "narrow the recipe's dims to the shapes it holds for"
             ]
     return []
 
