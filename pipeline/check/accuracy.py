@@ -612,6 +612,8 @@ def evaluate(
             if combined.problem is None and not combined.exact:
                 combined = _judged_by_direction(combined, per_batch, flat[output])
             accuracy.checks += checks_for(output, inputs, combined, tolerance, spreads[output])
+            if combined.problem is None and not combined.exact and not combined.directionless:
+                accuracy.checks += _single_value_bound(output, inputs, per_batch, tolerance, spreads[output])
             if inputs == "data":
                 check = neighbour_check(output, ref_batches, got, tolerance, neighbours_k)
                 if check is not None:
@@ -625,13 +627,27 @@ def _judged_by_direction(combined: Measure, per_batch: list[Measure], per_sample
     An output that is one value per sample everywhere is gated as such. An output with more values per row
     elsewhere (CLIP's [images, texts] logits, a ranker's [batch, items] scores) can still hold one value per
     row in a batch of one: there cosine sees only whether a sign flipped, which a logit near zero does under
-    any rounding, so those batches are bounded as scores are (max_abs at the held-out spread) and the
-    input set's cosine comes from its other batches."""
+    any rounding, so those batches are bounded as scores are (max_abs at the held-out spread: here where the
+    whole input set is such batches, _single_value_bound where it mixes them with others) and the input
+    set's cosine comes from its other batches."""
     directional = [m for m in per_batch if not m.directionless]
     if per_sample or not directional:
         return replace(combined, directionless=True)
     cosine_ = min(m.values["cosine"] for m in directional)
     return replace(combined, directionless=False, values={**combined.values, "cosine": cosine_})
+
+
+def _single_value_bound(
+    output: str, inputs: str, per_batch: list[Measure], tolerance: Tolerance, spread: float | None
+) -> list[Check]:
+    """The score's bound on an input set's batches of one value per row, where others in the set hold more
+    (the held-out data grouped by shape leaves batches of one): its gating max_abs check, none where that
+    bound only informs (the values' own check says as much)."""
+    singles = [m for m in per_batch if m.directionless]
+    if not singles:
+        return []
+    checks = checks_for(output, inputs, replace(combine(singles), directionless=True), tolerance, spread)
+    return [c for c in checks if c.metric == "max_abs" and not c.informational]
 
 
 def held_out_spread(reference: Mapping[str, list[Outputs]], output: str) -> float | None:

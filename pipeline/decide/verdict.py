@@ -124,26 +124,32 @@ def branch_warnings(records: Iterable[RunRecord], failures: Iterable[VariantFail
     failed = sorted({f.artifact for f in failures if f.stage == "validate" and f.artifact.endswith("-fp32")})
     if not failed:  # lower precisions fail for reasons of their own
         return []
+    warned: list[tuple[str, str]] = []  # (stage, warning) for every Python-value warning of every record
     for record in records:
         if record.details.get(SHAPE_DEPENDENT):
             return []  # shape_warnings says it already
-        found = [w for w in record.details.get("tracer_warnings") or [] if str(w).startswith(PYTHON_VALUE)]
-        branch = next((w for w in found if str(w).startswith(f"{PYTHON_VALUE} boolean")), None)
-        if branch:
-            return [
-                f"{record.name}: the tracer warned that the model's forward turns a tensor into a Python value "
-                f"({first_line(branch, 120)}): an `if` on tensor values is exported as the one path the "
-                f"example took, so {', '.join(failed)} may fail where the data takes the other path; express "
-                "the branch with tensor operations (torch.where) to export both"
-            ]
-        if found:  # an integer or float: a size or amount computed in Python (TF-style "same" padding)
-            return [
-                f"{record.name}: the tracer warned that the model's forward turns a tensor into a Python value "
-                f"({first_line(found[0], 120)}): a number computed in Python from a tensor or its shape (a "
-                f"padding amount, a size) is exported as the value the example had, so {', '.join(failed)} may "
-                "fail where the data's shapes or values give another; compute it with tensor operations, or "
-                "narrow the recipe's dims to the shapes it holds for"
-            ]
+        warned += [
+            (record.name, str(w))
+            for w in record.details.get("tracer_warnings") or []
+            if str(w).startswith(PYTHON_VALUE)
+        ]
+    branch = next(((n, w) for n, w in warned if w.startswith(f"{PYTHON_VALUE} boolean")), None)
+    if branch:
+        return [
+            f"{branch[0]}: the tracer warned that the model's forward turns a tensor into a Python value "
+            f"({first_line(branch[1], 120)}): an `if` on tensor values is exported as the one path the "
+            f"example took, so {', '.join(failed)} may fail where the data takes the other path; express "
+            "the branch with tensor operations (torch.where) to export both"
+        ]
+    if warned:  # an integer or float: a size or amount computed in Python (TF-style "same" padding)
+        name, warning = warned[0]
+        return [
+            f"{name}: the tracer warned that the model's forward turns a tensor into a Python value "
+            f"({first_line(warning, 120)}): a number computed in Python from a tensor or its shape (a "
+            f"padding amount, a size) is exported as the value the example had, so {', '.join(failed)} may "
+            "fail where the data's shapes or values give another; compute it with tensor operations, or "
+            "narrow the recipe's dims to the shapes it holds for"
+        ]
     return []
 
 

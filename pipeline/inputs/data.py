@@ -132,7 +132,7 @@ class Dataset:
 
     def _extended(self, spec: InputSpec, i: int, fitted: np.ndarray, own: tuple[int, ...]) -> np.ndarray:
         """A random sample fitted to a longer shape, its filler drawn as the sample was (seeded by the sample and
-        the shape): zeros would make rows of a set alike, and a model that ranks them (topk, sort, argmax) ties
+        the input and the shape): zeros would make rows of a set alike, and a model that ranks them (topk, sort, argmax) ties
         them, which runtimes break in different orders. Stored samples keep their filler, and the padding mask
         its padding, so that padded positions still read as padding."""
         if not isinstance(self.spec.data.samples, RandomData) or (self.spec.padding or ("",))[0] == spec.name:
@@ -141,7 +141,8 @@ class Dataset:
         filler[tuple(slice(0, min(a, b)) for a, b in zip(own, fitted.shape, strict=False))] = False
         if not filler.any():
             return fitted
-        rng = np.random.default_rng([self.spec.data.seed, i, *fitted.shape])
+        position = next(k for k, s in enumerate(self.spec.inputs) if s.name == spec.name)
+        rng = np.random.default_rng([self.spec.data.seed, i, position, *fitted.shape])  # inputs alike differ
         drawn = random_values(spec, list(fitted.shape), rng, value_range(spec, self.model_config))
         return np.where(filler, drawn, fitted)
 

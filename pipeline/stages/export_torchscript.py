@@ -235,7 +235,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="export_torchscript",
-            version=3,  # CHANGELOG.md, "Stage versions"
+            version=4,  # CHANGELOG.md, "Stage versions"
             config=TorchScriptConfig.from_recipe(recipe, recipe_dir),
             run=_run,
             environment=lambda: {

@@ -105,7 +105,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="fp16",
-            version=5,
+            version=6,
             config=Fp16Config.from_recipe(recipe),
             run=_run,
             environment=onnx_tools.onnx_environment,

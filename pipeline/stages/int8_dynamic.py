@@ -114,7 +114,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="int8_dynamic",
-            version=3,  # CHANGELOG.md, "Stage versions"
+            version=4,  # CHANGELOG.md, "Stage versions"
             config=Int8DynamicConfig(settings=SETTINGS),
             run=_run,
             environment=onnx_tools.onnx_environment,

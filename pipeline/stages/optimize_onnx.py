@@ -284,7 +284,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name=f"optimize_onnx_{variant.precision}",
-            version=4,  # CHANGELOG.md, "Stage versions"
+            version=5,  # CHANGELOG.md, "Stage versions"
             config=OptimizeConfig.from_recipe(recipe, recipe_dir, variant),
             run=_run,
             environment=onnx_tools.onnx_environment,

@@ -31,7 +31,7 @@ from pipeline.toolchain.trt.flavour import (
     trt_version,
 )
 
-VERSION = 1
+VERSION = 2
 NO_BUILDER = "no TensorRT builder installed (pip install 'deploy-pipeline[tensorrt-rtx]' or '[tensorrt]')"
 CORNERS = ("min", "opt", "max")
 

@@ -20,13 +20,15 @@ def mend(graph: onnx.GraphProto) -> None:
 def _returned_initializers_as_declared(graph: onnx.GraphProto) -> None:
     """Convert to float16 each float initializer that a graph or body returns as it is where the converter
     declared that output float16: the converter converts an initializer only for the nodes that read it, so an
-    If branch returning a constant (an EmbeddingBag's empty bag) kept float32 under a float16 output."""
+    If branch returning a constant (an EmbeddingBag's empty bag) kept float32 under a float16 output. One that
+    a node reads too is left as it is: that node was kept in float32 (blocked), and the checker says so."""
     from onnxruntime.transformers.float16 import convert_tensor_float_to_float16
 
     for body in [graph, *onnx_tools.subgraphs(graph)]:
         float16_outputs = {
             o.name for o in body.output if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
         }
-        for i, init in enumerate(body.initializer):
-            if init.name in float16_outputs and init.data_type == onnx.TensorProto.FLOAT:
-                body.initializer[i].CopyFrom(convert_tensor_float_to_float16(init))
+        read = {i for n in body.node for i in onnx_tools.node_inputs(n)}
+        for init in body.initializer:
+            if init.name in float16_outputs - read and init.data_type == onnx.TensorProto.FLOAT:
+                convert_tensor_float_to_float16(init)  # in place

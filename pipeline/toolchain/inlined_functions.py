@@ -10,18 +10,20 @@ recorded as the trace sees it, and the trace check against eager judges the resu
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.autograd.function import _SingleLevelFunction
 
 
 class _InferenceContext:
     """The `ctx` a Function's forward is given: whatever it saves for a backward is dropped."""
 
-    needs_input_grad: tuple[bool, ...] = ()
     saved_tensors: tuple[torch.Tensor, ...] = ()
+
+    def __init__(self, inputs: int):
+        self.needs_input_grad = (False,) * inputs
 
     def save_for_backward(self, *tensors: Any) -> None:
         pass
@@ -39,21 +41,34 @@ class _InferenceContext:
         pass
 
 
+_LOCK = threading.RLock()  # one patch at a time; a nested use in the tracing thread keeps the outer one
+_TRACING: dict[str, Any] = {"thread": None, "depth": 0, "original": None}
+
+
 @contextlib.contextmanager
 def forward_of_functions() -> Iterator[None]:
-    """Within: with gradients off, `Function.apply` calls the Function's forward (with a context that keeps
-    nothing, or none for a forward written with `setup_context`)."""
-    original = torch.autograd.Function.__dict__["apply"]  # the classmethod itself, put back as it was
+    """Within, in this thread, with gradients off: `Function.apply` calls the Function's forward (with a
+    context that keeps nothing, or none for a forward written with `setup_context`). Other threads, and calls
+    with gradients on, go through the real `apply`."""
+    with _LOCK:
+        if _TRACING["depth"] == 0:
+            _TRACING["original"] = torch.autograd.Function.__dict__[
+                "apply"
+            ]  # the classmethod, put back as is
+            _TRACING["thread"] = threading.get_ident()
+            torch.autograd.Function.apply = classmethod(_apply)  # type: ignore[method-assign,assignment]
+        _TRACING["depth"] += 1
+        try:
+            yield
+        finally:
+            _TRACING["depth"] -= 1
+            if _TRACING["depth"] == 0:
+                torch.autograd.Function.apply = _TRACING["original"]  # type: ignore[method-assign]
 
-    def apply(cls: type, *args: Any, **kwargs: Any) -> Any:
-        if torch.is_grad_enabled():
-            return original.__func__(cls, *args, **kwargs)
-        if cls.setup_context is not _SingleLevelFunction.setup_context:  # forward(*args), no ctx
-            return cls.forward(*args, **kwargs)
-        return cls.forward(_InferenceContext(), *args, **kwargs)
 
-    torch.autograd.Function.apply = classmethod(apply)  # type: ignore[method-assign,assignment]
-    try:
-        yield
-    finally:
-        torch.autograd.Function.apply = original  # type: ignore[method-assign,assignment]
+def _apply(cls: type, *args: Any, **kwargs: Any) -> Any:
+    if torch.is_grad_enabled() or threading.get_ident() != _TRACING["thread"]:
+        return _TRACING["original"].__func__(cls, *args, **kwargs)
+    if cls.setup_context is not torch.autograd.Function.setup_context:  # forward(*args), no ctx
+        return cls.forward(*args, **kwargs)
+    return cls.forward(_InferenceContext(len(args)), *args, **kwargs)

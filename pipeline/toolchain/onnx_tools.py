@@ -388,7 +388,7 @@ def topological_sort(graph: onnx.GraphProto) -> None:
     waiting_on: dict[str, list[int]] = {}
     missing = []
     for idx, node in enumerate(pending):
-        needs = {i for i in _node_inputs(node) if i not in produced and i in producer}
+        needs = {i for i in node_inputs(node) if i not in produced and i in producer}
         missing.append(len(needs))
         for name in needs:
             waiting_on.setdefault(name, []).append(idx)
@@ -415,16 +415,22 @@ def rehome_subgraph_nodes(graph: onnx.GraphProto) -> int:
     body; returns how many moved. ONNX Runtime's float16 converter appends the Casts around a blocked node to
     the main graph even where the node lives in a body (an EmbeddingBag's Loop), which no checker or runtime
     accepts: there the Cast can only sit beside the node it feeds."""
-    defined = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
-    defined |= {o for n in graph.node for o in n.output}
     moved = 0
-    for node in list(graph.node):
-        missing = [i for i in node.input if i not in defined]
-        home = _defining_body(graph, missing[0]) if missing else None
-        if home is not None:
+    while True:  # a Cast reading another misplaced Cast finds its home once that one has moved
+        defined = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
+        defined |= {o for n in graph.node for o in n.output}
+        homes = [
+            (node, _defining_body(graph, missing[0]))
+            for node in list(graph.node)
+            if (missing := [i for i in node.input if i not in defined])
+        ]
+        homes = [(node, home) for node, home in homes if home is not None]
+        if not homes:
+            break
+        for node, home in homes:
             graph.node.remove(node)
             home.node.append(node)
-            moved += 1
+        moved += len(homes)
     if moved:  # innermost first: sorting a body rebuilds its nodes, and with them the bodies inside
         for body in reversed(subgraphs(graph)):
             topological_sort(body)
@@ -442,14 +448,15 @@ def subgraphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
 
 
 def _defining_body(graph: onnx.GraphProto, name: str) -> onnx.GraphProto | None:
-    """The subgraph (at any depth) whose own nodes or inputs define `name`."""
+    """The subgraph (at any depth) whose own nodes, inputs or initializers define `name`."""
     for body in subgraphs(graph):
-        if name in {i.name for i in body.input} | {o for n in body.node for o in n.output}:
+        defined = {i.name for i in body.input} | {i.name for i in body.initializer}
+        if name in defined | {o for n in body.node for o in n.output}:
             return body
     return None
 
 
-def _node_inputs(node: onnx.NodeProto) -> set[str]:
+def node_inputs(node: onnx.NodeProto) -> set[str]:
     """Inputs of a node including names its subgraphs (If/Loop bodies) capture from the outer scope."""
     names = set(node.input)
     for attr in node.attribute:
@@ -460,5 +467,5 @@ def _node_inputs(node: onnx.NodeProto) -> set[str]:
                 | {i.name for i in sub.initializer}
             )
             for n in sub.node:
-                names |= {i for i in _node_inputs(n) if i not in inner}
+                names |= {i for i in node_inputs(n) if i not in inner}
     return names

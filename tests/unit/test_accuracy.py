@@ -474,3 +474,28 @@ def test_an_incomparable_output_reads_as_one_in_every_report_line() -> None:
     )
     assert check_text(check) == "no ✗"  # the table's "comparable" column
     assert _accuracy_cell("a", verdict) == "FAIL kept not comparable"
+
+
+def test_a_batch_of_one_among_larger_ones_is_still_bounded() -> None:
+    """Held-out data grouped by shape leaves batches of one: CLIP's logits [1, 1] beside [4, 4]. The set's
+    cosine comes from the larger batch; the batch of one keeps the score's bound, so a logit moved by a whole
+    spread fails there while one near zero that flips its sign does not."""
+    rng = np.random.default_rng(2)
+    many = (2.0 * rng.standard_normal((4, 4))).astype(np.float32)
+    one = np.array([[0.027]], np.float32)
+    int8 = Tolerance(max_abs=1.0, cosine=0.98, informational=["max_abs"])
+
+    def judged(corner: float) -> ArtifactAccuracy:
+        reference = {"data": [{"logits": one}, {"logits": many}]}
+        actual = {"data": [{"logits": np.array([[corner]], np.float32)}, {"logits": many + 0.01}]}
+        return evaluate(
+            ArtifactAccuracy("int8", "int8", "onnxruntime-cpu"), reference, actual, ["logits"], int8
+        )
+
+    flipped = judged(-0.054)
+    assert flipped.passed, flipped.reason
+    bounds = [c for c in flipped.checks if c.metric == "max_abs" and not c.informational]
+    spread = np.std(np.concatenate([one.ravel(), many.ravel()]))  # every held-out value
+    assert len(bounds) == 1 and bounds[0].threshold == pytest.approx(0.203 * spread, rel=1e-2)
+    moved = judged(0.027 + 3 * float(np.std(many)))
+    assert not moved.passed and "logits max_abs" in moved.reason

@@ -139,6 +139,14 @@ def test_exports_failing_where_the_tracer_warned_of_a_python_number_say_so() -> 
         "`if`" not in warning
         and "onnx-fp32 may fail where the data's shapes or values give another" in warning
     )
+    branching = [Record("export_pt2", "ran", details={"tracer_warnings": [PYTHON_BOOLEAN]})]
+    [both] = branch_warnings([*records, *branching], failures)  # an `if` anywhere is the likelier cause
+    assert both.startswith("export_pt2:") and "an `if` on tensor values" in both
+
+
+PYTHON_BOOLEAN = (
+    "TracerWarning: Converting a tensor to a Python boolean might cause the trace to be incorrect."
+)
 
 
 def test_stage_warnings_come_from_stages_that_ran_or_were_reused() -> None:

@@ -56,6 +56,9 @@ def _spatial_sizes(model: onnx.ModelProto) -> dict[str, list[int]]:
 
 
 def _covers_its_input(node: onnx.NodeProto, sizes: list[int]) -> bool:
+    """True where the window spans every spatial size of the input, without padding or dilation, and gives one
+    output per channel: the output-size formula is exactly 1 (with ceil_mode a window past the input still
+    gives 1; a stride that small would give none)."""
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     kernel = list(attrs.get("kernel_shape", []))
     strides = list(attrs.get("strides", [1] * len(kernel)))

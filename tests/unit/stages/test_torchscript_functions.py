@@ -14,8 +14,10 @@ from tests.unit.stages.onnx_fixtures import tiny_context
 
 
 def test_a_custom_autograd_function_is_traced_as_its_forward(tmp_path: Path) -> None:
+    original = torch.autograd.Function.__dict__["apply"]
     ctx = tiny_context(tmp_path, "model.entrypoint=tests.models.tiny:function_activation")
     out = ctx.run_named("export_torchscript", variants=["torchscript-fp32"]).outputs[0]
+    assert torch.autograd.Function.__dict__["apply"] is original  # put back once the trace is taken
     loaded = torch.jit.load(io.BytesIO((tmp_path / out.path).read_bytes()))
     feeds = ctx.dataset().feeds_at({"batch": 3, "sequence": 12})
     args = (torch.from_numpy(feeds["input_ids"]), torch.from_numpy(feeds["attention_mask"]))
@@ -26,3 +28,44 @@ def test_a_custom_autograd_function_is_traced_as_its_forward(tmp_path: Path) -> 
     x = torch.ones(2, requires_grad=True)
     _SquashFunction.apply(x).sum().backward()
     assert torch.equal(x.grad, torch.ones(2))  # its own backward: the real GELU's gradient at 1 is 1.08
+
+
+class _Probe(torch.autograd.Function):
+    """Records which context each call of its forward got: the real apply's graph node, or the trace's."""
+
+    contexts: list[str] = []
+
+    @staticmethod
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor) -> torch.Tensor:
+        _Probe.contexts.append(type(ctx).__name__)
+        return 2 * x
+
+    @staticmethod
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> torch.Tensor:
+        return 2 * grad
+
+
+def test_the_forward_runs_alone_only_in_the_tracing_thread_and_without_gradients() -> None:
+    """Another thread's Function calls, and calls with gradients on, keep the real apply while a trace is
+    taken; nested uses keep the outer patch and put the real apply back once."""
+    import threading
+
+    from pipeline.toolchain.inlined_functions import forward_of_functions
+
+    original = torch.autograd.Function.__dict__["apply"]
+    x = torch.ones(2, requires_grad=True)
+    _Probe.contexts.clear()
+
+    def other_thread() -> None:
+        with torch.no_grad():
+            _Probe.apply(x)
+
+    with forward_of_functions(), forward_of_functions():
+        with torch.no_grad():
+            _Probe.apply(x)
+        _Probe.apply(x)
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        worker.join()
+    assert _Probe.contexts == ["_InferenceContext", "_ProbeBackward", "_ProbeBackward"]
+    assert torch.autograd.Function.__dict__["apply"] is original
