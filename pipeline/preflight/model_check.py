@@ -16,6 +16,7 @@ import numpy as np
 
 from pipeline.core.errors import Problem, RecipeError
 from pipeline.core.user_code import contained
+from pipeline.preflight.determinism_check import changing_outputs
 from pipeline.preflight.memory_check import (
     MAX_PROBE,
     available_memory,
@@ -112,6 +113,17 @@ def _run_problems(
     problems = _output_problems(loaded, names, outputs)
     if problems:
         return problems
+    changing = changing_outputs(recipe.outputs, outputs, lambda: _run(model.module, recipe, feeds)[1])
+    if changing:
+        return [
+            loaded.problem(
+                "model",
+                f"the model's outputs change between two runs on the same inputs: {', '.join(changing)}; its "
+                "forward draws random numbers in eval (a sampled latent, random masking, a dropout left on) "
+                "or keeps state between calls, so no export can be checked against it: make forward "
+                "deterministic for inference, or leave those outputs out of `outputs`",
+            )
+        ]
     found = output_kinds(recipe.outputs, outputs)
     never_finite, seen = _never_finite(outputs), {fed}
     two_problems, at_two = _at_batch_two(loaded, model, probe, min_dims, outputs)

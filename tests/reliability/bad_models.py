@@ -86,6 +86,18 @@ def one_input(**kwargs: int) -> nn.Module:
     return _OneInput()
 
 
+class _Sampling(_Wrapping):
+    """Per-token states with noise drawn on every call, as a VAE's reparameterized sample is."""
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        hidden, pooled = self.inner(input_ids, attention_mask)
+        return hidden + torch.randn_like(hidden), pooled
+
+
+def sampling(**kwargs: int) -> nn.Module:
+    return _Sampling()
+
+
 class _GroupedInputs(_Wrapping):
     """A data loader's batch as one argument: the recipe's two tensors have no parameters of their own."""
 

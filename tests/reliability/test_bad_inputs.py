@@ -556,6 +556,12 @@ CASES = [
         overrides=(f"model.entrypoint={BAD}:one_input",),
     ),
     Case(
+        "forward draws random numbers",
+        "model",
+        "model: the model's outputs change between two runs on the same inputs: hidden (max abs difference",
+        overrides=(f"model.entrypoint={BAD}:sampling",),
+    ),
+    Case(
         "forward takes its inputs grouped",
         "model",
         "inputs[0].name: 'input_ids' is not a parameter of _GroupedInputs.forward(batch): inputs are passed by "
