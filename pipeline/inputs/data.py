@@ -113,38 +113,37 @@ class Dataset:
         return {
             s.name: np.stack(
                 [
-                    self._extended(
-                        s,
-                        i,
-                        _fit(
-                            np.asarray(self.items[i][s.name]),
-                            shapes[s.name][1:],
-                            self.spec.fill.get(s.name, 0),
-                            [start.get(d, 0) if isinstance(d, str) else 0 for d in s.shape[1:]],
-                        ),
-                        np.shape(self.items[i][s.name]),
-                    )
+                    self._fitted(k, s, i, shapes[s.name][1:], start)
                     for i, start in zip(picks, starts, strict=True)
                 ]
             ).astype(NUMPY_DTYPES[s.dtype])
-            for s in self.spec.inputs
+            for k, s in enumerate(self.spec.inputs)
         }
 
-    def _extended(self, spec: InputSpec, i: int, fitted: np.ndarray, own: tuple[int, ...]) -> np.ndarray:
-        """A random sample fitted to a longer shape, its filler drawn as the sample was (seeded by the sample and
-        the input and the shape): zeros would make rows of a set alike, and a model that ranks them (topk, sort, argmax) ties
-        them, which runtimes break in different orders. Stored samples keep their filler, and the padding mask
-        its padding, so that padded positions still read as padding."""
-        if not isinstance(self.spec.data.samples, RandomData) or (self.spec.padding or ("",))[0] == spec.name:
-            return fitted
-        filler = np.ones(fitted.shape, dtype=bool)
-        filler[tuple(slice(0, min(a, b)) for a, b in zip(own, fitted.shape, strict=False))] = False
-        if not filler.any():
-            return fitted
-        position = next(k for k, s in enumerate(self.spec.inputs) if s.name == spec.name)
-        rng = np.random.default_rng([self.spec.data.seed, i, position, *fitted.shape])  # inputs alike differ
-        drawn = random_values(spec, list(fitted.shape), rng, value_range(spec, self.model_config))
-        return np.where(filler, drawn, fitted)
+    def _fitted(self, k: int, spec: InputSpec, i: int, shape: list[int], start: dict[str, int]) -> np.ndarray:
+        """Sample i's value of input k cropped (from `start`, Dataset._crop_starts) or padded to `shape`."""
+        value = np.asarray(self.items[i][spec.name])
+        starts = [start.get(d, 0) if isinstance(d, str) else 0 for d in spec.shape[1:]]
+        return _fit(value, shape, self._filler(k, spec, i, value.shape, shape), starts)
+
+    def _filler(
+        self, k: int, spec: InputSpec, i: int, own: tuple[int, ...], shape: list[int]
+    ) -> int | np.ndarray:
+        """What pads sample i's value of input k to a longer shape. A random sample's filler is drawn as the
+        sample was (seeded by the sample, the input and the shape): zeros would make rows of a set alike, and a
+        model that ranks them (topk, sort, argmax) ties them, which runtimes break in different orders. Stored
+        samples keep their filler (DataSpec.fill), and the padding mask its padding, so that padded positions
+        still read as padding."""
+        fill = self.spec.fill.get(spec.name, 0)
+        random = isinstance(self.spec.data.samples, RandomData)
+        if (
+            not random
+            or (self.spec.padding or ("",))[0] == spec.name
+            or all(a >= b for a, b in zip(own, shape, strict=False))
+        ):
+            return fill
+        rng = np.random.default_rng([self.spec.data.seed, i, k, *shape])  # inputs alike differ
+        return random_values(spec, list(shape), rng, value_range(spec, self.model_config))
 
     def _crop_starts(self, item: dict[str, Any], shapes: dict[str, list[int]]) -> dict[str, int]:
         """Where a sample's crop starts along each dim it is cropped in: the first window holding the most
@@ -367,10 +366,12 @@ def random_values(
     return arr.astype(NUMPY_DTYPES[spec.dtype])
 
 
-def _fit(arr: np.ndarray, shape: list[int], fill: int = 0, starts: list[int] | None = None) -> np.ndarray:
-    """Crop or pad a stored sample to a target shape (non-text data at a pinned corner); padding is `fill`
-    (DataSpec.fill: a key-padding mask's padding value, else 0), a crop along an axis begins at its `starts`
-    entry (Dataset._crop_starts; else at 0)."""
+def _fit(
+    arr: np.ndarray, shape: list[int], fill: int | np.ndarray = 0, starts: list[int] | None = None
+) -> np.ndarray:
+    """Crop or pad a stored sample to a target shape (non-text data at a pinned corner); padding is `fill` (a
+    value, or an array of the target shape whose values stand where the sample does not: Dataset._filler), a
+    crop along an axis begins at its `starts` entry (Dataset._crop_starts; else at 0)."""
     out = np.full(shape, fill, dtype=arr.dtype)
     starts = starts or [0] * len(shape)
     source = tuple(

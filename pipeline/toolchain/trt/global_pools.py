@@ -17,15 +17,17 @@ import onnx
 
 def global_average_pools(model: onnx.ModelProto) -> int:
     """Rewrite such AveragePool nodes in place; returns how many."""
+    pools = [n for n in model.graph.node if n.op_type == "AveragePool" and n.domain in ("", "ai.onnx")]
+    if not pools:
+        return 0  # shape inference over a whole transformer, for nothing
     shapes = _spatial_sizes(model)
     rewritten = 0
-    for node in model.graph.node:
-        if node.op_type == "AveragePool" and node.domain in ("", "ai.onnx"):
-            sizes = shapes.get(node.input[0])
-            if sizes is not None and _covers_its_input(node, sizes):
-                node.op_type = "GlobalAveragePool"
-                del node.attribute[:]
-                rewritten += 1
+    for node in pools:
+        sizes = shapes.get(node.input[0])
+        if sizes is not None and _covers_its_input(node, sizes):
+            node.op_type = "GlobalAveragePool"
+            del node.attribute[:]
+            rewritten += 1
     return rewritten
 
 
