@@ -189,7 +189,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     out = [
         Stage(
             name="export_packed_pt2",
-            version=2,  # CHANGELOG.md, "Stage versions"
+            version=3,  # CHANGELOG.md, "Stage versions"
             config=PackedPt2Config.from_recipe(recipe, recipe_dir),
             run=_export,
             environment=lambda: {

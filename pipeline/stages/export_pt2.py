@@ -317,11 +317,16 @@ def fuse_program(
     gelu: bool,
     conv: bool = False,
 ) -> tuple[torch.export.ExportedProgram, dict[str, Any]]:
-    """The program with projections on one input fused, linear + GELU pairs as one GEMM and convolutions with
-    their batch norm, residual add and ReLU as one cuDNN call (each where asked), and what the details say of
-    it (`fused_projections`, `gelu_epilogues`, `conv_epilogues`, with `fuse_error` where fusing failed and the
-    unfused program, as correct, is kept)."""
-    choices = (("fused_projections", projections), ("gelu_epilogues", gelu), ("conv_epilogues", conv))
+    """The program with projections on one input fused, linear + GELU pairs as one GEMM (the other GELUs in
+    the same tanh form) and convolutions with their batch norm, residual add and ReLU as one cuDNN call (each
+    where asked), and what the details say of it (`fused_projections`, `gelu_epilogues`, `tanh_gelus`,
+    `conv_epilogues`, with `fuse_error` where fusing failed and the unfused program, as correct, is kept)."""
+    choices = (
+        ("fused_projections", projections),
+        ("gelu_epilogues", gelu),
+        ("tanh_gelus", gelu),  # after the epilogues: the GELUs they could not take
+        ("conv_epilogues", conv),
+    )
     asked = [key for key, on in choices if on]
     if not asked:
         return program, {}
@@ -339,11 +344,12 @@ def _fused(
     gelu_epilogue.py, conv_epilogue.py), and re-exported, with how much each rewrote."""
     from pipeline.toolchain.conv_epilogue import fuse_conv_epilogues
     from pipeline.toolchain.fuse_projections import fuse_linear_groups
-    from pipeline.toolchain.gelu_epilogue import fuse_gelu_epilogues
+    from pipeline.toolchain.gelu_epilogue import fuse_gelu_epilogues, tanh_gelus
 
     passes = {
         "fused_projections": fuse_linear_groups,
         "gelu_epilogues": fuse_gelu_epilogues,
+        "tanh_gelus": tanh_gelus,
         "conv_epilogues": fuse_conv_epilogues,
     }
     module = program.module()
@@ -456,7 +462,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
             out.append(
                 Stage(
                     name=f"export_pt2_{precision}",
-                    version=4,  # CHANGELOG.md, "Stage versions"
+                    version=5,  # CHANGELOG.md, "Stage versions"
                     config=ExportConfig.from_recipe(recipe, recipe_dir, precision),
                     run=_export,
                     environment=lambda: {

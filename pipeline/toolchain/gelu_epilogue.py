@@ -8,6 +8,12 @@ GELU is the tanh approximation, at most 4.8e-4 from the exact one (at x = -2.7, 
 small value, under FP16's spacing for activations above 0.5); the stages apply it to FP16 programs compiled
 for a GPU only, and the row is validated like any other. Model-agnostic: any `aten.linear` with a 2-D weight
 and a 1-D bias whose single user is `aten.gelu`. The caller re-exports the result.
+
+Every other GELU of such a program is computed in the same tanh form (`tanh_gelus`): one after an 8-bit GEMM
+(`torch._scaled_mm` and `torch._int_mm` have no GELU epilogue), a convolution or a sum stays a pointwise kernel,
+and there erf costs more than the memory it moves. On an H100, BERT-base's FP8 feed-forward block
+(scripts/gpu_fp8_ffn_peers.py, 32,768 tokens) took 0.519 ms with the tanh form against 0.549 with erf, at the
+same per-token cosine (0.99993) against FP32.
 """
 
 from __future__ import annotations
@@ -68,3 +74,20 @@ def fuse_gelu_epilogues(module: fx.GraphModule) -> int:
         graph.lint()
         module.recompile()
     return len(pairs)
+
+
+def tanh_gelus(module: fx.GraphModule) -> int:
+    """Rewrite `module` in place: every exact GELU left as its tanh form; returns how many."""
+    exact = [
+        node
+        for node in module.graph.nodes
+        if node.op == "call_function"
+        and node.target == GELU
+        and len(node.args) == 1
+        and node.kwargs.get("approximate", "none") == "none"
+    ]
+    for node in exact:
+        node.kwargs = {"approximate": "tanh"}
+    if exact:
+        module.recompile()
+    return len(exact)

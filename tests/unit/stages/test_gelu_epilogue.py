@@ -11,7 +11,8 @@ from torch import nn
 
 from pipeline.recipe.loader import load
 from pipeline.stages.export_pt2 import cuda_epilogue_on, fuse_program, gelu_epilogue_for
-from pipeline.toolchain.gelu_epilogue import fuse_gelu_epilogues
+from pipeline.toolchain.fp8_linear import to_fp8
+from pipeline.toolchain.gelu_epilogue import GELU, fuse_gelu_epilogues, tanh_gelus
 
 ADDMM_GELU = torch.ops.aten._addmm_activation.default
 
@@ -45,6 +46,46 @@ def test_only_a_biased_linear_read_by_gelu_alone_is_rewritten() -> None:
             assert torch.allclose(got, want, atol=1e-3), (got - want).abs().max()
 
 
+def _gelu_forms(graph: torch.fx.Graph) -> list[str]:
+    return [n.kwargs.get("approximate", "none") for n in graph.nodes if n.target == GELU]
+
+
+def test_the_gelus_no_epilogue_takes_are_computed_in_the_same_tanh_form() -> None:
+    torch.manual_seed(0)
+    module = Feedforward().eval()
+    graph_module = torch.export.export(module, (torch.randn(2, 3, 8),)).module()
+    fuse_gelu_epilogues(graph_module)
+    assert _gelu_forms(graph_module.graph) == ["none", "none"]
+    assert tanh_gelus(graph_module) == 2
+    assert _gelu_forms(graph_module.graph) == ["tanh", "tanh"]
+    assert tanh_gelus(graph_module) == 0  # nothing exact left
+    x = torch.randn(2, 3, 8)
+    with torch.no_grad():  # a sum over 16 tanh GELUs, each at most 4.8e-4 from the exact one
+        for got, want in zip(graph_module(x), module(x), strict=True):
+            assert torch.allclose(got, want, atol=16 * 4.8e-4), (got - want).abs().max()
+
+
+def test_an_fp8_feedforward_layer_keeps_its_gemms_and_takes_the_tanh_gelu() -> None:
+    """An 8-bit GEMM has no GELU epilogue: its GELU stays a pointwise kernel, in tanh form."""
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32)).eval()
+    x = torch.randn(4, 32)
+    with torch.no_grad():
+        want = block(x)
+    assert to_fp8(block, {"0": float(x.abs().max()), "2": 8.0}, torch.float32) == ["0", "2"]
+    dims = ({0: torch.export.Dim("rows", min=2, max=64)},)
+    with torch.no_grad():
+        program = torch.export.export(block, (x,), dynamic_shapes=dims, strict=False)
+        fused, details = fuse_program(program, (x,), dims, projections=False, gelu=True)
+    assert details == {"gelu_epilogues": 0, "tanh_gelus": 1}
+    assert _gelu_forms(fused.graph) == ["tanh"]
+    assert sum(n.target == torch.ops.aten._scaled_mm.default for n in fused.graph.nodes) == 2
+    with torch.no_grad():
+        got, exact = fused.module()(x), program.module()(x)
+    assert nn.functional.cosine_similarity(got, want).min() > 0.99  # FP8's own error
+    assert nn.functional.cosine_similarity(got, exact).min() > 0.9999  # the tanh form's
+
+
 def test_a_half_precision_transformer_keeps_its_outputs_with_one_call_per_feedforward_layer() -> None:
     torch.manual_seed(0)
     config = transformers.BertConfig(
@@ -67,7 +108,7 @@ def test_a_half_precision_transformer_keeps_its_outputs_with_one_call_per_feedfo
     with torch.no_grad():
         program = torch.export.export(model, example, dynamic_shapes=dynamic, strict=False)
         fused, details = fuse_program(program, example, dynamic, projections=True, gelu=True)
-    assert details == {"fused_projections": 2, "gelu_epilogues": 2}
+    assert details == {"fused_projections": 2, "gelu_epilogues": 2, "tanh_gelus": 0}
     assert sum(n.target == ADDMM_GELU for n in fused.graph.nodes) == 2
     ids, mask = torch.randint(0, 100, (3, 12)), torch.ones(3, 12, dtype=torch.long)
     mask[1, 7:] = 0
