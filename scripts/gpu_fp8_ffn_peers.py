@@ -91,7 +91,10 @@ class Block(nn.Module):
                 bias=self.b_up,
                 out_dtype=torch.half,
             )
-        if self.kind in ("fp8-mul", "fp8-recip"):  # the reciprocal scale multiplied; fp8-mul: GELU's tanh form
+        if self.kind in (
+            "fp8-mul",
+            "fp8-recip",
+        ):  # the reciprocal scale multiplied; fp8-mul: GELU's tanh form
             gelu = nn.functional.gelu(middle, approximate="tanh" if self.kind == "fp8-mul" else "none")
             activated = (gelu.float() * (1.0 / self.s_act)).clamp(-TOP, TOP).to(FP8)
         else:
