@@ -29,7 +29,7 @@ import torch
 from pipeline.check.accuracy import per_token_mask, real_tokens
 from pipeline.core import host
 from pipeline.core.artifacts import ArtifactRecord
-from pipeline.core.errors import StageError
+from pipeline.core.errors import StageError, first_line
 from pipeline.core.files import write_bytes_atomic
 from pipeline.core.packages import package_version
 from pipeline.core.variants import Variant, parse
@@ -135,6 +135,33 @@ def disagreement(
     )
 
 
+def _warnings(caught: list[warnings.WarningMessage]) -> list[str]:
+    return sorted({f"{w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught})
+
+
+def _shapes(args: tuple[torch.Tensor, ...]) -> str:
+    return ", ".join("×".join(map(str, a.shape)) for a in args)
+
+
+def unrunnable(
+    corner: str,
+    args: tuple[torch.Tensor, ...],
+    example: tuple[torch.Tensor, ...],
+    error: RuntimeError,
+    tracer_warnings: list[str],
+) -> StageError:
+    """A trace that raises at another shape than it was taken at: located, with why a trace does that (the
+    interpreter's own message names an index and a size, not the shapes, the corner or the cause)."""
+    control_flow = [w for w in tracer_warnings if w.startswith(CONTROL_FLOW)]
+    cause = f" ({len(control_flow)} TracerWarning(s): {control_flow[0]})" if control_flow else ""
+    return StageError(
+        f"the trace taken at the opt shape ({_shapes(example)}) fails at the {corner} shape ({_shapes(args)}): "
+        f"{first_line(error)}; a trace keeps the sizes and branches the model's code computed at the shape it "
+        f"was taken at{cause}: fix the dims its code computes from in the recipe, or use the ONNX exports",
+        details={SHAPE_DEPENDENT: True, "tracer_warnings": tracer_warnings},
+    )
+
+
 def _save(traced: torch.jit.ScriptModule, target: Path) -> None:
     """Serialized in memory and written by Python (temp file in the same folder, then a rename): torch's own
     file writer aborts the process on a full disk, a Python write raises an error the deploy reports."""
@@ -185,9 +212,13 @@ def _trace(
             # a trace that cannot run at a corner raises there as traced; frozen, the same call can crash the
             # process (a native segmentation fault in torch, seen with an RWKV model at a shorter length)
             for corner in cfg.check_corners:
-                traced(*corner_args(corner, batch=config.max_corner_batch if corner == "max" else None))
+                args = corner_args(corner, batch=config.max_corner_batch if corner == "max" else None)
+                try:
+                    traced(*args)
+                except RuntimeError as exc:
+                    raise unrunnable(corner, args, example, exc, _warnings(caught)) from None
             traced = torch.jit.freeze(traced.eval())
-    tracer_warnings = sorted({f"{w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught})
+    tracer_warnings = _warnings(caught)
     checks, tolerances, masked = {}, {}, False
     with torch.no_grad(), exact_float32(device):
         for corner in cfg.check_corners:
@@ -200,7 +231,11 @@ def _trace(
             # said only where an output is per-token: a pooled one is compared whole
             masked |= mask is not None and any(per_token_mask(o, mask) is not None for o in outputs)
             eager = on_real_tokens(outputs, mask)
-            checks[corner] = _max_diff(on_real_tokens(traced(*args), mask), eager)
+            try:
+                got = traced(*args)
+            except RuntimeError as exc:  # unfrozen traces are first run here
+                raise unrunnable(corner, args, example, exc, tracer_warnings) from None
+            checks[corner] = _max_diff(on_real_tokens(got, mask), eager)
             tolerances[corner] = check_tolerance(cfg.check_atol, output_scale(eager), device)
     if any(not d <= tolerances[c] for c, d in checks.items()):
         raise disagreement(

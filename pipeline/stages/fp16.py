@@ -43,14 +43,11 @@ def convert(model: onnx.ModelProto, cfg: Fp16Export) -> onnx.ModelProto:
     model = onnx.ModelProto.FromString(model.SerializeToString())
     onnx_tools.drop_initializer_value_info(model)
     onnx_tools.outputs_from_nodes(model)
-    kept = onnx_tools.reducing_scatter_nodes(model.graph)  # no float16 kernel in ONNX Runtime's CPU provider
-    for i, node in enumerate(kept):
-        node.name = node.name or f"fp16_kept_scatter_{i}"  # the converter keeps nodes by name
     converted = convert_float_to_float16(
         model,
         keep_io_types=cfg.keep_io_types,
         op_block_list=onnx_tools.fp16_block_list(cfg.block_ops),
-        node_block_list=[node.name for node in kept],
+        node_block_list=onnx_tools.fp16_node_block_list(model.graph),
         disable_shape_infer=False,
     )
     float16_mend.mend(converted.graph)

@@ -227,7 +227,9 @@ def _finish(model: onnx.ModelProto, fp16: Fp16Export | None) -> onnx.ModelProto:
         onnx_tools.outputs_from_nodes(model)
         wrapped = OnnxModel(model)
         wrapped.convert_float_to_float16(
-            keep_io_types=fp16.keep_io_types, op_block_list=onnx_tools.fp16_block_list(fp16.block_ops)
+            keep_io_types=fp16.keep_io_types,
+            op_block_list=onnx_tools.fp16_block_list(fp16.block_ops),
+            node_block_list=onnx_tools.fp16_node_block_list(model.graph),
         )
         model = wrapped.model
         float16_mend.mend(model.graph)
@@ -268,6 +270,9 @@ def _run(ctx: RunContext, config: OptimizeConfig, inputs: dict[str, ArtifactReco
     }
     if config.fp16 is not None:
         details["fp16_node_share"] = onnx_tools.fp16_node_share(model)
+        details["reducing_scatters_in_fp32"] = [
+            n.name for n in onnx_tools.reducing_scatter_nodes(model.graph)
+        ]
         if details["fp16_node_share"] == 0:  # its FP32 graph (a model computing in float64), timed as FP16
             raise StageError(
                 f"{name}: no node of the optimized graph computes in float16 (the converter changes float32 "
@@ -284,7 +289,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name=f"optimize_onnx_{variant.precision}",
-            version=5,  # CHANGELOG.md, "Stage versions"
+            version=6,  # CHANGELOG.md, "Stage versions"
             config=OptimizeConfig.from_recipe(recipe, recipe_dir, variant),
             run=_run,
             environment=onnx_tools.onnx_environment,

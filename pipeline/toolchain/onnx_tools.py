@@ -85,6 +85,15 @@ def reducing_scatter_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
     return found
 
 
+def fp16_node_block_list(graph: onnx.GraphProto) -> list[str]:
+    """The names of the nodes an FP16 conversion keeps in FP32 (`reducing_scatter_nodes`), naming those that
+    had none: both FP16 conversions (the plain copy and the optimized graph's) pass it as `node_block_list`."""
+    kept = reducing_scatter_nodes(graph)
+    for i, node in enumerate(kept):
+        node.name = node.name or f"fp16_kept_scatter_{i}"
+    return [node.name for node in kept]
+
+
 def onnx_environment(*extra: str) -> dict[str, str | None]:
     """Library versions an ONNX stage depends on; onnxruntime may come from either wheel."""
     env = {

@@ -333,3 +333,23 @@ class FunctionActivation(nn.Module):
 
 def function_activation(**kwargs: int) -> nn.Module:
     return FunctionActivation()
+
+
+class LastPositionByNumber(nn.Module):
+    """Reads the last position by a number computed in Python from the input's length (Funnel's relative
+    positions are indexed so): a trace keeps the opt shape's number, which is out of range at a shorter one."""
+
+    def __init__(self, vocab: int = 1000, hidden: int = 32):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.embed(input_ids)
+        last = int(x.shape[1]) - 1
+        return x, x[:, last]
+
+
+def last_position_by_number(**kwargs: int) -> nn.Module:
+    return LastPositionByNumber()

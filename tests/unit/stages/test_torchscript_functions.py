@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import pytest
 import torch
 
 from tests.models.tiny import _SquashFunction
@@ -28,6 +29,24 @@ def test_a_custom_autograd_function_is_traced_as_its_forward(tmp_path: Path) -> 
     x = torch.ones(2, requires_grad=True)
     _SquashFunction.apply(x).sum().backward()
     assert torch.equal(x.grad, torch.ones(2))  # its own backward: the real GELU's gradient at 1 is 1.08
+
+
+def test_a_trace_that_fails_at_another_shape_is_located_and_explained(tmp_path: Path) -> None:
+    """A hold-out Funnel's trace raised "index 32 is out of bounds for dimension 0 with size 32" from the
+    TorchScript interpreter: no shape, no corner, no cause."""
+    from pipeline.core.errors import StageError
+    from pipeline.decide.verdict import SHAPE_DEPENDENT
+
+    ctx = tiny_context(tmp_path, "model.entrypoint=tests.models.tiny:last_position_by_number")
+    with pytest.raises(StageError) as failed:
+        ctx.run_named("export_torchscript", variants=["torchscript-fp32"])
+    message = str(failed.value)
+    assert message.startswith(
+        "the trace taken at the opt shape (2×16, 2×16) fails at the min shape (1×4, 1×4): "
+    )
+    assert "index 15 out of range" in message and "TracerWarning" in message, message
+    assert "fix the dims its code computes from in the recipe, or use the ONNX exports" in message
+    assert failed.value.details[SHAPE_DEPENDENT] is True
 
 
 class _Probe(torch.autograd.Function):
