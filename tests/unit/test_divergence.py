@@ -216,6 +216,21 @@ def test_judge_rules() -> None:
     assert not judge(a[:, :2], 2 * a[:, :2], "cosine", 0.9).exceeds  # cosine is a lower bound, scale-free
 
 
+def test_judge_says_when_float16_cannot_hold_the_values() -> None:
+    """A hold-out LeViT's random weights shrank its activations to 1e-10: its FP16 graph diverged at cosine 0,
+    which said nothing of why."""
+    rng = np.random.default_rng(0)
+    tiny = (rng.standard_normal((4, 8)) * 1e-8).astype(np.float32)
+    verdict = judge(tiny, tiny.astype(np.float16), "cosine", 0.999)
+    assert verdict.exceeds and verdict.problem is not None
+    assert verdict.problem.startswith("cosine 0: every reference value here is at most 2.3e-08, ")  # seeded
+    assert "under float16's smallest normal value (6.1e-05)" in verdict.problem
+    ordinary = rng.standard_normal((4, 8)).astype(np.float32)
+    flipped = -ordinary.astype(np.float16)  # diverges for another reason: no underflow said
+    verdict = judge(ordinary, flipped, "cosine", 0.999)
+    assert verdict.exceeds and verdict.problem is None
+
+
 def test_judge_accepts_masking_sentinels_but_not_overflow() -> None:
     """An additive mask of finfo(float32).min becomes -65504 or -inf in float16: equal as far as float16 can
     say. A value float16 cannot hold (1e5) becoming inf is a real overflow."""
