@@ -2,8 +2,8 @@
 
 Warm-up: discard the first call, then at least `warmup_iters` calls and `warmup_s` seconds.
 Windows: each about `window_s` of calls (at least one; for slow calls see below); a row is done when the
-last `stable_windows` window medians agree within `stable_within` (relative to the smallest) and it has at
-least `min_iters` calls and `min_s` seconds, or when it hits `max_windows` or `max_s`, whichever comes first;
+last `stable_windows` window medians agree within `stable_within` (relative to the smallest), no earlier window
+median is LEVEL_SHIFT times off theirs, and it has at least `min_iters` calls and `min_s` seconds, or when it hits `max_windows` or `max_s`, whichever comes first;
 a row stopped by a cap is unstable and says so. Candidates of one shape are interleaved window by window
 (A B C A B C ...), so that machine drift does not favour whoever ran first.
 
@@ -40,6 +40,12 @@ if TYPE_CHECKING:
 Workload = Callable[[], Sample | float]
 Clock = Callable[[], float]
 K = TypeVar("K", bound=Hashable)
+
+
+# An earlier window median this many times off the agreeing last windows': not warm-up drift (the warm-up is
+# done before the first window) but a change of the host under the measurement, such as another process
+# taking the CPU, after which the row's statistics mix two levels and describe neither.
+LEVEL_SHIFT = 3.0
 
 
 @dataclass(frozen=True)
@@ -125,6 +131,18 @@ class Measurement:
     def wall_p50_ms(self) -> float:
         """The median host wall time of a call (a GPU row's flag; a throughput run's segment size)."""
         return float(np.median(self.wall_ms()))
+
+    def level_shift(self, last: int) -> tuple[float, float] | None:
+        """(an earlier window's median, the last `last` windows' median) where the earlier one is more than
+        LEVEL_SHIFT times off: the last windows agree, but not with what came before them."""
+        tail, earlier = self.window_medians[-last:], self.window_medians[:-last]
+        level = float(np.median(tail)) if tail else 0.0
+        if not earlier or level <= 0:
+            return None
+        worst = max(earlier, key=lambda v: max(v / level, level / v) if v > 0 else math.inf)
+        if worst <= 0 or max(worst / level, level / worst) > LEVEL_SHIFT:
+            return worst, level
+        return None
 
     def window_spread(self, last: int) -> float | None:
         """(max - min) / min of the last `last` window medians: the agreement the policy checks."""
@@ -220,6 +238,12 @@ def _unmet(policy: WindowPolicy, size: Sizing, m: Measurement) -> list[str]:
         unmet.append(
             f"window medians spread {spread * 100:.1f}% over the last {policy.stable_windows} windows "
             f"(limit {policy.stable_within * 100:g}%)"
+        )
+    shift = m.level_shift(policy.stable_windows)
+    if shift is not None:
+        unmet.append(
+            f"window medians changed level during the run ({shift[0]:.3g} ms before, {shift[1]:.3g} ms in the "
+            f"last {policy.stable_windows} windows): the host's load changed under the measurement"
         )
     if len(m.samples) < size.min_iters:
         unmet.append(f"only {len(m.samples)} calls in {windows} windows (needs {size.min_iters})")

@@ -6,7 +6,8 @@ the benchmark's throughput run: the highest wins). The noise is the 95% interval
 the benchmark computes it from whole windows, so it reflects window-to-window drift; for throughput from the
 throughput run's segments. Among the candidates whose interval overlaps the best's, the simplest wins
 (`simplicity`: fewer transformations of the artifact, then simpler runtimes), and the reason names every
-candidate within noise of the best. A winner whose measurement never stabilized is chosen provisionally and says so.
+candidate within noise of the best; a candidate whose measurement never settled ties with a settled best only
+by being it (`_tie_group`). A winner whose measurement never stabilized is chosen provisionally and says so.
 The select stage chooses, once; the benchmark only asks which rows contend with an unstable would-be winner
 (`unsettled_contenders`), to measure them again before selection sees them."""
 
@@ -179,8 +180,15 @@ def choose(
 
 
 def _tie_group(ranked: list[Timing], metric: str) -> list[Timing]:
-    """The candidates within noise of the fastest (ranked best first)."""
-    return [r for r in ranked if tied(r, ranked[0], metric)]
+    """The candidates within noise of the fastest (ranked best first). Where the fastest settled, a row that
+    did not is not in it: its wide interval says how unsure it is, not that it may be as fast, and by the
+    simplicity rule it would win every tie it overlaps. Where the fastest did not settle either, every row
+    overlapping it is."""
+    fastest = ranked[0]
+    settled = fastest.settled(metric)
+    return [
+        r for r in ranked if r is fastest or (tied(r, fastest, metric) and (r.settled(metric) or not settled))
+    ]
 
 
 def _simplest(rows: list[Timing], metric: str) -> Timing:

@@ -106,7 +106,7 @@ class Candidate:
 def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     return Stage(
         name=NAME,
-        version=16,  # what each version changed: CHANGELOG.md, "Stage versions"
+        version=17,  # what each version changed: CHANGELOG.md, "Stage versions"
         config=BenchmarkStageConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=run,
         environment=_environment,

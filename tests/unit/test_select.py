@@ -232,14 +232,37 @@ def test_throughput_objective_ties_go_to_the_simpler_and_unstable_runs_are_provi
     recipe = _recipe("selection.objective.metric=sequences_per_s")
     speed = {
         "results": [
-            _throughput(_row("onnx-fp32", 10, (9.5, 10.5)), 100.0, (95.0, 105.0), stable=False),
-            _throughput(_row("onnx-int8", 5, (4.8, 5.2)), 103.0, (99.0, 107.0)),
+            _throughput(_row("onnx-fp32", 10, (9.5, 10.5)), 100.0, (95.0, 105.0)),
+            _throughput(_row("onnx-int8", 5, (4.8, 5.2)), 103.0, (99.0, 107.0), stable=False),
         ]
     }
     winner = choose(recipe, speed, ACCURACY)
     assert winner["artifact"] == "onnx-fp32" and winner["within_noise_of"] == ["onnx-int8 (onnxruntime-cpu)"]
-    assert "within noise" in winner["reason"] and winner["provisional"] and not winner["stable"]
+    assert "within noise" in winner["reason"] and not winner["provisional"] and winner["stable"]
+    # the simpler run unsettled, the fastest settled: no tie, the fastest wins
+    speed["results"][0]["throughput"]["stable"] = False
+    speed["results"][1]["throughput"]["stable"] = True
+    winner = choose(recipe, speed, ACCURACY)
+    assert winner["artifact"] == "onnx-int8" and winner["within_noise_of"] == []
+    # both unsettled: the simplest of those overlapping the fastest, provisionally
+    speed["results"][1]["throughput"]["stable"] = False
+    winner = choose(recipe, speed, ACCURACY)
+    assert winner["artifact"] == "onnx-fp32" and winner["provisional"] and not winner["stable"]
     assert "throughput segments disagree" in winner["reason"]
+
+
+def test_a_row_that_never_settled_does_not_tie_with_a_settled_fastest() -> None:
+    """A hold-out's TorchScript row, its calls 1.7 ms and then 164 ms while another process took the CPU, had a
+    p50 of 5.7 ms in [1.28, 172]: it overlapped the fastest row (1.26 ms [1.21, 1.31]) and, simplest, won."""
+    speed = {
+        "results": [
+            _row("onnx-fp32", 5.73, (1.28, 172.0), stable=False, unstable_reason="changed level"),
+            _row("onnx-optimized-fp32", 1.26, (1.21, 1.31)),
+        ]
+    }
+    winner = choose(_recipe(), speed, ACCURACY)
+    assert winner["artifact"] == "onnx-optimized-fp32" and winner["within_noise_of"] == []
+    assert not winner["provisional"]
 
 
 def test_the_reason_names_exactly_the_tie_group_it_chose_from() -> None:

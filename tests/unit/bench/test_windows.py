@@ -77,6 +77,22 @@ def test_drifting_workload_caps_at_max_windows_and_is_flagged() -> None:
     assert m.window_spread(POLICY.stable_windows) > POLICY.stable_within
 
 
+def test_windows_that_agree_after_a_change_of_level_are_not_stable() -> None:
+    """A hold-out's TorchScript calls took 1.7 ms, then 164 ms from the second window on (another process took
+    the CPU): the last three windows agreed, and the row was called stable with a p50 of neither level."""
+    clock = FakeClock()
+    warmup_calls = 26  # the first call, then 10 calls and 0.25 s of warm-up at 10 ms
+    m = measure(Workload(clock, lambda i: 10.0 if i < warmup_calls + 25 else 160.0), POLICY, clock)
+    assert not m.stable and m.done
+    assert m.window_spread(POLICY.stable_windows) <= POLICY.stable_within  # the last windows do agree
+    assert "window medians changed level during the run (10 ms before, 160 ms in the last 3 windows)" in (
+        m.unstable_reason or ""
+    )
+    clock = FakeClock()  # a drift within the limit is not a change of level
+    m = measure(Workload(clock, lambda i: 10.0 if i < warmup_calls + 25 else 12.0), POLICY, clock)
+    assert m.stable
+
+
 def test_time_cap_stops_before_the_window_cap() -> None:
     clock = FakeClock()
     policy = WindowPolicy(warmup_iters=1, warmup_s=0.01, window_s=0.25, max_windows=100, max_s=2.0)
