@@ -365,11 +365,12 @@ def _output_problems(loaded: LoadedRecipe, names: list[str] | None, outputs: lis
             problems.append(loaded.problem(f"outputs[{i}]", message))
         return problems
     if len(outputs) != len(declared):
-        return [
-            loaded.problem(
-                "outputs", f"the model returns {len(outputs)} output(s) but outputs names {len(declared)}"
-            )
-        ]
+        message = f"the model returns {len(outputs)} output(s) but outputs names {len(declared)}"
+        nested = next((i for i, value in enumerate(outputs) if _is_nested(value)), None)
+        if nested is not None:  # a user names the leaves of a nested output: say why they cannot be
+            label = f"'{names[nested]}'" if names else str(nested)
+            message += f"; its output {label} is {_nested(f'output{nested}_', outputs[nested])}"
+        return [loaded.problem("outputs", message)]
     problems = []
     for i, value in enumerate(outputs):
         label = f"'{names[i]}'" if names else str(i)

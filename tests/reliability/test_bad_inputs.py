@@ -536,6 +536,14 @@ CASES = [
         overrides=(f"model.entrypoint={BAD}:nested_output",),
     ),
     Case(
+        "leaves of a nested output named",
+        "model",
+        "outputs: the model returns 2 output(s) but outputs names 3; its output 1 is a list of 1, not a tensor: "
+        "outputs must be tensors, and an item inside one cannot be named; return the items as outputs of "
+        "their own (output1_0)",
+        overrides=(f"model.entrypoint={BAD}:nested_output", "outputs=[hidden, pooled, extra]"),
+    ),
+    Case(
         "nested dict output",
         "model",
         "outputs[1]: the model's output 'heads' is a tuple of 2, not a tensor: outputs must be tensors, and an "
