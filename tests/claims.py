@@ -183,8 +183,9 @@ def _overlap(a: list[float] | None, b: list[float] | None) -> bool:
 def winner_problems(
     page: str, winner: dict[str, Any], speed: dict[str, Any], accuracy: dict[str, Any]
 ) -> list[str]:
-    """'N× faster than X' only where the two intervals separate, 'within noise of' where they overlap; the
-    reason's tie list is the tie group (every member overlaps the fastest candidate, none outside does)."""
+    """'N× faster than X' only where the two intervals separate, 'within noise of' where they overlap, 'do not
+    overlap' only where the runner-up's interval does not; the reason's tie list is within the rows overlapping
+    the fastest candidate (selection leaves out those whose timing did not settle)."""
     section = page[page.index("## Winner") : page.index("## Accuracy")]
     found = []
     peers = {p["artifact"]: p for p in (winner.get("baseline"), winner.get("runner_up")) if p}
@@ -217,6 +218,14 @@ def winner_problems(
             found.append(f"winner.json within_noise_of names {sorted(extra)}, outside the tie group")
         why = [line for line in section.splitlines() if line.startswith("Why: ")]
         found += tie_sentence_problems(" ".join(why) or winner.get("reason", ""), winner, candidates)
+    runner_up = winner.get("runner_up") or {}
+    if "the 95% intervals do not overlap" in winner.get("reason", "") and _overlap(
+        winner.get("interval"), runner_up.get("interval")
+    ):
+        found.append(
+            f"winner: 'the 95% intervals do not overlap' although the runner-up's does "
+            f"({winner.get('interval')} vs {runner_up.get('interval')})"
+        )
     return found
 
 

@@ -69,7 +69,9 @@ class WindowPolicy:
         return {
             "discard_first_call": True,
             "interleaved": True,
-            "stability": "(max - min) / min of window medians",
+            "stability": "(max - min) / min of the last stable_windows window medians, and no earlier median "
+            f"more than {LEVEL_SHIFT:g} times off theirs (else the level changed; a row measured again after "
+            "that starts anew)",
             "slow_calls": "windows hold >= ceil(min_iters / stable_windows) calls; min_iters is lowered "
             "to the calls that fit in max_s / 2 (never below stable_windows)",
             "intervals": "95 % block bootstrap over whole windows, widened by sqrt(k / (k - 1)) * t(k - 1) "
@@ -137,12 +139,10 @@ class Measurement:
         LEVEL_SHIFT times off: the last windows agree, but not with what came before them."""
         tail, earlier = self.window_medians[-last:], self.window_medians[:-last]
         level = float(np.median(tail)) if tail else 0.0
-        if not earlier or level <= 0:
+        if not earlier or not level > 0 or not all(v > 0 for v in earlier):  # 0 ms: the spread rule says so
             return None
-        worst = max(earlier, key=lambda v: max(v / level, level / v) if v > 0 else math.inf)
-        if worst <= 0 or max(worst / level, level / worst) > LEVEL_SHIFT:
-            return worst, level
-        return None
+        worst = max(earlier, key=lambda v: max(v / level, level / v))
+        return (worst, level) if max(worst / level, level / worst) > LEVEL_SHIFT else None
 
     def window_spread(self, last: int) -> float | None:
         """(max - min) / min of the last `last` window medians: the agreement the policy checks."""
@@ -282,7 +282,8 @@ def measure_more(
     warm_up_first: bool = True,
 ) -> dict[K, Measurement]:
     """Measure the candidates of `workloads` again, interleaved, continuing their existing Measurements:
-    earlier windows are kept, the caps grow by `extra_windows` windows and `extra_s` seconds (default: the
+    earlier windows are kept (except where they changed level, `level_shift`: then the row starts anew), the
+    caps grow by `extra_windows` windows and `extra_s` seconds (default: the
     policy's caps) beyond what each has measured, and the stopping rule then runs after every new window
     (every candidate gets at least one). Pass an unstable candidate together with its rivals, so that the
     new windows are interleaved with theirs. Warm-up runs again unless `warm_up_first` is False (runners
@@ -296,6 +297,9 @@ def measure_more(
     active = {key: w for key, w in workloads.items() if measurements[key].error is None}
     for key in active:
         m = measurements[key]
+        if m.level_shift(policy.stable_windows) is not None:  # two levels: its statistics describe neither
+            m.samples, m.window_medians, m.window_sizes, m.elapsed_s = [], [], [], 0.0
+            m.windows_before_remeasure = 0
         size = m.sizing or sizing(policy, None)
         m.sizing = replace(
             size,

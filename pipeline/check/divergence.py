@@ -51,7 +51,7 @@ class Divergence:
     candidates: int  # comparable tensors in the candidate graph
     runs: int  # inference runs made (each runs both graphs)
     exact: bool = True  # False: max_runs ran out before all it depends on was cleared ("at or before")
-    problem: str | None = None  # shape mismatch or NaN/inf values: no metric value
+    problem: str | None = None  # shape mismatch or NaN/inf values (no metric value), or float16's range
 
     def describe(self) -> str:
         """One line for the report."""
@@ -227,23 +227,31 @@ def judge(reference: np.ndarray, actual: np.ndarray, metric: str, threshold: flo
     value = METRICS[metric](ref, act)
     exceeds = value < threshold if metric in LOWER_BOUNDS else value > threshold
     if exceeds and np.asarray(actual).dtype == np.float16:
-        return Verdict(True, value, _underflow(ref, metric, value))
+        return Verdict(True, value, _underflow(ref, metric, value, threshold))
     return Verdict(exceeds or not math.isfinite(value), value)
 
 
 FP16_TINY = float(np.finfo(np.float16).tiny)  # float16's smallest normal value, 6.1e-05
 
 
-def _underflow(reference: np.ndarray, metric: str, value: float) -> str | None:
+def _underflow(reference: np.ndarray, metric: str, value: float, threshold: float) -> str | None:
     """Why a float16 tensor diverges where every reference value is under float16's normal range (random
-    weights that shrink activations layer by layer, seen in a hold-out LeViT: logits of 1e-10): float16 holds
-    them as zero or a few subnormal steps, which the metric alone does not say."""
+    weights that shrink activations layer by layer, seen in a hold-out LeViT: logits of 1e-10), said only
+    where the reference itself, stored in float16, fails the threshold: there the range is the cause, which
+    the metric alone does not say."""
     largest = float(np.abs(reference).max()) if reference.size else 0.0
     if not 0.0 < largest < FP16_TINY:
         return None
+    with np.errstate(all="ignore"):
+        stored = METRICS[metric](reference, reference.astype(np.float16).astype(np.float64))
+    if not (stored < threshold if metric in LOWER_BOUNDS else stored > threshold):
+        return None  # float16 can hold these values well enough: the cause is elsewhere
+    op = "<" if metric in LOWER_BOUNDS else ">"
+    shown, written = _numbers(value, threshold)
     return (
-        f"{metric} {value:.3g}: every reference value here is at most {largest:.2g}, under float16's smallest "
-        f"normal value ({FP16_TINY:.2g}), which float16 holds as zero or a few subnormal steps"
+        f"{metric} {shown} {op} {written}: every reference value here is at most {largest:.2g}, under float16's "
+        f"smallest normal value ({FP16_TINY:.2g}), where it keeps few significant bits or none (the reference "
+        f"itself stored in float16 has {metric} {stored:.3g})"
     )
 
 

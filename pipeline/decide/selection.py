@@ -150,7 +150,8 @@ def choose(
     within = [r for r in noise if r is not winner]  # the reason names exactly the group it chose from
     others = [r for r in ranked if r is not winner]
     runner_up = others[0] if others else None
-    reason = _reason(winner, fastest, within, runner_up, metric)
+    unsettled = [r for r in _overlapping(ranked, metric) if r not in noise]
+    reason = _reason(winner, fastest, within, runner_up, metric, unsettled)
     provisional = not winner.settled(metric)
     if provisional:
         reason += f"; provisional: winner did not stabilize ({winner.unsettled_reason(metric)})"
@@ -179,6 +180,11 @@ def choose(
     }
 
 
+def _overlapping(ranked: list[Timing], metric: str) -> list[Timing]:
+    """Every candidate whose interval overlaps the fastest's (ranked best first), settled or not."""
+    return [r for r in ranked if tied(r, ranked[0], metric)]
+
+
 def _tie_group(ranked: list[Timing], metric: str) -> list[Timing]:
     """The candidates within noise of the fastest (ranked best first). Where the fastest settled, a row that
     did not is not in it: its wide interval says how unsure it is, not that it may be as fast, and by the
@@ -204,7 +210,7 @@ def unsettled_contenders(policy: SelectionPolicy, speed: Row, accuracy: Row) -> 
     ranked = candidates(policy, speed, accuracy)
     if maximized(metric) or not ranked:
         return []
-    chosen = _simplest(_tie_group(ranked, metric), metric)
+    chosen = _simplest(_overlapping(ranked, metric), metric)  # unsettled rows too: measuring may settle them
     if chosen.settled(metric):
         return []
     tied_rows = [
@@ -253,8 +259,15 @@ def accuracy_record(entry: AccuracyRecord | None, artifact: str, runtime: str) -
 
 
 def _reason(
-    winner: Timing, fastest: Timing, within: list[Timing], runner_up: Timing | None, metric: str
+    winner: Timing,
+    fastest: Timing,
+    within: list[Timing],
+    runner_up: Timing | None,
+    metric: str,
+    unsettled: list[Timing] | None = None,
 ) -> str:
+    """`unsettled`: rows whose interval overlaps the settled fastest's but whose timing did not settle, which
+    are therefore not within its noise: said, since the intervals do overlap."""
     lead = f"highest {metric_name(metric)}" if maximized(metric) else f"fastest by {metric_name(metric)}"
     if runner_up is None:
         return "the only candidate that passed validation on its runtime with a measurement at the objective's shape"
@@ -262,7 +275,19 @@ def _reason(
     def named(row: Timing) -> Named:
         return Named(_label(row), _figure(row, metric))
 
-    return tie_reason(lead, named(winner), named(fastest), [named(r) for r in within], named(runner_up))
+    if not unsettled:
+        return tie_reason(lead, named(winner), named(fastest), [named(r) for r in within], named(runner_up))
+    rows = "; ".join(f"{_label(r)} {_figure(r, metric)} ({r.unsettled_reason(metric)})" for r in unsettled)
+    note = (
+        f"its 95% interval overlaps only those of rows whose timing did not settle, which are not within noise "
+        f"of a settled fastest: {rows}"
+    )
+    if not within:
+        return f"{lead} at {named(winner).figure}; {note}"
+    within_reason = tie_reason(
+        lead, named(winner), named(fastest), [named(r) for r in within], named(runner_up)
+    )
+    return f"{within_reason}; the fastest's interval also overlaps rows whose timing did not settle: {rows}"
 
 
 class Named(NamedTuple):

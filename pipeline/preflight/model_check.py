@@ -369,7 +369,11 @@ def _output_problems(loaded: LoadedRecipe, names: list[str] | None, outputs: lis
         nested = next((i for i, value in enumerate(outputs) if _is_nested(value)), None)
         if nested is not None:  # a user names the leaves of a nested output: say why they cannot be
             label = f"'{names[nested]}'" if names else str(nested)
-            message += f"; its output {label} is {_nested(f'output{nested}_', outputs[nested])}"
+            value = outputs[nested]
+            base = (
+                f"output{nested}" if isinstance(value, Mapping) else f"output{nested}_"
+            )  # output1_a, output1_0
+            message += f"; its output {label} is {_nested(base, value)}"
         return [loaded.problem("outputs", message)]
     problems = []
     for i, value in enumerate(outputs):

@@ -270,7 +270,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="export_torchscript",
-            version=4,  # CHANGELOG.md, "Stage versions"
+            version=5,  # CHANGELOG.md, "Stage versions"
             config=TorchScriptConfig.from_recipe(recipe, recipe_dir),
             run=_run,
             environment=lambda: {

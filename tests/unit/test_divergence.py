@@ -223,8 +223,11 @@ def test_judge_says_when_float16_cannot_hold_the_values() -> None:
     tiny = (rng.standard_normal((4, 8)) * 1e-8).astype(np.float32)
     verdict = judge(tiny, tiny.astype(np.float16), "cosine", 0.999)
     assert verdict.exceeds and verdict.problem is not None
-    assert verdict.problem.startswith("cosine 0: every reference value here is at most 2.3e-08, ")  # seeded
+    assert verdict.problem.startswith("cosine 0 < 0.999: every reference value here is at most 2.3e-08, ")
     assert "under float16's smallest normal value (6.1e-05)" in verdict.problem
+    held = (rng.standard_normal((4, 8)) * 3e-5).astype(np.float32)  # float16 holds these well enough
+    verdict = judge(held, -held.astype(np.float16), "cosine", 0.999)  # a sign flip: not the range's fault
+    assert verdict.exceeds and verdict.problem is None
     ordinary = rng.standard_normal((4, 8)).astype(np.float32)
     flipped = -ordinary.astype(np.float16)  # diverges for another reason: no underflow said
     verdict = judge(ordinary, flipped, "cosine", 0.999)

@@ -7,7 +7,13 @@ from pathlib import Path
 
 from pipeline.check.timings import Timing
 from pipeline.check.verdicts import AccuracyRecord
-from pipeline.decide.selection import SelectionPolicy, choose, selection_problems, tied
+from pipeline.decide.selection import (
+    SelectionPolicy,
+    choose,
+    selection_problems,
+    tied,
+    unsettled_contenders,
+)
 from pipeline.recipe.loader import load
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -262,7 +268,15 @@ def test_a_row_that_never_settled_does_not_tie_with_a_settled_fastest() -> None:
     }
     winner = choose(_recipe(), speed, ACCURACY)
     assert winner["artifact"] == "onnx-optimized-fp32" and winner["within_noise_of"] == []
-    assert not winner["provisional"]
+    assert not winner["provisional"] and "do not overlap" not in winner["reason"]  # they do overlap
+    assert winner["reason"] == (
+        "fastest by p50 at 1.26 ms [1.21–1.31]; its 95% interval overlaps only those of rows whose timing did "
+        "not settle, which are not within noise of a settled fastest: onnx-fp32 (onnxruntime-cpu) 5.73 ms "
+        "[1.28–172] (changed level)"
+    )
+    # before selection the benchmark measures the unsettled simpler row again, with the fastest
+    contenders = unsettled_contenders(_recipe(), speed, ACCURACY)
+    assert [r.artifact for r in contenders] == ["onnx-fp32", "onnx-optimized-fp32"]
 
 
 def test_the_reason_names_exactly_the_tie_group_it_chose_from() -> None:

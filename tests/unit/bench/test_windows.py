@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.bench.windows import Measurement, WindowPolicy, measure, measure_interleaved
+from pipeline.bench.windows import Measurement, WindowPolicy, measure, measure_interleaved, measure_more
 from tests.unit.bench.fakes import FakeClock, Workload
 
 # Binary-exact numbers (1/64 s calls, 1/4 s windows) keep window boundaries exact.
@@ -88,9 +88,16 @@ def test_windows_that_agree_after_a_change_of_level_are_not_stable() -> None:
     assert "window medians changed level during the run (10 ms before, 160 ms in the last 3 windows)" in (
         m.unstable_reason or ""
     )
+    again = measure_more({"w": _slow(clock)}, {"w": m}, POLICY, clock=clock)
+    assert again["w"].stable and again["w"].windows_before_remeasure == 0  # started anew: one level now
+    assert set(again["w"].window_medians) == {160.0}
     clock = FakeClock()  # a drift within the limit is not a change of level
     m = measure(Workload(clock, lambda i: 10.0 if i < warmup_calls + 25 else 12.0), POLICY, clock)
     assert m.stable
+
+
+def _slow(clock: FakeClock) -> Workload:
+    return Workload(clock, lambda i: 160.0)
 
 
 def test_time_cap_stops_before_the_window_cap() -> None:
