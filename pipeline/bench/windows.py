@@ -3,8 +3,8 @@
 Warm-up: discard the first call, then at least `warmup_iters` calls and `warmup_s` seconds.
 Windows: each about `window_s` of calls (at least one; for slow calls see below); a row is done when the
 last `stable_windows` window medians agree within `stable_within` (relative to the smallest), no earlier window
-median is LEVEL_SHIFT times off theirs, and it has at least `min_iters` calls and `min_s` seconds, or when it hits `max_windows` or `max_s`, whichever comes first;
-a row stopped by a cap is unstable and says so. Candidates of one shape are interleaved window by window
+median is LEVEL_SHIFT times off theirs, and it has at least `min_iters` calls and `min_s` seconds, or when it
+hits `max_windows` or `max_s`, whichever comes first; a row stopped by a cap is unstable and says so. Candidates of one shape are interleaved window by window
 (A B C A B C ...), so that machine drift does not favour whoever ran first.
 
 Slow calls: the windows are sized from the median wall time of one warm-up call (`call_s`), so that a
@@ -283,8 +283,8 @@ def measure_more(
 ) -> dict[K, Measurement]:
     """Measure the candidates of `workloads` again, interleaved, continuing their existing Measurements:
     earlier windows are kept (except where they changed level, `level_shift`: then the row starts anew), the
-    caps grow by `extra_windows` windows and `extra_s` seconds (default: the
-    policy's caps) beyond what each has measured, and the stopping rule then runs after every new window
+    caps grow by `extra_windows` windows and `extra_s` seconds (default: the policy's caps) beyond what each
+    has measured, and the stopping rule then runs after every new window
     (every candidate gets at least one). Pass an unstable candidate together with its rivals, so that the
     new windows are interleaved with theirs. Warm-up runs again unless `warm_up_first` is False (runners
     still warm from the first run); a candidate that failed before is left as it is.

@@ -370,9 +370,8 @@ def _output_problems(loaded: LoadedRecipe, names: list[str] | None, outputs: lis
         if nested is not None:  # a user names the leaves of a nested output: say why they cannot be
             label = f"'{names[nested]}'" if names else str(nested)
             value = outputs[nested]
-            base = (
-                f"output{nested}" if isinstance(value, Mapping) else f"output{nested}_"
-            )  # output1_a, output1_0
+            # the names it suggests: output1_a for a dict's items, output1_0 for a tuple's
+            base = f"output{nested}" if isinstance(value, Mapping) else f"output{nested}_"
             message += f"; its output {label} is {_nested(base, value)}"
         return [loaded.problem("outputs", message)]
     problems = []
