@@ -261,13 +261,23 @@ def parameters_of(module: nn.Module) -> list[inspect.Parameter] | None:
     return named or None
 
 
+def _keywords_only(module: nn.Module) -> bool:
+    """Whether forward takes only `**kwargs`: the inputs can only be passed by name (and the model reads the
+    names it needs); a forward with `*args` too keeps its positional call."""
+    try:
+        kinds = {p.kind for p in inspect.signature(module.forward).parameters.values()}
+    except (TypeError, ValueError):
+        return False
+    return kinds == {inspect.Parameter.VAR_KEYWORD}
+
+
 def keyword_binding(module: nn.Module, spec: ModelSpec) -> bool:
-    """True when the recipe's inputs are passed by name; False when forward names no parameters, or takes one
-    and the recipe has one input (nothing to mix up). Raises a BindingError naming the recipe input (or the
+    """True when the recipe's inputs are passed by name (forward names them, or takes only `**kwargs`); False
+    when forward names no parameters, or takes one and the recipe has one input (nothing to mix up). Raises a BindingError naming the recipe input (or the
     parameter) that does not fit."""
     params = parameters_of(module)
     if params is None:
-        return False
+        return _keywords_only(module)
     if len(params) == 1 and len(spec.inputs) == 1:  # one input, one parameter (nn.Sequential's `input`)
         return False
     names = {p.name for p in params}

@@ -335,6 +335,23 @@ def function_activation(**kwargs: int) -> nn.Module:
     return FunctionActivation()
 
 
+class KeywordsOnly(nn.Module):
+    """Takes its inputs as `**inputs` and reads them by name, as some serving wrappers do."""
+
+    def __init__(self, vocab: int = 1000, hidden: int = 32):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+
+    def forward(self, **inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.embed(inputs["input_ids"])
+        mask = inputs["attention_mask"].unsqueeze(-1).to(x.dtype)
+        return x, (x * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+
+
+def keywords_only(**kwargs: int) -> nn.Module:
+    return KeywordsOnly()
+
+
 class LastPositionByNumber(nn.Module):
     """Reads the last position by a number computed in Python from the input's length (Funnel's relative
     positions are indexed so): a trace keeps the opt shape's number, which is out of range at a shorter one."""

@@ -47,6 +47,18 @@ def test_inputs_reach_forward_by_name_whatever_their_order() -> None:
         assert torch.equal(logits, model.module.inner(features=features, tokens=tokens))
 
 
+def test_a_forward_taking_only_keywords_gets_the_inputs_by_name() -> None:
+    """A hold-out's `forward(self, **inputs)` failed pre-flight: "takes 1 positional argument but 3 were given"."""
+    model = load_model(_spec(TINY, "model.entrypoint=tests.models.tiny:keywords_only"))
+    ids, mask = torch.randint(1, 999, (2, 8)), torch.ones(2, 8, dtype=torch.long)
+    mask[1, 5:] = 0
+    with torch.no_grad():
+        hidden, pooled = model.module(ids, mask)
+        want = model.module.inner(attention_mask=mask, input_ids=ids)
+    assert torch.equal(hidden, want[0]) and torch.equal(pooled, want[1])
+    preflight.check(load(TINY, ["model.entrypoint=tests.models.tiny:keywords_only"]))
+
+
 def test_a_huggingface_model_whose_second_parameter_is_not_the_second_input() -> None:
     """GPT2LMHeadModel.forward(input_ids, past_key_values/cache, attention_mask, ...): the mask is bound to
     attention_mask, not to the cache slot (the old failure: 'Tensor' object has no attribute

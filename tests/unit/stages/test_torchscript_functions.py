@@ -88,3 +88,14 @@ def test_the_forward_runs_alone_only_in_the_tracing_thread_and_without_gradients
         worker.join()
     assert _Probe.contexts == ["_InferenceContext", "_ProbeBackward", "_ProbeBackward"]
     assert torch.autograd.Function.__dict__["apply"] is original
+
+
+def test_the_trace_check_compares_empty_and_misshapen_outputs() -> None:
+    """A hold-out detector returns the boxes whose score passes 0.5: none at some shapes, and the check's own
+    max() raised "Expected reduction dim to be specified for input.numel() == 0"."""
+    from pipeline.stages.export_torchscript import _max_diff
+
+    empty = torch.zeros(0, 4)
+    scores = torch.tensor([[0.2, 0.7]])
+    assert _max_diff((scores, empty), (scores + 0.5, empty.clone())) == pytest.approx(0.5)
+    assert _max_diff((scores, empty), (scores, torch.zeros(1, 4))) == float("inf")
