@@ -18,10 +18,9 @@ Usage, on the GPU host: python3 scripts/gpu_cnn_8bit_peers.py [batches, default 
 from __future__ import annotations
 
 import sys
-import time
 
 import torch
-from gpu_peers import graphed, p50_ms
+from gpu_peers import graphed_p50_ms
 from torch import nn
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
@@ -134,12 +133,8 @@ def main(batches: list[int]) -> None:
         for batch in batches:
             images = torch.randn(batch, 3, 224, 224, device="cuda", dtype=torch.bfloat16)
             images = images.contiguous(memory_format=torch.channels_last)
-            started = time.perf_counter()
-            with torch.no_grad():
-                ms = p50_ms(graphed(lambda x=images, f=compiled: f(x)))
-            print(
-                f"{kind}, batch {batch}: {ms:.3f} ms (compile, capture and timing {time.perf_counter() - started:.0f} s)"
-            )
+            ms, seconds = graphed_p50_ms(lambda x=images, f=compiled: f(x))
+            print(f"{kind}, batch {batch}: {ms:.3f} ms (compile, capture and timing {seconds:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from gpu_peers import graphed, p50_ms
+from gpu_peers import graphed_p50_ms
 
 # name: (cudnn.benchmark, Inductor options, batches: None = every batch asked for)
 LEVERS: dict[str, tuple[bool, dict[str, Any], tuple[int, ...] | None]] = {
@@ -46,13 +46,8 @@ def torch_peers(batches: list[int]) -> None:
         for batch in [b for b in batches if only is None or b in only]:
             images = torch.randn(batch, 3, 224, 224, device="cuda", dtype=torch.float16)
             images = images.contiguous(memory_format=torch.channels_last)
-            started = time.perf_counter()
-            with torch.no_grad():
-                replay = graphed(lambda x=images, f=compiled: f(x))
-                ms = p50_ms(replay)
-            print(
-                f"torch {name}, batch {batch}: {ms:.3f} ms (compile and capture {time.perf_counter() - started:.0f} s)"
-            )
+            ms, seconds = graphed_p50_ms(lambda x=images, f=compiled: f(x))
+            print(f"torch {name}, batch {batch}: {ms:.3f} ms (compile and capture {seconds:.0f} s)")
 
 
 def onnxruntime_peers(path: str, batches: list[int]) -> None:

@@ -225,10 +225,15 @@ def judge(reference: np.ndarray, actual: np.ndarray, metric: str, threshold: flo
     if nonfinite:
         return Verdict(True, math.nan, f"{nonfinite} NaN/inf values differ from the reference")
     value = METRICS[metric](ref, act)
-    exceeds = value < threshold if metric in LOWER_BOUNDS else value > threshold
+    exceeds = _exceeds(metric, value, threshold)
     if exceeds and np.asarray(actual).dtype == np.float16:
         return Verdict(True, value, _underflow(ref, metric, value, threshold))
     return Verdict(exceeds or not math.isfinite(value), value)
+
+
+def _exceeds(metric: str, value: float, threshold: float) -> bool:
+    """Past the threshold: under a lower bound (cosine), over an upper one; a NaN is past neither."""
+    return value < threshold if metric in LOWER_BOUNDS else value > threshold
 
 
 FP16_TINY = float(np.finfo(np.float16).tiny)  # float16's smallest normal value, 6.1e-05
@@ -244,7 +249,7 @@ def _underflow(reference: np.ndarray, metric: str, value: float, threshold: floa
         return None
     with np.errstate(all="ignore"):
         stored = METRICS[metric](reference, reference.astype(np.float16).astype(np.float64))
-    if not (stored < threshold if metric in LOWER_BOUNDS else stored > threshold):
+    if not _exceeds(metric, stored, threshold):
         return None  # float16 can hold these values well enough: the cause is elsewhere
     op = "<" if metric in LOWER_BOUNDS else ">"
     shown, written = _numbers(value, threshold)

@@ -273,8 +273,8 @@ def _keywords_only(module: nn.Module) -> bool:
 
 def keyword_binding(module: nn.Module, spec: ModelSpec) -> bool:
     """True when the recipe's inputs are passed by name (forward names them, or takes only `**kwargs`); False
-    when forward names no parameters, or takes one and the recipe has one input (nothing to mix up). Raises a BindingError naming the recipe input (or the
-    parameter) that does not fit."""
+    when forward names no parameters, or takes one and the recipe has one input (nothing to mix up). Raises a
+    BindingError naming the recipe input (or the parameter) that does not fit."""
     params = parameters_of(module)
     if params is None:
         return _keywords_only(module)

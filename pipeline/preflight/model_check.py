@@ -368,11 +368,10 @@ def _output_problems(loaded: LoadedRecipe, names: list[str] | None, outputs: lis
         message = f"the model returns {len(outputs)} output(s) but outputs names {len(declared)}"
         nested = next((i for i, value in enumerate(outputs) if _is_nested(value)), None)
         if nested is not None:  # a user names the leaves of a nested output: say why they cannot be
-            label = f"'{names[nested]}'" if names else str(nested)
             value = outputs[nested]
             # the names it suggests: output1_a for a dict's items, output1_0 for a tuple's
             base = f"output{nested}" if isinstance(value, Mapping) else f"output{nested}_"
-            message += f"; its output {label} is {_nested(base, value)}"
+            message += f"; its output {nested} is {_nested(base, value)}"
         return [loaded.problem("outputs", message)]
     problems = []
     for i, value in enumerate(outputs):

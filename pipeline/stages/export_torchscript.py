@@ -153,6 +153,20 @@ def _shapes(args: tuple[torch.Tensor, ...]) -> str:
     return ", ".join("×".join(map(str, a.shape)) for a in args)
 
 
+def _run_at(
+    traced: torch.jit.ScriptModule,
+    corner: str,
+    args: tuple[torch.Tensor, ...],
+    example: tuple[torch.Tensor, ...],
+    tracer_warnings: list[str],
+) -> tuple[torch.Tensor, ...]:
+    """The trace's outputs at a corner, or the located error of a trace that cannot run there (`unrunnable`)."""
+    try:
+        return traced(*args)
+    except RuntimeError as exc:
+        raise unrunnable(corner, args, example, exc, tracer_warnings) from None
+
+
 def unrunnable(
     corner: str,
     args: tuple[torch.Tensor, ...],
@@ -223,10 +237,7 @@ def _trace(
             # process (a native segmentation fault in torch, seen with an RWKV model at a shorter length)
             for corner in cfg.check_corners:
                 args = corner_args(corner, batch=config.max_corner_batch if corner == "max" else None)
-                try:
-                    traced(*args)
-                except RuntimeError as exc:
-                    raise unrunnable(corner, args, example, exc, _warnings(caught)) from None
+                _run_at(traced, corner, args, example, _warnings(caught))
             traced = torch.jit.freeze(traced.eval())
     tracer_warnings = _warnings(caught)
     checks, tolerances, masked = {}, {}, False
@@ -241,10 +252,7 @@ def _trace(
             # said only where an output is per-token: a pooled one is compared whole
             masked |= mask is not None and any(per_token_mask(o, mask) is not None for o in outputs)
             eager = on_real_tokens(outputs, mask)
-            try:
-                got = traced(*args)
-            except RuntimeError as exc:  # unfrozen traces are first run here
-                raise unrunnable(corner, args, example, exc, tracer_warnings) from None
+            got = _run_at(traced, corner, args, example, tracer_warnings)  # unfrozen traces first run here
             checks[corner] = _max_diff(on_real_tokens(got, mask), eager)
             tolerances[corner] = check_tolerance(cfg.check_atol, output_scale(eager), device)
     if any(not d <= tolerances[c] for c, d in checks.items()):
