@@ -10,7 +10,10 @@ measures, on one BERT output block (LayerNorm(FFN(x) + x), hidden 768, inner 307
 - `fp8-fp8-mid`: the first GEMM writes FP8 (a calibrated output scale, half the bytes), the bias added after;
 - `fp8-autotune`: `fp8` compiled with max-autotune (Inductor's Triton GEMM templates, which can take GELU and the
   quantization into the first GEMM's epilogue), tuned at the size it is timed at;
-- `fp8-triton`: the same with Triton's templates only (never cuBLAS), so that the epilogue is always fused.
+- `fp8-triton`: the same with Triton's templates only (never cuBLAS), so that the epilogue is always fused;
+- `fp8-mul`: the quantization a multiply by the reciprocal scale and GELU's tanh form (`fp8-recip`: erf);
+  `fp8-mul-cdt` compiles it with Inductor's coordinate-descent tuning of the pointwise kernels' block sizes;
+- `fp8-no-gelu`: no GELU at all (wrong, and said so by its cosine): what the pass GELU rides on costs alone.
 Each compiled for its token count (torch.compile, static shapes) and replayed in a CUDA graph. Prints each
 variant's lowest and mean per-token cosine against the FP32 block, and its p50 ms per token count.
 Usage, on the GPU host: [KINDS="fp16 fp8 ..."] python3 scripts/gpu_fp8_ffn_peers.py [token counts, default 4096 32768]
@@ -29,9 +32,10 @@ from torch import nn
 FP8 = torch.float8_e4m3fn
 TOP = 448.0
 HIDDEN, INNER = 768, 3072
-AUTOTUNE = {  # Inductor's settings while compiling the `fp8` block
-    "fp8-autotune": {"max_autotune": True},
-    "fp8-triton": {"max_autotune": True, "max_autotune_gemm_backends": "TRITON"},
+TUNED = {  # kind: (the block it compiles, Inductor's settings while compiling it)
+    "fp8-autotune": ("fp8", {"max_autotune": True}),
+    "fp8-triton": ("fp8", {"max_autotune": True, "max_autotune_gemm_backends": "TRITON"}),
+    "fp8-mul-cdt": ("fp8-mul", {"coordinate_descent_tuning": True}),
 }
 
 
@@ -91,7 +95,9 @@ class Block(nn.Module):
                 out_dtype=torch.half,
             )
         # fp8-recip: the reciprocal scale multiplied; fp8-mul: that and GELU's tanh form
-        if self.kind in ("fp8-mul", "fp8-recip"):
+        if self.kind == "fp8-no-gelu":  # not a block anyone would ship: the floor of the pass GELU rides on
+            activated = quantized(middle, self.s_act)
+        elif self.kind in ("fp8-mul", "fp8-recip"):
             gelu = nn.functional.gelu(middle, approximate="tanh" if self.kind == "fp8-mul" else "none")
             activated = (gelu.float() * (1.0 / self.s_act)).clamp(-TOP, TOP).to(FP8)
         else:
@@ -118,7 +124,8 @@ def main(token_counts: list[int]) -> None:
     with torch.no_grad():
         expected = reference["norm"](reference["down"](nn.functional.gelu(reference["up"](check))) + check)
     for kind in os.environ.get("KINDS", "fp16 fp8 fp8-mul fp8-fp8-mid fp8-autotune fp8-triton").split():
-        block = Block(copy.deepcopy(reference), calibration, "fp8" if kind in AUTOTUNE else kind)
+        built, settings = TUNED.get(kind, (kind, {}))
+        block = Block(copy.deepcopy(reference), calibration, built)
         with torch.no_grad():
             got = block(check.half()).float()
         cosine = nn.functional.cosine_similarity(got, expected)
@@ -130,7 +137,7 @@ def main(token_counts: list[int]) -> None:
         compiled = torch.compile(block, dynamic=False)
         for tokens in token_counts:
             x = torch.randn(tokens, HIDDEN, device="cuda", dtype=torch.half)
-            with torch._inductor.config.patch(AUTOTUNE.get(kind, {})):  # compiled on the first call, in here
+            with torch._inductor.config.patch(settings):  # compiled on the first call, in here
                 ms, seconds = graphed_p50_ms(lambda x=x, f=compiled: f(x))
             print(f"{kind}, {tokens} tokens: {ms:.3f} ms (compile and timing {seconds:.0f} s)", flush=True)
 
