@@ -1,7 +1,8 @@
-"""Suite-wide collection order, and a terminal's Ctrl-C for the processes the tests start."""
+"""Suite-wide collection order, a terminal's Ctrl-C and one torch thread for the processes the tests start."""
 
 from __future__ import annotations
 
+import os
 import signal
 
 import pytest
@@ -11,6 +12,12 @@ import pytest
 # handler here makes the children start with SIGINT's default, as under a terminal or CI.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# `make test` runs two workers on a 2-core machine, each deploying in child processes: torch's default pool of a
+# thread per core in every one of them (tracing, exports, pre-flight) made them take turns, spinning, and a
+# forward of the tiny recipe's model took 21 ms against 1.2 on one thread. The runners take it too, as their
+# default where a recipe names no `benchmark.intra_op_threads` (pipeline/inputs/specs.py).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

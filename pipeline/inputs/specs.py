@@ -270,8 +270,23 @@ class RunnerSettings(Spec):
 
     @property
     def threads(self) -> int:
-        """Threads every CPU runtime is pinned to: the recipe's setting, else all CPUs (os.cpu_count())."""
-        return self.intra_op_threads or os.cpu_count() or 1
+        """Threads every CPU runtime is pinned to: the recipe's setting, else OMP_NUM_THREADS where the
+        environment sets it (the limit torch itself takes, as a batch system or a shared CI host sets it), else
+        the cores this process may run on (a container's cpuset or `taskset` leaves fewer than the machine has:
+        more threads than cores would only take turns)."""
+        return self.intra_op_threads or omp_threads() or available_cores()
+
+
+def omp_threads() -> int | None:
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # no affinity call on this OS (macOS): every core
+        return os.cpu_count() or 1
 
 
 def resolved_variant(recipe: Recipe, name: str) -> Variant:
