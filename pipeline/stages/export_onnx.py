@@ -15,7 +15,7 @@ from pipeline.core.artifacts import ArtifactRecord
 from pipeline.core.errors import StageError, plain
 from pipeline.core.packages import package_version
 from pipeline.core.variants import Variant, parse
-from pipeline.decide.verdict import WEIGHTS
+from pipeline.decide.verdict import STAGE_WARNINGS, WEIGHTS
 from pipeline.inputs.data import Dataset
 from pipeline.inputs.models import positional
 from pipeline.inputs.specs import DataSpec, ModelSpec, dim_sizes
@@ -23,6 +23,7 @@ from pipeline.recipe import InputSpec, OnnxExport, Recipe
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.toolchain import ort_probe
 from pipeline.toolchain.capture import captured
+from pipeline.toolchain.export_dims import dynamic_shapes, example_batch
 from pipeline.toolchain.onnx_tools import PROTOBUF_LIMIT, drop_initializer_value_info
 
 _DROPPED_NODE_METADATA = ("pkg.torch.onnx.stack_trace",)
@@ -49,11 +50,8 @@ def _example(config: OnnxExportConfig, dataset: Dataset, batch: int | None) -> t
 
 def _dynamo_export(ctx: RunContext, config: OnnxExportConfig, path: Path) -> None:
     spec, batch_dim = config.model, config.data.batch_dim
-    dims = {name: torch.export.Dim(name, min=rng.min, max=rng.max) for name, rng in spec.dims.items()}
-    dynamic = tuple(
-        {axis: dims[d] for axis, d in enumerate(s.shape) if isinstance(d, str)} for s in spec.inputs
-    )
-    batch = max(2, spec.dims[batch_dim].opt) if batch_dim in spec.dims else None
+    dynamic = dynamic_shapes(spec)
+    batch = example_batch(spec, batch_dim)
     program = torch.onnx.export(
         ctx.model(spec).module,
         _example(config, ctx.dataset(config.data), batch),
@@ -91,8 +89,8 @@ def _fixed_dynamic_axes(model: onnx.ModelProto, spec: ModelSpec) -> str | None:
     )
     return (
         f"the graph fixes {where}: torch.export found the model needs that size (its code loops or branches on "
-        "it, computes a size from it, or a weight's shape ties it); declare the dim fixed, or remove the "
-        "dependency"
+        "it, computes a size from it, or a weight's shape ties it); declare the dim fixed (min equal to "
+        "max under dims, or the size as an integer in the input's shape), or remove the dependency"
     )
 
 
@@ -258,6 +256,10 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
                     raise StageError(f"onnx: the dynamo export failed: {why}")
                 details["exporter"] = "legacy"
                 details["fallback_reason"] = why
+                details[STAGE_WARNINGS] = [
+                    f"onnx: exported with the legacy (TorchScript-based) exporter, as the dynamo export failed: "
+                    f"{why}"
+                ]
                 model = None  # the legacy graph replaces it on disk
                 ctx.report(f"onnx: dynamo export failed ({why[:200]}), falling back to the legacy exporter")
                 try:

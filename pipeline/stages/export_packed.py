@@ -37,6 +37,7 @@ from pipeline.stages.export_onnx import corner_batches
 from pipeline.stages.fp16 import convert, onnxruntime_check
 from pipeline.toolchain import onnx_tools, ort_probe
 from pipeline.toolchain.capture import captured
+from pipeline.toolchain.export_dims import example_batch
 
 if TYPE_CHECKING:
     from pipeline.inputs.data import Dataset
@@ -100,7 +101,7 @@ def checked_samples(
     if why:
         raise StageError(f"{name}: {why}")
     batch_dim = dataset.spec.batch_dim
-    batch = max(2, model.dims[batch_dim].opt) if batch_dim in model.dims else None
+    batch = example_batch(model, batch_dim)
     samples = dataset.validation_feeds(batch or 1)[:2] or [dataset.corner_feeds("opt", batch)]
     reference = PackedModel(module, packing, model.input_names, outputs).eval()
     with torch.inference_mode():

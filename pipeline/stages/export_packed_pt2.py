@@ -40,6 +40,7 @@ from pipeline.stages import export_pt2
 from pipeline.stages.base import BACKGROUND, Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.stages.export_packed import checked_samples, longest_sentence, packing_of, real_token_share
 from pipeline.toolchain.capture import captured
+from pipeline.toolchain.export_dims import input_axes, symbolic_dims
 
 EXPORTED, AOTI = parse("exported-packed-fp16"), parse("aoti-packed-fp16")
 BUCKET = 64  # the packed row rounds up to this many tokens: one CUDA graph per 64 tokens of a batch's total
@@ -110,7 +111,7 @@ def savable(program: torch.export.ExportedProgram) -> torch.export.ExportedProgr
 
 def _dynamic(packing: Packing, config: PackedPt2Config, names: list[str]) -> tuple[dict[int, Any], ...]:
     """One symbolic dim per recipe dim, the packed row's length, and the number of spans."""
-    dims = {n: torch.export.Dim(n, min=r.min, max=r.max) for n, r in config.model.dims.items()}
+    dims = symbolic_dims(config.model.dims)
     most = max(r.max for r in config.model.dims.values())
     total = 1
     for r in config.model.dims.values():
@@ -127,7 +128,7 @@ def _dynamic(packing: Packing, config: PackedPt2Config, names: list[str]) -> tup
         elif name == "pack_cu":
             axes[name] = {0: spans}
         else:
-            axes[name] = {a: dims[d] for a, d in enumerate(shapes[name]) if isinstance(d, str)}
+            axes[name] = input_axes(shapes[name], dims)
     return tuple(axes[n] for n in names)
 
 

@@ -36,6 +36,7 @@ from pipeline.stages.base import BACKGROUND, Output, RunContext, Stage, StageCon
 from pipeline.stages.static_mix import StaticMix, chosen_layers
 from pipeline.toolchain.aoti import device_info
 from pipeline.toolchain.capture import captured
+from pipeline.toolchain.export_dims import dynamic_shapes, example_batch
 from pipeline.toolchain.fp8_linear import to_fp8
 from pipeline.toolchain.int8_linear import to_int8
 from pipeline.toolchain.static_linear import input_amax
@@ -205,14 +206,9 @@ def export_program(
     spec, precision = config.model, config.precision
     module = copy.deepcopy(ctx.model(spec).module).eval()  # the shared module stays as the reference needs it
     sdpa = config.attention == "sdpa" and use_sdpa(module)
-    dims = {name: torch.export.Dim(name, min=rng.min, max=rng.max) for name, rng in spec.dims.items()}
-    dynamic = tuple(
-        {axis: dims[d] for axis, d in enumerate(inp.shape) if isinstance(d, str)} for inp in spec.inputs
-    )
+    dynamic = dynamic_shapes(spec)
     batch_dim = config.data.batch_dim
-    feeds = ctx.dataset(config.data).corner_feeds(
-        "opt", batch=max(2, spec.dims[batch_dim].opt) if batch_dim in spec.dims else None
-    )
+    feeds = ctx.dataset(config.data).corner_feeds("opt", batch=example_batch(spec, batch_dim))
     example = positional(feeds, spec)
     nhwc = channels_last(config.memory_format, module, example)
     dtype = COMPUTE[precision]

@@ -65,3 +65,60 @@ def test_a_model_neither_exporter_can_trace_says_both_reasons_and_prints_no_grap
     assert error.startswith("StageError: onnx: neither exporter gave a graph: dynamo: "), error
     assert "; legacy: UnsupportedOperatorError: Exporting the operator 'aten::histc'" in error, error
     assert "Torch IR graph" not in done.stdout + done.stderr
+
+
+def test_the_advice_works_a_dim_fixed_by_min_equal_to_max_exports_with_dynamo(tmp_path: Path) -> None:
+    """The failure above says to declare the dim fixed; `min` equal to `max` under dims is how, and torch refuses
+    a symbolic dim of one value ("Cannot create Dim with inconsistent min=16, max=16"): the dynamo export failed
+    and the deploy fell back to the legacy exporter without a word (a hold-out Mamba's legacy graph then failed
+    as well). Such a dim is now static in every export, a fixed batch of 1 included (the example is not widened
+    to 2)."""
+    recipe = _recipe(tmp_path, "stepwise", "state")
+    done = cli(
+        "deploy",
+        str(recipe),
+        "--set",
+        "variants.build=[onnx-fp32]",
+        "--set",
+        "dims.sequence={min: 16, opt: 16, max: 16}",
+        "--set",
+        "dims.batch={min: 1, opt: 1, max: 1}",
+        "--set",
+        "validation.corner_batches={min: 1, opt: 1, max: 1}",
+        "--set",
+        "validation.data_batch=1",
+        "--set",
+        "benchmark.batch_sizes=[1]",
+        root=tmp_path / "out",
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [version] = (tmp_path / "out" / "tiny").glob("v*")
+    manifest = json.loads((version / "manifest.json").read_text())
+    [onnx] = [a for a in manifest["artifacts"] if a["name"] == "onnx-fp32"]
+    assert onnx["details"]["exporter"] == "dynamo", onnx["details"]
+    assert "fallback_reason" not in onnx["details"], onnx["details"]
+    assert not [w for w in manifest["warnings"] if "exporter" in w], manifest["warnings"]
+
+
+def test_a_fallback_to_the_legacy_exporter_is_a_warning_with_dynamos_reason(tmp_path: Path) -> None:
+    """The graph is validated like any other, but the recipe's exporter did not make it: the manifest's details
+    said so and the sign-off did not."""
+    done = cli(
+        "deploy",
+        str(_recipe(tmp_path, "value_branch", "pooled")),
+        "--set",
+        "variants.build=[onnx-fp32]",
+        root=tmp_path / "out",
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [version] = (tmp_path / "out" / "tiny").glob("v*")
+    manifest = json.loads((version / "manifest.json").read_text())
+    [onnx] = [a for a in manifest["artifacts"] if a["name"] == "onnx-fp32"]
+    assert onnx["details"]["exporter"] == "legacy", onnx["details"]
+    [warning] = [w for w in manifest["warnings"] if "legacy" in w]
+    assert "exported with the legacy (TorchScript-based) exporter, as the dynamo export failed: " in warning
+    assert onnx["details"]["fallback_reason"] in warning
+    assert (
+        "exported with the legacy (TorchScript-based) exporter"
+        in (version / "reports/signoff.md").read_text()
+    )

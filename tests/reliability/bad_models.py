@@ -280,3 +280,23 @@ class _Unexportable(nn.Module):
 def unexportable(**kwargs: int) -> nn.Module:
     torch.manual_seed(0)
     return _Unexportable()
+
+
+class _ValueBranch(nn.Module):
+    """A branch on a value: torch.export cannot trace it, the TorchScript-based exporter records the branch its
+    example took (the ids are never all zero, so every input takes it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(1000, 16)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        x = self.embed(input_ids) * attention_mask.unsqueeze(-1)
+        if input_ids.sum() > 0:
+            return x.mean(1)
+        return x.sum(1)
+
+
+def value_branch(**kwargs: int) -> nn.Module:
+    torch.manual_seed(0)
+    return _ValueBranch()

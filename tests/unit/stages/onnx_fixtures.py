@@ -12,6 +12,7 @@ import torch
 
 from pipeline.core.artifacts import ArtifactRecord
 from pipeline.recipe.loader import load
+from pipeline.toolchain.export_dims import input_axes, symbolic_dims
 from tests.stage_env import StageEnv
 
 TINY = Path(__file__).resolve().parents[2] / "recipes" / "tiny.yaml"
@@ -30,8 +31,8 @@ def dynamo_export(ctx: StageEnv, path: Path, example: dict[str, np.ndarray]) -> 
     """Export the recipe's model with the dynamo exporter, one symbolic axis per recipe dim (as export_onnx
     does). The example must be representative: a BERT exported from an all-ones mask drops the mask."""
     recipe = ctx.recipe
-    dims = {name: torch.export.Dim(name, min=rng.min, max=rng.max) for name, rng in recipe.dims.items()}
-    dynamic = tuple({a: dims[d] for a, d in enumerate(s.shape) if isinstance(d, str)} for s in recipe.inputs)
+    dims = symbolic_dims(recipe.dims)
+    dynamic = tuple(input_axes(s.shape, dims) for s in recipe.inputs)
     args = tuple(torch.from_numpy(example[s.name]) for s in recipe.inputs)
     with torch.no_grad():
         program = torch.onnx.export(
