@@ -7,7 +7,8 @@ the benchmark computes it from whole windows, so it reflects window-to-window dr
 throughput run's segments. Among the candidates whose interval overlaps the best's, the simplest wins
 (`simplicity`: fewer transformations of the artifact, then simpler runtimes), and the reason names every
 candidate within noise of the best; a candidate whose measurement never settled ties with a settled best only
-by being it (`_tie_group`). A winner whose measurement never stabilized is chosen provisionally and says so.
+by being it (`_tie_group`), and one a simpler, better candidate beats does not win for its simplicity
+(`_beaten_by_simpler`). A winner whose measurement never stabilized is chosen provisionally and says so.
 The select stage chooses, once; the benchmark only asks which rows contend with an unstable would-be winner
 (`unsettled_contenders`), to measure them again before selection sees them."""
 
@@ -145,13 +146,19 @@ def choose(
     if not ranked:
         return None
     fastest = ranked[0]
-    noise = _tie_group(ranked, metric)
-    winner = _simplest(noise, metric)
+    group = _tie_group(ranked, metric)
+    noise, beaten = list(group), []
+    while (winner := _simplest(noise, metric)) is not fastest:
+        beater = _beaten_by_simpler(winner, ranked, metric)
+        if beater is None:
+            break
+        beaten.append((winner, beater))  # it cannot win for its simplicity: the next simplest may
+        noise.remove(winner)
     within = [r for r in noise if r is not winner]  # the reason names exactly the group it chose from
     others = [r for r in ranked if r is not winner]
     runner_up = others[0] if others else None
-    unsettled = [r for r in _overlapping(ranked, metric) if r not in noise]
-    reason = _reason(winner, fastest, within, runner_up, metric, unsettled)
+    unsettled = [r for r in _overlapping(ranked, metric) if r not in group]
+    reason = _reason(winner, fastest, within, runner_up, metric, unsettled, beaten)
     provisional = not winner.settled(metric)
     if provisional:
         reason += f"; provisional: winner did not stabilize ({winner.unsettled_reason(metric)})"
@@ -195,6 +202,24 @@ def _tie_group(ranked: list[Timing], metric: str) -> list[Timing]:
     return [
         r for r in ranked if r is fastest or (tied(r, fastest, metric) and (r.settled(metric) or not settled))
     ]
+
+
+def _beaten_by_simpler(row: Timing, ranked: list[Timing], metric: str) -> Timing | None:
+    """A settled candidate simpler than `row` and better by the objective (ranked best first), if any. Such a
+    row does not win a tie for its simplicity: "the simplest within noise of the fastest" is not transitive,
+    and a hold-out BEiT shipped `onnx-fp16` (0.781 ms) for being simpler than the fastest, though `onnx-fp32`,
+    simpler still and faster (0.748 ms), was within its noise and not the fastest's."""
+    return next(
+        (
+            s
+            for s in ranked
+            if s is not row
+            and s.settled(metric)
+            and simplicity(s) < simplicity(row)
+            and s.rank_key(metric) < row.rank_key(metric)
+        ),
+        None,
+    )
 
 
 def _simplest(rows: list[Timing], metric: str) -> Timing:
@@ -265,9 +290,11 @@ def _reason(
     runner_up: Timing | None,
     metric: str,
     unsettled: list[Timing] | None = None,
+    beaten: list[tuple[Timing, Timing]] | None = None,
 ) -> str:
     """`unsettled`: rows whose interval overlaps the settled fastest's but whose timing did not settle, which
-    are therefore not within its noise: said, since the intervals do overlap."""
+    are therefore not within its noise; `beaten`: rows within its noise that a simpler, better candidate beats
+    (each with that candidate). Both said, since the intervals do overlap."""
     lead = f"highest {metric_name(metric)}" if maximized(metric) else f"fastest by {metric_name(metric)}"
     if runner_up is None:
         return "the only candidate that passed validation on its runtime with a measurement at the objective's shape"
@@ -275,6 +302,10 @@ def _reason(
     def named(row: Timing) -> Named:
         return Named(_label(row), _figure(row, metric))
 
+    if beaten:
+        return _set_aside_reason(
+            lead, named, winner, fastest, within, runner_up, metric, unsettled or [], beaten
+        )
     if not unsettled:
         return tie_reason(lead, named(winner), named(fastest), [named(r) for r in within], named(runner_up))
     rows = "; ".join(f"{_label(r)} {_figure(r, metric)} ({r.unsettled_reason(metric)})" for r in unsettled)
@@ -288,6 +319,35 @@ def _reason(
         lead, named(winner), named(fastest), [named(r) for r in within], named(runner_up)
     )
     return f"{within_reason}; the fastest's interval also overlaps rows whose timing did not settle: {rows}"
+
+
+def _set_aside_reason(
+    lead: str,
+    named: Any,
+    winner: Timing,
+    fastest: Timing,
+    within: list[Timing],
+    runner_up: Timing,
+    metric: str,
+    unsettled: list[Timing],
+    beaten: list[tuple[Timing, Timing]],
+) -> str:
+    """The reason where rows overlapping the fastest were set aside: each named with why it cannot win a tie."""
+    aside = [
+        f"{_label(r)} {_figure(r, metric)} (its timing did not settle: {r.unsettled_reason(metric)})"
+        for r in unsettled
+    ]
+    aside += [
+        f"{_label(r)} {_figure(r, metric)} (beaten by the simpler {_label(s)} at {_figure(s, metric)})"
+        for r, s in beaten
+    ]
+    note = "; ".join(aside)
+    if not within:
+        return (
+            f"{lead} at {named(winner).figure}; the rows whose intervals overlap it cannot win a tie: {note}"
+        )
+    chosen = tie_reason(lead, named(winner), named(fastest), [named(r) for r in within], named(runner_up))
+    return f"{chosen}; the fastest's interval also overlaps rows that cannot win a tie: {note}"
 
 
 class Named(NamedTuple):

@@ -279,6 +279,37 @@ def test_a_row_that_never_settled_does_not_tie_with_a_settled_fastest() -> None:
     assert [r.artifact for r in contenders] == ["onnx-fp32", "onnx-optimized-fp32"]
 
 
+def test_a_row_a_simpler_row_beats_does_not_win_a_tie_for_its_simplicity() -> None:
+    """A hold-out BEiT: `onnx-fp16` overlapped the fastest (`onnx-optimized-fp16`) and, simpler, won, though
+    `onnx-fp32`, simpler still, was faster and within its noise (not the fastest's): the report then said the
+    winner was within noise of a simpler, faster plain export."""
+    speed = {
+        "results": [
+            _row("onnx-optimized-fp16", 0.594, (0.364, 0.684)),
+            _row("onnx-optimized-fp32", 0.649, (0.618, 0.681), stable=False, unstable_reason="changed level"),
+            _row("onnx-fp32", 0.748, (0.703, 0.806)),
+            _row("onnx-fp16", 0.781, (0.564, 0.855)),
+        ]
+    }
+    passed = {
+        name: _entry(True)
+        for name in ("onnx-optimized-fp16", "onnx-optimized-fp32", "onnx-fp32", "onnx-fp16")
+    }
+    winner = choose(_recipe(), speed, {"artifacts": passed})
+    assert winner["artifact"] == "onnx-optimized-fp16" and winner["within_noise_of"] == []
+    assert "do not overlap" not in winner["reason"]  # they do
+    assert winner["reason"] == (
+        "fastest by p50 at 0.594 ms [0.364–0.684]; the rows whose intervals overlap it cannot win a tie: "
+        "onnx-optimized-fp32 (onnxruntime-cpu) 0.649 ms [0.618–0.681] (its timing did not settle: changed "
+        "level); onnx-fp16 (onnxruntime-cpu) 0.781 ms [0.564–0.855] (beaten by the simpler onnx-fp32 "
+        "(onnxruntime-cpu) at 0.748 ms [0.703–0.806])"
+    )
+    # a simpler row beaten only by one inside the group changes nothing: the simplest of the group wins as before
+    speed["results"][1] = _row("onnx-optimized-fp32", 0.649, (0.618, 0.681))
+    speed["results"][2] = _row("onnx-fp32", 0.62, (0.60, 0.66))
+    assert choose(_recipe(), speed, {"artifacts": passed})["artifact"] == "onnx-fp32"
+
+
 def test_the_reason_names_exactly_the_tie_group_it_chose_from() -> None:
     """A plainer candidate that overlaps the winner but not the fastest is outside the tie group: listing it
     as 'within noise of the winner' would say it should have won."""
