@@ -260,7 +260,8 @@ def _peer(row: Timing | None, metric: str, entries: dict[str, AccuracyRecord]) -
 
 def accuracy_record(entry: AccuracyRecord | None, artifact: str, runtime: str) -> dict[str, Any]:
     """Where the candidate's own accuracy record is, and per metric its worst figure on that runtime: among
-    the checks that gate when there are any (as the accuracy table shows it), else the informational ones."""
+    the checks that gate when there are any (as the accuracy table shows it), else the informational ones;
+    `gating` names the metrics that gate, the ones a sentence about its accuracy quotes first."""
     verdict = entry.on(runtime) if entry else None
     figures: dict[str, float] = {}
     gating: set[str] = set()
@@ -280,6 +281,7 @@ def accuracy_record(entry: AccuracyRecord | None, artifact: str, runtime: str) -
         "passed": bool(entry and entry.passed_on(runtime)),
         "record": f"reports/accuracy.json: artifacts.{artifact}.runtimes.{runtime}",
         "figures": figures,
+        "gating": sorted(gating),
     }
 
 

@@ -206,8 +206,9 @@ class BenchmarkConfig(Strict):
         "sequence", description="the dim (under dims) that is the sequence axis; null: none"
     )
     intra_op_threads: Threads | None = Field(
-        None, description="CPU threads per runtime, at most 1024 (default: OMP_NUM_THREADS if set, else the "
-        "cores this deploy may run on)"
+        None,
+        description="CPU threads per runtime, at most 1024 (default: OMP_NUM_THREADS if set, else the "
+        "cores this deploy may run on)",
     )
     warmup_iters: Iterations = Field(
         10, description="warm-up iterations at least (first call discarded), at most 1000000"

@@ -175,7 +175,9 @@ def _cost_line(winner: Dict, baseline: Dict | None) -> str | None:
         return None
     mine = (winner.get("accuracy") or {}).get("figures") or {}
     theirs = baseline.get("accuracy") or {}
-    metric = next((m for m in ("cosine", "max_abs") if m in mine and m in theirs), None)
+    gating = (winner.get("accuracy") or {}).get("gating") or []  # a metric that only informs says least
+    order = sorted(("cosine", "max_abs"), key=lambda m: m not in gating)
+    metric = next((m for m in order if m in mine and m in theirs), None)
     text = f"{speed[0].upper()}{speed[1:]} {baseline.get('artifact')} ({baseline.get('runtime')})"
     if metric:
         text += f" at {metric} {fmt_metric(metric, mine[metric])} vs {fmt_metric(metric, theirs[metric])}"
@@ -498,7 +500,8 @@ def _not_timed(speed: Dict | None) -> Section:
                 f"{timing.get('rule', '?')}. An artifact with no row timed at all is still validated, on a runtime "
                 "it was left out of for a faster twin, else on the first runtime this host offers it that the "
                 "recipe has not opted out of (Accuracy), unless benchmark.runtimes leaves all of them out. "
-                "A runtime an artifact failed validation on is not timed: it would only fail again."
+                "A runtime an artifact could not run on in validation is not timed: it would only fail again. "
+                "One whose outputs failed the accuracy gates is timed, for comparison, and never chosen."
             ),
             Table(["artifact", "runtime", "I/O", "reason"], rows),
         ],

@@ -246,3 +246,14 @@ def test_not_run_sits_under_the_verdict_and_flags_are_grouped(inputs):
     assert titles[:3] == ["## Verdict", "## Not run", "## Winner"]
     flags = _section(text, "Flags")
     assert "**int8 not faster (1)**" in flags and "**unstable (1)**" in flags
+
+
+def test_the_winners_cost_quotes_a_metric_that_gates(inputs):
+    """A hold-out's one value per sample: cosine cannot judge it and only informs, max_abs gates, and the
+    winner's line said 'at cosine 1.000000 vs 1.000000'."""
+    inputs["winner"]["accuracy"]["gating"] = ["max_abs"]
+    inputs["winner"]["baseline"]["accuracy"] = {"cosine": 1.0, "max_abs": 3.4e-6}
+    winner = _section(render_markdown(**inputs), "Winner")
+    assert "faster than onnx-fp32 (onnxruntime-cpu) at max_abs 0.33 vs" in winner, winner
+    inputs["winner"]["accuracy"]["gating"] = ["cosine"]
+    assert "at cosine 0.986200 vs" in _section(render_markdown(**inputs), "Winner")
