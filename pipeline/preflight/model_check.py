@@ -372,6 +372,9 @@ def _output_problems(loaded: LoadedRecipe, names: list[str] | None, outputs: lis
             # the names it suggests: output1_a for a dict's items, output1_0 for a tuple's
             base = f"output{nested}" if isinstance(value, Mapping) else f"output{nested}_"
             message += f"; its output {nested} is {_nested(base, value)}"
+        nones = [i for i, value in enumerate(outputs) if value is None]
+        if nones:  # a transformers model with return_dict=False leaves an output it did not compute as None
+            message += f"; {_none_outputs(nones)}"
         return [loaded.problem("outputs", message)]
     problems = []
     for i, value in enumerate(outputs):
@@ -382,6 +385,8 @@ def _output_problems(loaded: LoadedRecipe, names: list[str] | None, outputs: lis
                     f"outputs[{i}]", f"the model's output {label} is {_nested(declared[i], value)}"
                 )
             )
+        elif value is None:
+            problems.append(loaded.problem(f"outputs[{i}]", _none_outputs([i])))
         elif not isinstance(value, torch.Tensor):
             problems.append(
                 loaded.problem(
@@ -403,6 +408,16 @@ def _output_problems(loaded: LoadedRecipe, names: list[str] | None, outputs: lis
                 )
             )
     return problems
+
+
+def _none_outputs(positions: list[int]) -> str:
+    """Why a None among the returned values cannot be an output, and what to do: every output is a tensor that
+    each exporter and runtime hands over, and a None has no graph output to become."""
+    which = ", ".join(map(str, positions))
+    return (
+        f"the model's output {which} is None (nothing an exporter can return): drop it from what forward "
+        "returns, or wrap the model in a module that returns only the tensors (outputs names those)"
+    )
 
 
 def _is_nested(value: Any) -> bool:

@@ -72,7 +72,9 @@ def attempts(cfg: OptimizeExport) -> list[Attempt]:
     """The recipe's fusions first, then each safer option that differs from what came before, down to ONNX
     Runtime's basic optimizations (level 1: no provider-specific fused kernels, so the graph loads on every
     provider; a session applies the rest itself when it loads the graph)."""
-    chain = [Attempt("as configured", tuple(cfg.fusions), cfg.model_type)]
+    # the model_type named: where ONNX Runtime's fusions for it raise, the bare error says nothing of them
+    configured = "as configured" + (f" (model_type {cfg.model_type})" if cfg.model_type else "")
+    chain = [Attempt(configured, tuple(cfg.fusions), cfg.model_type)]
     if cfg.model_type is not None and "transformers" in cfg.fusions and "onnxscript" in cfg.fusions:
         chain.append(Attempt("the transformers optimizer alone", ("transformers",), cfg.model_type))
     if cfg.model_type is not None or "onnxscript" in cfg.fusions:

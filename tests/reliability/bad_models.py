@@ -67,6 +67,18 @@ def nested_output(**kwargs: int) -> nn.Module:
     return _Nested()
 
 
+class _WithNone(_Wrapping):
+    """As a transformers model returns with return_dict=False: an output it did not compute is None."""
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple:
+        hidden, pooled = self.inner(input_ids, attention_mask)
+        return hidden, None, pooled
+
+
+def none_output(**kwargs: int) -> nn.Module:
+    return _WithNone()
+
+
 class _NestedNamed(_Wrapping):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> dict:
         hidden, pooled = self.inner(input_ids, attention_mask)

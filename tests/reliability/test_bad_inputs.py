@@ -544,6 +544,19 @@ CASES = [
         overrides=(f"model.entrypoint={BAD}:nested_output", "outputs=[hidden, pooled, extra]"),
     ),
     Case(
+        "a None among the outputs, the tensors named",
+        "model",
+        "outputs: the model returns 3 output(s) but outputs names 2; the model's output 1 is None (nothing an "
+        "exporter can return): drop it from what forward returns, or wrap the model",
+        overrides=(f"model.entrypoint={BAD}:none_output",),
+    ),
+    Case(
+        "a None among the outputs, named too",
+        "model",
+        "outputs[1]: the model's output 1 is None (nothing an exporter can return)",
+        overrides=(f"model.entrypoint={BAD}:none_output", "outputs=[hidden, nothing, pooled]"),
+    ),
+    Case(
         "nested dict output",
         "model",
         "outputs[1]: the model's output 'heads' is a tuple of 2, not a tensor: outputs must be tensors, and an "

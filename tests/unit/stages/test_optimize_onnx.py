@@ -131,7 +131,7 @@ def test_a_fused_graph_that_fails_its_checks_falls_back_and_says_why(
     details = out.details
     assert details["applied"] == "ONNX Runtime's graph optimizations alone", details
     assert [f["attempt"] for f in details["fallback"]] == [
-        "as configured",
+        f"as configured (model_type {ctx.recipe.export.optimize.model_type})",
         "the transformers optimizer alone",
     ]
     assert "rank 2 but has rank 3" in details["fallback"][0]["reason"]
@@ -155,7 +155,7 @@ def test_the_last_resort_is_onnx_runtimes_basic_optimizations() -> None:
     ]
     labels = [a.label for a in attempts(OptimizeExport(model_type="bert"))]
     assert labels == [
-        "as configured",
+        "as configured (model_type bert)",
         "the transformers optimizer alone",
         "ONNX Runtime's graph optimizations alone",
         "ONNX Runtime's basic graph optimizations (level 1)",
