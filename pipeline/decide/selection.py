@@ -14,6 +14,7 @@ The select stage chooses, once; the benchmark only asks which rows contend with 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
@@ -147,13 +148,7 @@ def choose(
         return None
     fastest = ranked[0]
     group = _tie_group(ranked, metric)
-    noise, beaten = list(group), []
-    while (winner := _simplest(noise, metric)) is not fastest:
-        beater = _beaten_by_simpler(winner, ranked, metric)
-        if beater is None:
-            break
-        beaten.append((winner, beater))  # it cannot win for its simplicity: the next simplest may
-        noise.remove(winner)
+    winner, noise, beaten = _simplest_unbeaten(group, ranked, metric)
     within = [r for r in noise if r is not winner]  # the reason names exactly the group it chose from
     others = [r for r in ranked if r is not winner]
     runner_up = others[0] if others else None
@@ -222,6 +217,21 @@ def _beaten_by_simpler(row: Timing, ranked: list[Timing], metric: str) -> Timing
     )
 
 
+def _simplest_unbeaten(
+    group: list[Timing], ranked: list[Timing], metric: str
+) -> tuple[Timing, list[Timing], list[tuple[Timing, Timing]]]:
+    """The simplest of `group` that no simpler, better candidate beats (the fastest, ranked[0], at the latest),
+    the group without the rows set aside, and those rows, each with what beats it."""
+    noise, beaten = list(group), []
+    while (chosen := _simplest(noise, metric)) is not ranked[0]:
+        beater = _beaten_by_simpler(chosen, ranked, metric)
+        if beater is None:
+            break
+        beaten.append((chosen, beater))  # it cannot win for its simplicity: the next simplest may
+        noise.remove(chosen)
+    return chosen, noise, beaten
+
+
 def _simplest(rows: list[Timing], metric: str) -> Timing:
     return min(rows, key=lambda r: (simplicity(r), r.rank_key(metric)))
 
@@ -235,7 +245,8 @@ def unsettled_contenders(policy: SelectionPolicy, speed: Row, accuracy: Row) -> 
     ranked = candidates(policy, speed, accuracy)
     if maximized(metric) or not ranked:
         return []
-    chosen = _simplest(_overlapping(ranked, metric), metric)  # unsettled rows too: measuring may settle them
+    # unsettled rows too: measuring may settle them
+    chosen, _, _ = _simplest_unbeaten(_overlapping(ranked, metric), ranked, metric)
     if chosen.settled(metric):
         return []
     tied_rows = [
@@ -325,7 +336,7 @@ def _reason(
 
 def _set_aside_reason(
     lead: str,
-    named: Any,
+    named: Callable[[Timing], Named],
     winner: Timing,
     fastest: Timing,
     within: list[Timing],
@@ -349,7 +360,7 @@ def _set_aside_reason(
             f"{lead} at {named(winner).figure}; the rows whose intervals overlap it cannot win a tie: {note}"
         )
     chosen = tie_reason(lead, named(winner), named(fastest), [named(r) for r in within], named(runner_up))
-    return f"{chosen}; the fastest's interval also overlaps rows that cannot win a tie: {note}"
+    return f"{chosen}, setting aside rows within noise of the fastest that cannot win a tie: {note}"
 
 
 class Named(NamedTuple):

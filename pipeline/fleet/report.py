@@ -11,6 +11,7 @@ from typing import Any
 
 from pipeline.core.files import write_json_atomic, write_text_atomic
 from pipeline.fleet.spec import Target
+from pipeline.report.facts import fmt_metric, quoted_metric
 
 
 @dataclass
@@ -82,10 +83,12 @@ def why_not(result: dict[str, Any]) -> str:
 
 
 def _accuracy(winner: dict[str, Any]) -> str:
-    figures = (winner.get("accuracy") or {}).get("figures") or {}
-    passed = (winner.get("accuracy") or {}).get("passed")
-    cosine = figures.get("cosine")
-    shown = f"cosine {cosine:.5f}" if isinstance(cosine, float) else "checked"
+    accuracy = winner.get("accuracy") or {}
+    figures, passed = accuracy.get("figures") or {}, accuracy.get("passed")
+    metric = quoted_metric(
+        accuracy.get("gating") or [], [m for m, v in figures.items() if isinstance(v, float)]
+    )
+    shown = f"{metric} {fmt_metric(metric, figures[metric])}" if metric else "checked"
     return f"{'pass' if passed else 'fail'} ({shown}, on {winner.get('runtime')})"
 
 

@@ -260,7 +260,9 @@ class RunnerSettings(Spec):
             dims=dict(recipe.dims),
             outputs=list(recipe.outputs),
             sequence_dim=recipe.benchmark.sequence_dim,
-            intra_op_threads=recipe.benchmark.intra_op_threads,
+            # resolved here, so that the count the rows ran at is in every fingerprint built from these
+            # settings: the default depends on the environment and the CPU affinity, not on the recipe alone
+            intra_op_threads=recipe.benchmark.intra_op_threads or default_threads(),
             runtime=recipe.runtime,
         )
 
@@ -274,15 +276,25 @@ class RunnerSettings(Spec):
         environment sets it (the limit torch itself takes, as a batch system or a shared CI host sets it), else
         the cores this process may run on (a container's cpuset or `taskset` leaves fewer than the machine has:
         more threads than cores would only take turns)."""
-        return self.intra_op_threads or omp_threads() or available_cores()
+        return self.intra_op_threads or default_threads()
+
+
+def default_threads() -> int:
+    """A CPU runtime's threads where the recipe names none: OMP_NUM_THREADS, else the cores this process may
+    run on."""
+    return omp_threads() or available_cores()
 
 
 def omp_threads() -> int | None:
-    value = os.environ.get("OMP_NUM_THREADS", "").strip()
-    return int(value) if value.isdigit() and int(value) > 0 else None
+    """OMP_NUM_THREADS as OpenMP reads it for the outermost level (its first item: "4,2" is 4), at most 1024
+    like the recipe's own setting; None where unset or unreadable, so that the default falls to the cores."""
+    first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return min(int(first), 1024) if first.isdigit() and int(first) > 0 else None
 
 
 def available_cores() -> int:
+    """The cores in this process's CPU affinity (a container's cpuset, `taskset`), which os.cpu_count() ignores:
+    more threads than those cores would only take turns."""
     try:
         return len(os.sched_getaffinity(0)) or 1
     except AttributeError:  # no affinity call on this OS (macOS): every core

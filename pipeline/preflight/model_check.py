@@ -414,9 +414,10 @@ def _none_outputs(positions: list[int]) -> str:
     """Why a None among the returned values cannot be an output, and what to do: every output is a tensor that
     each exporter and runtime hands over, and a None has no graph output to become."""
     which = ", ".join(map(str, positions))
+    said = f"output {which} is None" if len(positions) == 1 else f"outputs {which} are None"
     return (
-        f"the model's output {which} is None (nothing an exporter can return): drop it from what forward "
-        "returns, or wrap the model in a module that returns only the tensors (outputs names those)"
+        f"the model's {said} (nothing an exporter can return): drop it from what forward returns, or wrap the "
+        "model in a module that returns only the tensors (outputs names those)"
     )
 
 

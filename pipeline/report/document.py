@@ -33,6 +33,7 @@ from pipeline.report.facts import (
     key_checks,
     metrics_present,
     not_run,
+    quoted_metric,
     scalar_text,
     shape_text,
     sorted_results,
@@ -175,9 +176,9 @@ def _cost_line(winner: Dict, baseline: Dict | None) -> str | None:
         return None
     mine = (winner.get("accuracy") or {}).get("figures") or {}
     theirs = baseline.get("accuracy") or {}
-    gating = (winner.get("accuracy") or {}).get("gating") or []  # a metric that only informs says least
-    order = sorted(("cosine", "max_abs"), key=lambda m: m not in gating)
-    metric = next((m for m in order if m in mine and m in theirs), None)
+    metric = quoted_metric(
+        (winner.get("accuracy") or {}).get("gating") or [], [m for m in mine if m in theirs]
+    )
     text = f"{speed[0].upper()}{speed[1:]} {baseline.get('artifact')} ({baseline.get('runtime')})"
     if metric:
         text += f" at {metric} {fmt_metric(metric, mine[metric])} vs {fmt_metric(metric, theirs[metric])}"

@@ -7,7 +7,7 @@ decide the look.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pipeline.check.accuracy import COMPARABLE, LOWER_BOUNDS, tolerance_share
@@ -107,6 +107,13 @@ def key_checks(entry: Verdict) -> dict[str, CheckRecord]:
 
 def metric_sort_key(metric: str) -> tuple[int, str]:
     return (METRIC_ORDER.index(metric) if metric in METRIC_ORDER else len(METRIC_ORDER), metric)
+
+
+def quoted_metric(gating: Sequence[str], available: Iterable[str]) -> str | None:
+    """The metric a sentence about an artifact's accuracy quotes: one that gates it first (a metric that only
+    informs, as cosine on one value per sample, says least about what passed), in the accuracy table's order."""
+    present = sorted(available, key=metric_sort_key)
+    return next((m for m in present if m in gating), present[0] if present else None)
 
 
 def metrics_present(accuracy: Row | None) -> list[str]:

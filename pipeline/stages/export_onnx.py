@@ -17,13 +17,13 @@ from pipeline.core.packages import package_version
 from pipeline.core.variants import Variant, parse
 from pipeline.decide.verdict import STAGE_WARNINGS, WEIGHTS
 from pipeline.inputs.data import Dataset
+from pipeline.inputs.export_dims import dynamic_shapes, example_batch
 from pipeline.inputs.models import positional
 from pipeline.inputs.specs import DataSpec, ModelSpec, dim_sizes
 from pipeline.recipe import InputSpec, OnnxExport, Recipe
 from pipeline.stages.base import Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.toolchain import ort_probe
 from pipeline.toolchain.capture import captured
-from pipeline.toolchain.export_dims import dynamic_shapes, example_batch
 from pipeline.toolchain.onnx_tools import PROTOBUF_LIMIT, drop_initializer_value_info
 
 _DROPPED_NODE_METADATA = ("pkg.torch.onnx.stack_trace",)
@@ -132,7 +132,7 @@ def _legacy_export(ctx: RunContext, config: OnnxExportConfig, path: Path) -> Non
     axes = {s.name: {a: d for a, d in enumerate(s.shape) if isinstance(d, str)} for s in spec.inputs}
     torch.onnx.export(
         ctx.model(spec).module,
-        _example(config, ctx.dataset(config.data), 2),
+        _example(config, ctx.dataset(config.data), example_batch(spec, config.data.batch_dim) or 2),
         str(path),
         dynamo=False,
         input_names=spec.input_names,
@@ -152,7 +152,9 @@ def name_dynamic_axes(model: onnx.ModelProto, inputs: list[InputSpec]) -> None:
         if spec is None:
             continue
         for axis, dim in zip(spec.shape, value.type.tensor_type.shape.dim, strict=False):
-            if isinstance(axis, str):
+            if isinstance(axis, str) and not dim.HasField(
+                "dim_value"
+            ):  # a fixed dim (min = max) stays a size
                 if dim.dim_param:
                     renames[dim.dim_param] = axis
                 dim.dim_param = axis
@@ -257,7 +259,7 @@ def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRe
                 details["exporter"] = "legacy"
                 details["fallback_reason"] = why
                 details[STAGE_WARNINGS] = [
-                    f"onnx: exported with the legacy (TorchScript-based) exporter, as the dynamo export failed: "
+                    f"exported with the legacy (TorchScript-based) exporter, as the dynamo export failed: "
                     f"{why}"
                 ]
                 model = None  # the legacy graph replaces it on disk
@@ -314,7 +316,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="export_onnx",
-            version=5,  # CHANGELOG.md, "Stage versions"
+            version=6,  # CHANGELOG.md, "Stage versions"
             config=OnnxExportConfig.from_recipe(recipe, recipe_dir),
             run=_run,
             environment=lambda: {

@@ -23,6 +23,7 @@ from pipeline.core.packages import package_version
 from pipeline.core.packing import Packing, grid_names
 from pipeline.core.variants import Variant, parse
 from pipeline.decide.verdict import WEIGHTS
+from pipeline.inputs.export_dims import example_batch
 from pipeline.inputs.packed_model import (
     PackedModel,
     check_exact,
@@ -37,7 +38,6 @@ from pipeline.stages.export_onnx import corner_batches
 from pipeline.stages.fp16 import convert, onnxruntime_check
 from pipeline.toolchain import onnx_tools, ort_probe
 from pipeline.toolchain.capture import captured
-from pipeline.toolchain.export_dims import example_batch
 
 if TYPE_CHECKING:
     from pipeline.inputs.data import Dataset
@@ -227,7 +227,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="export_packed",
-            version=1,  # CHANGELOG.md, "Stage versions"
+            version=2,  # CHANGELOG.md, "Stage versions"
             config=PackedExportConfig.from_recipe(recipe, recipe_dir, fp16),
             run=_run,
             environment=lambda: {

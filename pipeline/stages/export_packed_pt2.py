@@ -33,6 +33,7 @@ from pipeline.core.packages import package_version
 from pipeline.core.packing import FLASH_VARLEN, Packing
 from pipeline.core.variants import Variant, parse
 from pipeline.decide.verdict import WEIGHTS
+from pipeline.inputs.export_dims import input_axes, symbolic_dims
 from pipeline.inputs.packed_model import PackedModel, packed_attention_on
 from pipeline.inputs.specs import DataSpec, ModelSpec
 from pipeline.recipe import PaddingConfig, Recipe
@@ -40,7 +41,6 @@ from pipeline.stages import export_pt2
 from pipeline.stages.base import BACKGROUND, Output, RunContext, Stage, StageConfig, StageResult
 from pipeline.stages.export_packed import checked_samples, longest_sentence, packing_of, real_token_share
 from pipeline.toolchain.capture import captured
-from pipeline.toolchain.export_dims import input_axes, symbolic_dims
 
 EXPORTED, AOTI = parse("exported-packed-fp16"), parse("aoti-packed-fp16")
 BUCKET = 64  # the packed row rounds up to this many tokens: one CUDA graph per 64 tokens of a batch's total
@@ -190,7 +190,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     out = [
         Stage(
             name="export_packed_pt2",
-            version=3,  # CHANGELOG.md, "Stage versions"
+            version=4,  # CHANGELOG.md, "Stage versions"
             config=PackedPt2Config.from_recipe(recipe, recipe_dir),
             run=_export,
             environment=lambda: {

@@ -29,6 +29,7 @@ from pipeline.core.errors import StageError
 from pipeline.core.packages import package_version
 from pipeline.core.variants import Variant, parse
 from pipeline.decide.verdict import WEIGHTS
+from pipeline.inputs.export_dims import dynamic_shapes, example_batch
 from pipeline.inputs.models import positional
 from pipeline.inputs.specs import DataSpec, ModelSpec
 from pipeline.recipe import Recipe, Tolerance
@@ -36,7 +37,6 @@ from pipeline.stages.base import BACKGROUND, Output, RunContext, Stage, StageCon
 from pipeline.stages.static_mix import StaticMix, chosen_layers
 from pipeline.toolchain.aoti import device_info
 from pipeline.toolchain.capture import captured
-from pipeline.toolchain.export_dims import dynamic_shapes, example_batch
 from pipeline.toolchain.fp8_linear import to_fp8
 from pipeline.toolchain.int8_linear import to_int8
 from pipeline.toolchain.static_linear import input_amax
@@ -458,7 +458,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
             out.append(
                 Stage(
                     name=f"export_pt2_{precision}",
-                    version=5,  # CHANGELOG.md, "Stage versions"
+                    version=6,  # CHANGELOG.md, "Stage versions"
                     config=ExportConfig.from_recipe(recipe, recipe_dir, precision),
                     run=_export,
                     environment=lambda: {

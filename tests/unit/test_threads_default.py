@@ -31,12 +31,25 @@ def test_the_recipe_beats_the_environment(monkeypatch: pytest.MonkeyPatch) -> No
     assert _threads("benchmark.intra_op_threads=2") == 2
 
 
+def test_openmps_list_form_gives_its_outermost_level(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "3,2")
+    assert _threads() == 3
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no CPU affinity on this OS")
 @pytest.mark.parametrize("value", ["", "0", "four", "-1"])
 def test_an_unusable_omp_num_threads_falls_back_to_the_cores(
     monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", value)
     assert _threads() == len(os.sched_getaffinity(0))
+
+
+def test_the_count_resolved_is_what_the_settings_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """So that it is in every fingerprint built from them: a deploy under another OMP_NUM_THREADS or affinity
+    does not reuse timings measured at another thread count."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert RunnerSettings.from_recipe(load(TINY, []).recipe).intra_op_threads == 3
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this OS")

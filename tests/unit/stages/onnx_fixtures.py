@@ -11,8 +11,8 @@ import onnx
 import torch
 
 from pipeline.core.artifacts import ArtifactRecord
+from pipeline.inputs.export_dims import input_axes, symbolic_dims
 from pipeline.recipe.loader import load
-from pipeline.toolchain.export_dims import input_axes, symbolic_dims
 from tests.stage_env import StageEnv
 
 TINY = Path(__file__).resolve().parents[2] / "recipes" / "tiny.yaml"
