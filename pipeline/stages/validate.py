@@ -85,8 +85,27 @@ def validation_batches(dataset: Dataset, cfg: ValidationConfig) -> list[Batch]:
     between = dataset.off_corner_feeds(cfg.corner_batches.get("opt", 1))
     if between is not None:
         batches.append(Batch(OFF_CORNER, between))
-    batches += [Batch("data", feeds) for feeds in dataset.validation_feeds(batch=cfg.data_batch)]
+    batches += [Batch("data", feeds) for feeds in data_feeds(dataset, cfg.data_batch)]
     return batches
+
+
+def data_feeds(dataset: Dataset, data_batch: int) -> list[Feeds]:
+    """The held-out split in batches the recipe's batch range allows: `validation.data_batch` brought within it,
+    and a remainder smaller than its min left out. A graph exported for a fixed batch (min = max) holds that
+    size, and one of another size would fail it for the recipe's sake, not the artifact's."""
+    rng = dataset.spec.dims.get(dataset.spec.batch_dim)
+    if rng is None:
+        return dataset.validation_feeds(batch=data_batch)
+    feeds = dataset.validation_feeds(batch=max(rng.min, min(data_batch, rng.max)))
+    whole = [f for f in feeds if _batch_of(f, dataset.spec) >= rng.min]
+    return whole or feeds  # a split smaller than the min: as it is, the corners still hold the min
+
+
+def _batch_of(feeds: Feeds, spec: DataSpec) -> int:
+    for s in spec.inputs:
+        if spec.batch_dim in s.shape and s.name in feeds:
+            return int(np.shape(feeds[s.name])[list(s.shape).index(spec.batch_dim)])
+    return 1 << 30  # no input holds the batch axis: nothing to leave out
 
 
 def _shape_text(batch: Batch) -> str:
@@ -486,7 +505,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     """The validate stage over whichever of `artifacts` were built (consumes_any)."""
     return Stage(
         name="validate",
-        version=13,  # what each version changed: CHANGELOG.md, "Stage versions"
+        version=14,  # what each version changed: CHANGELOG.md, "Stage versions"
         config=ValidateConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=_run,
         environment=lambda: {

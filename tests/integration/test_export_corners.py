@@ -72,7 +72,7 @@ def test_the_advice_works_a_dim_fixed_by_min_equal_to_max_exports_with_dynamo(tm
     a symbolic dim of one value ("Cannot create Dim with inconsistent min=16, max=16"): the dynamo export failed
     and the deploy fell back to the legacy exporter without a word (a hold-out Mamba's legacy graph then failed
     as well). Such a dim is now static in every export, a fixed batch of 1 included (the example is not widened
-    to 2)."""
+    to 2), and the held-out split is validated in batches of that size (the recipe's data_batch is 4)."""
     recipe = _recipe(tmp_path, "stepwise", "state")
     done = cli(
         "deploy",
@@ -85,8 +85,6 @@ def test_the_advice_works_a_dim_fixed_by_min_equal_to_max_exports_with_dynamo(tm
         "dims.batch={min: 1, opt: 1, max: 1}",
         "--set",
         "validation.corner_batches={min: 1, opt: 1, max: 1}",
-        "--set",
-        "validation.data_batch=1",
         "--set",
         "benchmark.batch_sizes=[1]",
         root=tmp_path / "out",
