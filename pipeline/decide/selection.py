@@ -14,7 +14,6 @@ The select stage chooses, once; the benchmark only asks which rows contend with 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
@@ -311,32 +310,23 @@ def _reason(
     lead = f"highest {metric_name(metric)}" if maximized(metric) else f"fastest by {metric_name(metric)}"
     if runner_up is None:
         return "the only candidate that passed validation on its runtime with a measurement at the objective's shape"
-
-    def named(row: Timing) -> Named:
-        return Named(_label(row), _figure(row, metric))
-
     if beaten:
-        return _set_aside_reason(
-            lead, named, winner, fastest, within, runner_up, metric, unsettled or [], beaten
-        )
+        return _set_aside_reason(lead, winner, fastest, within, runner_up, metric, unsettled or [], beaten)
     if not unsettled:
-        return tie_reason(lead, named(winner), named(fastest), [named(r) for r in within], named(runner_up))
+        return _tie_reason(lead, winner, fastest, within, runner_up, metric)
     rows = "; ".join(f"{_label(r)} {_figure(r, metric)} ({r.unsettled_reason(metric)})" for r in unsettled)
     note = (
         f"its 95% interval overlaps only those of rows whose timing did not settle, which are not within noise "
         f"of a settled fastest: {rows}"
     )
     if not within:
-        return f"{lead} at {named(winner).figure}; {note}"
-    within_reason = tie_reason(
-        lead, named(winner), named(fastest), [named(r) for r in within], named(runner_up)
-    )
+        return f"{lead} at {_named(winner, metric).figure}; {note}"
+    within_reason = _tie_reason(lead, winner, fastest, within, runner_up, metric)
     return f"{within_reason}; the fastest's interval also overlaps rows whose timing did not settle: {rows}"
 
 
 def _set_aside_reason(
     lead: str,
-    named: Callable[[Timing], Named],
     winner: Timing,
     fastest: Timing,
     within: list[Timing],
@@ -356,11 +346,25 @@ def _set_aside_reason(
     ]
     note = "; ".join(aside)
     if not within:
-        return (
-            f"{lead} at {named(winner).figure}; the rows whose intervals overlap it cannot win a tie: {note}"
-        )
-    chosen = tie_reason(lead, named(winner), named(fastest), [named(r) for r in within], named(runner_up))
+        return f"{lead} at {_named(winner, metric).figure}; the rows whose intervals overlap it cannot win a tie: {note}"
+    chosen = _tie_reason(lead, winner, fastest, within, runner_up, metric)
     return f"{chosen}, setting aside rows within noise of the fastest that cannot win a tie: {note}"
+
+
+def _named(row: Timing, metric: str) -> Named:
+    return Named(_label(row), _figure(row, metric))
+
+
+def _tie_reason(
+    lead: str, winner: Timing, fastest: Timing, within: list[Timing], runner_up: Timing, metric: str
+) -> str:
+    return tie_reason(
+        lead,
+        _named(winner, metric),
+        _named(fastest, metric),
+        [_named(r, metric) for r in within],
+        _named(runner_up, metric),
+    )
 
 
 class Named(NamedTuple):

@@ -97,15 +97,15 @@ def data_feeds(dataset: Dataset, data_batch: int) -> list[Feeds]:
     if rng is None:
         return dataset.validation_feeds(batch=data_batch)
     feeds = dataset.validation_feeds(batch=max(rng.min, min(data_batch, rng.max)))
-    whole = [f for f in feeds if _batch_of(f, dataset.spec) >= rng.min]
+    whole = [f for f in feeds if (size := _batch_of(f, dataset.spec)) is None or size >= rng.min]
     return whole or feeds  # a split smaller than the min: as it is, the corners still hold the min
 
 
-def _batch_of(feeds: Feeds, spec: DataSpec) -> int:
+def _batch_of(feeds: Feeds, spec: DataSpec) -> int | None:
     for s in spec.inputs:
         if spec.batch_dim in s.shape and s.name in feeds:
             return int(np.shape(feeds[s.name])[list(s.shape).index(spec.batch_dim)])
-    return 1 << 30  # no input holds the batch axis: nothing to leave out
+    return None  # no input holds the batch axis
 
 
 def _shape_text(batch: Batch) -> str:
