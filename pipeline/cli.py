@@ -227,6 +227,7 @@ def _gate_table(gates: list[dict[str, Any]]) -> Any:
     """The accuracy gates every artifact is judged by, per precision and output, as the deploy applies them
     (scale: max(1, |reference|); spread: the output's standard deviation over the held-out samples)."""
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title="Accuracy gates (what fails an artifact)", title_justify="left")
     for column in ("precision", "output", "gates", "informational"):
@@ -234,7 +235,9 @@ def _gate_table(gates: list[dict[str, Any]]) -> Any:
     for row in gates:
         kind = row["kind"] if row["kind"] in ("integer", "one value per sample") else None
         output = f"{row['output']} ({kind})" if kind else row["output"]
-        table.add_row(row["precision"], output, row["text"], row["informational_text"])
+        table.add_row(
+            *(Text(cell) for cell in (row["precision"], output, row["text"], row["informational_text"]))
+        )
     return table
 
 
@@ -443,7 +446,14 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Console], Result]] = {
 
 class _Display(Console):
     """A console whose reader may leave: `plan | head -3` closes the pipe, and the command goes on (a deploy
-    still publishes) with the rest of its display dropped, instead of dying mid-way on the closed pipe."""
+    still publishes) with the rest of its display dropped, instead of dying mid-way on the closed pipe.
+
+    Text is printed as it is, not read as Rich markup: what it prints holds recipe values, paths and errors,
+    and markup ate a list value (`[onnx-fp32]`) from `compare` and `[tensorrt-rtx]` from a failure's advice.
+    A line with colour asks for markup and escapes what it quotes."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(markup=False, **kwargs)
 
     def on_broken_pipe(self) -> None:
         self.quiet = True

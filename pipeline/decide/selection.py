@@ -8,13 +8,14 @@ throughput run's segments. Among the candidates whose interval overlaps the best
 (`simplicity`: fewer transformations of the artifact, then simpler runtimes), and the reason names every
 candidate within noise of the best; a candidate whose measurement never settled ties with a settled best only
 by being it (`_tie_group`), and one a simpler, better candidate beats does not win for its simplicity
-(`_beaten_by_simpler`). A winner whose measurement never stabilized is chosen provisionally and says so.
+(`beaten_by_simpler`). A winner whose measurement never stabilized is chosen provisionally and says so.
 The select stage chooses, once; the benchmark only asks which rows contend with an unstable would-be winner
 (`unsettled_contenders`), to measure them again before selection sees them."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -26,6 +27,8 @@ from pipeline.check.verdicts import AccuracyRecord, records
 from pipeline.core.variants import PLAIN_EXPORTS, parse
 from pipeline.recipe import Objective, Recipe
 from pipeline.runners import registry
+
+T = TypeVar("T")
 
 
 class SelectionPolicy(BaseModel):
@@ -147,7 +150,7 @@ def choose(
         return None
     fastest = ranked[0]
     group = _tie_group(ranked, metric)
-    winner, noise, beaten = _simplest_unbeaten(group, ranked, metric)
+    winner, noise, beaten = simplest_unbeaten(group, ranked, _timing_rule(metric))
     within = [r for r in noise if r is not winner]  # the reason names exactly the group it chose from
     others = [r for r in ranked if r is not winner]
     runner_up = others[0] if others else None
@@ -198,32 +201,33 @@ def _tie_group(ranked: list[Timing], metric: str) -> list[Timing]:
     ]
 
 
-def _beaten_by_simpler(row: Timing, ranked: list[Timing], metric: str) -> Timing | None:
+def beaten_by_simpler(row: T, ranked: list[T], rule: TieRule[T]) -> T | None:
     """A settled candidate simpler than `row` and better by the objective (ranked best first), if any. Such a
-    row does not win a tie for its simplicity: "the simplest within noise of the fastest" is not transitive,
-    and a hold-out BEiT shipped `onnx-fp16` (0.781 ms) for being simpler than the fastest, though `onnx-fp32`,
+    row does not win a tie for its simplicity: "the simplest within noise of the best" is not transitive, and a
+    hold-out BEiT shipped `onnx-fp16` (0.781 ms) for being simpler than the fastest, though `onnx-fp32`,
     simpler still and faster (0.748 ms), was within its noise and not the fastest's."""
     return next(
         (
             s
             for s in ranked
             if s is not row
-            and s.settled(metric)
-            and simplicity(s) < simplicity(row)
-            and s.rank_key(metric) < row.rank_key(metric)
+            and rule.settled(s)
+            and rule.simplicity(s) < rule.simplicity(row)
+            and rule.rank(s) < rule.rank(row)
         ),
         None,
     )
 
 
-def _simplest_unbeaten(
-    group: list[Timing], ranked: list[Timing], metric: str
-) -> tuple[Timing, list[Timing], list[tuple[Timing, Timing]]]:
-    """The simplest of `group` that no simpler, better candidate beats (the fastest, ranked[0], at the latest),
-    the group without the rows set aside, and those rows, each with what beats it."""
+def simplest_unbeaten(
+    group: list[T], ranked: list[T], rule: TieRule[T]
+) -> tuple[T, list[T], list[tuple[T, T]]]:
+    """The simplest of `group` that no simpler, better candidate beats (the best, ranked[0], at the latest),
+    the group without the rows set aside, and those rows, each with what beats it. Every objective decides its
+    ties by this, on its own rows."""
     noise, beaten = list(group), []
-    while (chosen := _simplest(noise, metric)) is not ranked[0]:
-        beater = _beaten_by_simpler(chosen, ranked, metric)
+    while (chosen := min(noise, key=lambda r: (rule.simplicity(r), rule.rank(r)))) is not ranked[0]:
+        beater = beaten_by_simpler(chosen, ranked, rule)
         if beater is None:
             break
         beaten.append((chosen, beater))  # it cannot win for its simplicity: the next simplest may
@@ -231,8 +235,17 @@ def _simplest_unbeaten(
     return chosen, noise, beaten
 
 
-def _simplest(rows: list[Timing], metric: str) -> Timing:
-    return min(rows, key=lambda r: (simplicity(r), r.rank_key(metric)))
+class TieRule(NamedTuple, Generic[T]):
+    """How rule 9 reads one objective's rows: their simplicity, their rank by the objective (lowest best) and
+    whether their measurement settled (only a settled row's figure may set another aside)."""
+
+    simplicity: Callable[[T], tuple[int, ...]]
+    rank: Callable[[T], Any]
+    settled: Callable[[T], bool]
+
+
+def _timing_rule(metric: str) -> TieRule[Timing]:
+    return TieRule(simplicity, lambda r: r.rank_key(metric), lambda r: r.settled(metric))
 
 
 def unsettled_contenders(policy: SelectionPolicy, speed: Row, accuracy: Row) -> list[Timing]:
@@ -245,7 +258,7 @@ def unsettled_contenders(policy: SelectionPolicy, speed: Row, accuracy: Row) -> 
     if maximized(metric) or not ranked:
         return []
     # unsettled rows too: measuring may settle them
-    chosen, _, _ = _simplest_unbeaten(_overlapping(ranked, metric), ranked, metric)
+    chosen, _, _ = simplest_unbeaten(_overlapping(ranked, metric), ranked, _timing_rule(metric))
     if chosen.settled(metric):
         return []
     tied_rows = [
@@ -344,11 +357,19 @@ def _set_aside_reason(
         f"{_label(r)} {_figure(r, metric)} (beaten by the simpler {_label(s)} at {_figure(s, metric)})"
         for r, s in beaten
     ]
+    chosen = _tie_reason(lead, winner, fastest, within, runner_up, metric) if within else None
+    return set_aside_sentence(lead, _named(winner, metric), chosen, aside)
+
+
+def set_aside_sentence(
+    lead: str, winner: Named, tie_sentence: str | None, aside: list[str], best_word: str = "fastest"
+) -> str:
+    """The reason where rows overlapping the best were set aside (`aside`: each with why it cannot win a tie),
+    after the tie sentence of the group that remains, or alone where none remains."""
     note = "; ".join(aside)
-    if not within:
-        return f"{lead} at {_named(winner, metric).figure}; the rows whose intervals overlap it cannot win a tie: {note}"
-    chosen = _tie_reason(lead, winner, fastest, within, runner_up, metric)
-    return f"{chosen}, setting aside rows within noise of the fastest that cannot win a tie: {note}"
+    if tie_sentence is None:
+        return f"{lead} at {winner.figure}; the rows whose intervals overlap it cannot win a tie: {note}"
+    return f"{tie_sentence}, setting aside rows within noise of the {best_word} that cannot win a tie: {note}"
 
 
 def _named(row: Timing, metric: str) -> Named:

@@ -1,8 +1,8 @@
 """Selection by served rate (objective max_qps_at_p99): the candidate of MLPerf's Server scenario that serves the
 most requests/s within the p99 target, chosen by the rule every objective follows (docs/benchmarking.md rule 9):
 only beyond the noise (the 95% intervals over repeated LoadGen runs do not overlap), else the simplest of the
-candidates within noise of the best. The load stage ran only candidates that passed validation on their runtime,
-and this checks again. A target no candidate meets signs off nothing: the reasons say by how much each missed.
+candidates within noise of the best that no simpler candidate serving more beats. The load stage ran only
+candidates that passed validation on their runtime, and this checks again. A target no candidate meets signs off nothing: the reasons say by how much each missed.
 
 A rate whose search never saw a run fail is a lower bound (≥): it competes with the figure it has, and the reason
 says so, since the candidate may serve more."""
@@ -20,8 +20,11 @@ from pipeline.decide.selection import (
     BASELINES,
     Named,
     SelectionPolicy,
+    TieRule,
     accuracy_record,
     candidates,
+    set_aside_sentence,
+    simplest_unbeaten,
     simplicity_of,
     tie_reason,
 )
@@ -50,13 +53,13 @@ def choose_served(
     if not ranked:
         return None
     best = ranked[0]
-    noise = [r for r in ranked if overlap(_interval(r), _interval(best))]
-    winner = min(noise, key=lambda r: (_simplicity(r), -(r.max_qps or 0.0)))
+    overlapping = [r for r in ranked if overlap(_interval(r), _interval(best))]
+    winner, noise, beaten = simplest_unbeaten(overlapping, ranked, _RULE)
     within = [r for r in noise if r is not winner]
     others = [r for r in ranked if r is not winner]
     entries = records(accuracy)
-    stable = winner.held is not None and winner.held == winner.repeats
-    reason = _reason(winner, best, within, others[0] if others else None)
+    stable = _held_every_run(winner)
+    reason = _reason(winner, best, within, others[0] if others else None, beaten)
     if not stable:
         reason += f"; provisional: {winner.held} of {winner.repeats} runs at that rate held the target"
     row = _speed_row(policy, speed, winner)
@@ -118,22 +121,49 @@ def _figure(row: ServedRate) -> str:
     return f"{bound}{fmt_qps(row.max_qps)} requests/s [{fmt_qps(low)}–{fmt_qps(high)}]"
 
 
+def _held_every_run(row: ServedRate) -> bool:
+    return row.held is not None and row.held == row.repeats
+
+
+# rule 9 on served rates: the most served ranks first, and a rate that held in every confirming run is settled
+_RULE: TieRule[ServedRate] = TieRule(_simplicity, lambda r: -(r.max_qps or 0.0), _held_every_run)
+
+
 def _reason(
-    winner: ServedRate, best: ServedRate, within: list[ServedRate], runner_up: ServedRate | None
+    winner: ServedRate,
+    best: ServedRate,
+    within: list[ServedRate],
+    runner_up: ServedRate | None,
+    beaten: list[tuple[ServedRate, ServedRate]],
 ) -> str:
     target = f"p99 ≤ {_target(winner)}"
     bound = " (≥: its search never saw a rate fail, so it may serve more)" if winner.bounded else ""
     if runner_up is None:
         return f"the only candidate that served the target ({target}): {_figure(winner)}{bound}"
-
-    def named(row: ServedRate) -> Named:
-        return Named(row.label, _figure(row))
-
     lead = f"serves the most within {target}"
-    found = tie_reason(
-        lead, named(winner), named(best), [named(r) for r in within], named(runner_up), "served", "best"
+    found = (
+        tie_reason(
+            lead,
+            _named(winner),
+            _named(best),
+            [_named(r) for r in within],
+            _named(runner_up),
+            "served",
+            "best",
+        )
+        if within or not beaten
+        else None
     )
-    return found + bound
+    if beaten:
+        aside = [
+            f"{r.label} {_figure(r)} (beaten by the simpler {s.label} at {_figure(s)})" for r, s in beaten
+        ]
+        found = set_aside_sentence(lead, _named(winner), found, aside, "best")
+    return f"{found}{bound}"
+
+
+def _named(row: ServedRate) -> Named:
+    return Named(row.label, _figure(row))
 
 
 def _speed_row(policy: SelectionPolicy, speed: Row, winner: ServedRate) -> Timing | None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from pipeline.core.errors import Interrupted, PipelineError
 from pipeline.fleet.copy_back import run_job_copying_back
@@ -68,7 +69,9 @@ def run_fleet(path: Path, console: Console) -> Outcome:
             why = missing_node(target, nodes)
             if why:
                 console.print(
-                    f"[red]target {target.name}: {why}[/red]; its deploys are not run", highlight=False
+                    f"[red]{escape(f'target {target.name}: {why}')}[/red]; its deploys are not run",
+                    highlight=False,
+                    markup=True,
                 )
                 report.unplaced[target.name] = why
             else:

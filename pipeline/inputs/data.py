@@ -94,8 +94,8 @@ class Dataset:
         """Calibration split at natural lengths (text) or stored shapes; never overlaps validation."""
         return self._natural_batches(self.calibration_index, batch)
 
-    def validation_feeds(self, batch: int = 1) -> list[Feeds]:
-        return self._natural_batches(self.validation_index, batch)
+    def validation_feeds(self, batch: int = 1, fill_to: int = 0) -> list[Feeds]:
+        return self._natural_batches(self.validation_index, batch, fill_to)
 
     # ------------------------------------------------------------ fixed shapes
 
@@ -209,12 +209,13 @@ class Dataset:
         seq = self.spec.dims.get(self.spec.sequence_dim or "")
         return (seq.min, seq.max) if seq else (1, 512)
 
-    def _natural_batches(self, index: list[int], batch: int) -> list[Feeds]:
+    def _natural_batches(self, index: list[int], batch: int, fill_to: int = 0) -> list[Feeds]:
         """Batches of samples at their own lengths: text is padded to the longest in its batch; other samples
-        are grouped by shape (first appearance first), so a batch never mixes shapes."""
+        are grouped by shape (first appearance first), so a batch never mixes shapes. A batch smaller than
+        `fill_to` is filled up by wrapping around its group's samples, as `feeds_at` wraps the split."""
         if isinstance(self.spec.data.samples, TextData):
             return [
-                self._tokenize([self.items[i] for i in index[start : start + batch]], length=None)
+                self._tokenize([self.items[i] for i in _wrapped(index, start, batch, fill_to)], length=None)
                 for start in range(0, len(index), batch)
             ]
         groups: dict[tuple, list[int]] = {}
@@ -223,7 +224,7 @@ class Dataset:
         out = []
         for members in groups.values():
             for start in range(0, len(members), batch):
-                picks = members[start : start + batch]
+                picks = _wrapped(members, start, batch, fill_to)
                 out.append(
                     {
                         s.name: np.stack([np.asarray(self.items[i][s.name]) for i in picks]).astype(
@@ -381,3 +382,11 @@ def _fit(
     target = tuple(slice(0, min(a, b)) for a, b in zip(arr.shape, shape, strict=False))
     out[target] = arr[source]
     return out
+
+
+def _wrapped(members: list[int], start: int, batch: int, fill_to: int) -> list[int]:
+    """members[start : start + batch], at least `fill_to` long (not beyond `batch`), taking members again from
+    the first where the slice runs short."""
+    picks = members[start : start + batch]
+    short = min(fill_to, batch) - len(picks)
+    return picks + [members[k % len(members)] for k in range(short)] if short > 0 else picks

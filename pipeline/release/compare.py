@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from pipeline.check.speed import SERVED, as_interval, unit_of
@@ -414,7 +415,7 @@ def show(report: dict[str, Any], console: Console) -> None:
     budget = report["budget"]
     if report["regressions"]:
         for reason in report["regressions"]:
-            console.print(f"[red]REGRESSION[/red] {reason}", highlight=False)
+            console.print(f"[red]REGRESSION[/red] {escape(reason)}", highlight=False, markup=True)
     else:
         console.print(
             f"no regression beyond the budget (max_slowdown {budget['max_slowdown']:.0%}, "

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from pipeline.check.timings import timings
 from pipeline.check.verdicts import records
@@ -89,7 +90,7 @@ def log_run(recipe: Recipe, version: Path, console: Console) -> dict[str, str] |
     try:
         where = _log(cfg, recipe.name, version)
     except Exception as exc:  # noqa: BLE001 - a tracking server or store failing does not undo a release
-        console.print(f"[yellow]tracking failed[/yellow] (the release stands): {type(exc).__name__}: {exc}")
+        _failed(console, exc)
         return None
     console.print(
         f"tracking: mlflow run {where['mlflow_run_id']} (experiment '{where['experiment']}', {where['uri']}); "
@@ -108,7 +109,7 @@ def ensure_logged(recipe: Recipe, version: Path, console: Console) -> dict[str, 
     try:
         found = _existing_run(cfg, recipe.name, version)
     except Exception as exc:  # noqa: BLE001 - a store that cannot be searched is a tracking failure
-        console.print(f"[yellow]tracking failed[/yellow] (the release stands): {type(exc).__name__}: {exc}")
+        _failed(console, exc)
         return None
     if found is not None:
         console.print(
@@ -202,3 +203,11 @@ def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
 
 def _read(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _failed(console: Console, exc: Exception) -> None:
+    console.print(
+        f"[yellow]tracking failed[/yellow] (the release stands): {escape(f'{type(exc).__name__}: {exc}')}",
+        highlight=False,
+        markup=True,
+    )

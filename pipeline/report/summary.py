@@ -46,6 +46,7 @@ def summary_table(
     to build (`failed`: manifest.json's list) get a line of their own, last, with the stage and the error.
     """
     from rich.table import Table
+    from rich.text import Text
 
     rows = timings(speed)
     columns = unique(f"{b}|{s}" for b, s in sorted({group_key(r) for r in rows}))
@@ -54,7 +55,7 @@ def summary_table(
     by_rate = objective_metric == THROUGHPUT  # what selection ranked rows by (a served rate is load.json's)
     displayed = [r for r in rows if "|".join(map(str, group_key(r))) in columns]
     table = Table(
-        title="Deploy summary", caption=_caption(winner, displayed, by_rate), caption_justify="left"
+        title="Deploy summary", caption=Text(_caption(winner, displayed, by_rate)), caption_justify="left"
     )
     for name in ("artifact", "runtime", "precision", "accuracy"):
         table.add_column(name, no_wrap=name == "artifact", overflow="fold")  # fold: never drop digits
@@ -75,7 +76,7 @@ def summary_table(
             {"name": failure["artifact"], "order": (math.inf, len(lines)), "cells": cells, "style": "red"}
         )
     for line in sorted(lines, key=lambda line: line["order"]):
-        table.add_row(*line["cells"], style=line["style"])
+        table.add_row(*(Text(cell) for cell in line["cells"]), style=line["style"])  # text, not markup
     return table
 
 

@@ -65,7 +65,9 @@ def plan(
         if failed:
             state = f"[red]fresh (failed: {escape(failed)})[/red]"
         behind = " (runs in the background)" if stage.background and not verdict.fresh else ""
-        console.print(f"  {state}  {stage.name:<24} {escape(verdict.why)}{behind}", highlight=False)
+        console.print(
+            f"  {state}  {stage.name:<24} {escape(verdict.why)}{behind}", highlight=False, markup=True
+        )
     changed = _signoff_changes(verdicts) if latest else None
     if changed:
         console.print(f"sign-off changes ({changed}): deploy makes a new version reusing every stage")
@@ -256,7 +258,7 @@ def _tracking_code(
     if tracked is not None or tracking.mlflow is None or not tracking.required:
         return code
     reasons.append("the run could not be logged and tracking.required is true (the version stays published)")
-    console.print(f"[red]exit 1[/red]: {reasons[-1]}", highlight=False)
+    console.print(f"[red]exit 1[/red]: {escape(reasons[-1])}", highlight=False, markup=True)
     return 1
 
 
@@ -319,11 +321,15 @@ def _verified_latest(store: Store, console: Console) -> Path | None:
     if not damage:
         return latest
     console.print(
-        f"[red]damaged[/red]: {latest} ({len(damage)} file(s)): "
-        + "; ".join(damage[:5])
-        + ("; …" if len(damage) > 5 else "")
-        + " — building a new version",
+        "[red]damaged[/red]: "
+        + escape(
+            f"{latest} ({len(damage)} file(s)): "
+            + "; ".join(damage[:5])
+            + ("; …" if len(damage) > 5 else "")
+            + " — building a new version"
+        ),
         highlight=False,
+        markup=True,
         soft_wrap=True,  # whole, however long the path: the damaged files' names come last
     )
     return None
@@ -398,13 +404,15 @@ def _print_summary(
             highlight=False,
         )
     tone = "green" if verdict.signed_off else "red"
-    console.print(f"[{tone}]{escape(verdict.headline())}[/{tone}]: {target}", highlight=False)
+    console.print(
+        f"[{tone}]{escape(verdict.headline())}[/{tone}]: {escape(str(target))}", highlight=False, markup=True
+    )
     for reason in verdict.reasons:
-        console.print(f"  - {escape(reason)}", highlight=False)
+        console.print(f"  - {escape(reason)}", highlight=False, markup=True)
     for failure in verdict.failures:
-        console.print(f"  [red]failed[/red] {escape(failure.describe())}", highlight=False)
+        console.print(f"  [red]failed[/red] {escape(failure.describe())}", highlight=False, markup=True)
     for warning in verdict.warnings:
-        console.print(f"  [yellow]warning[/yellow] {escape(warning)}", highlight=False)
+        console.print(f"  [yellow]warning[/yellow] {escape(warning)}", highlight=False, markup=True)
     if winner:
         console.print(
             escape(
@@ -412,6 +420,7 @@ def _print_summary(
                 f"{figure_text(winner['value'], winner['unit'])}): {winner['reason']}"
             ),
             highlight=False,
+            markup=True,
         )
     for row in served_rates(values.get("report:load")):
         figure = (
@@ -420,5 +429,7 @@ def _print_summary(
             else (row.error or row.missed)
         )
         target_ms = f" at p99 ≤ {row.p99_target_ms:g} ms" if row.p99_target_ms else ""
-        console.print(escape(f"server scenario: {row.label}{target_ms}: {figure}"), highlight=False)
+        console.print(
+            escape(f"server scenario: {row.label}{target_ms}: {figure}"), highlight=False, markup=True
+        )
     console.print(f"report: {target / 'reports' / 'signoff.html'}", highlight=False)

@@ -112,7 +112,7 @@ class StageProgress:
             self._progress.update(self._task, description=escape(f"{step} {message}"))
         if self.every_message:
             if self.live:  # above the live line, which keeps the latest
-                self._progress.console.print(escape(f"{step} {message}"), highlight=False)
+                self._progress.console.print(escape(f"{step} {message}"), highlight=False, markup=True)
             else:
                 self._line(f"{step} {message}")
 
@@ -137,7 +137,7 @@ class StageProgress:
             f"  total {clock(time.monotonic() - self.started)}{escape(extra + error)}"
         )
         if self.live:
-            self._progress.console.print(text, highlight=False)
+            self._progress.console.print(text, highlight=False, markup=True)
         else:
             self._line(text, markup=True)
 

@@ -53,7 +53,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     served = recipe.selection.objective.metric == SERVED
     return Stage(
         name="select",
-        version=5,  # CHANGELOG.md, "Stage versions"
+        version=6,  # CHANGELOG.md, "Stage versions"
         config=SelectConfig.from_recipe(recipe),
         run=_run,
         consumes=("report:accuracy", "report:speed"),

@@ -92,13 +92,15 @@ def validation_batches(dataset: Dataset, cfg: ValidationConfig) -> list[Batch]:
 def data_feeds(dataset: Dataset, data_batch: int) -> list[Feeds]:
     """The held-out split in batches the recipe's batch range allows: `validation.data_batch` brought within it,
     and a remainder smaller than its min left out. A graph exported for a fixed batch (min = max) holds that
-    size, and one of another size would fail it for the recipe's sake, not the artifact's."""
+    size, and one of another size would fail it for the recipe's sake, not the artifact's. A split with no
+    batch as large as the min is filled up to it by taking its samples again."""
     rng = dataset.spec.dims.get(dataset.spec.batch_dim)
     if rng is None:
         return dataset.validation_feeds(batch=data_batch)
-    feeds = dataset.validation_feeds(batch=max(rng.min, min(data_batch, rng.max)))
-    whole = [f for f in feeds if (size := _batch_of(f, dataset.spec)) is None or size >= rng.min]
-    return whole or feeds  # a split smaller than the min: as it is, the corners still hold the min
+    size = max(rng.min, min(data_batch, rng.max))
+    feeds = dataset.validation_feeds(batch=size)
+    whole = [f for f in feeds if (n := _batch_of(f, dataset.spec)) is None or n >= rng.min]
+    return whole or dataset.validation_feeds(batch=size, fill_to=rng.min)
 
 
 def _batch_of(feeds: Feeds, spec: DataSpec) -> int | None:
@@ -505,7 +507,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     """The validate stage over whichever of `artifacts` were built (consumes_any)."""
     return Stage(
         name="validate",
-        version=14,  # what each version changed: CHANGELOG.md, "Stage versions"
+        version=15,  # what each version changed: CHANGELOG.md, "Stage versions"
         config=ValidateConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=_run,
         environment=lambda: {

@@ -14,6 +14,7 @@ from pipeline.decide.selection import (
     tied,
     unsettled_contenders,
 )
+from pipeline.decide.served import choose_served
 from pipeline.recipe.loader import load
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -390,3 +391,44 @@ def test_the_claim_checker_catches_a_reason_naming_a_row_that_is_not_its_artifac
     assert problem == (
         "the reason names onnx-fp16 (onnxruntime-cpu-bucketed), not onnx-fp16's best row onnx-fp16 (onnxruntime-cpu)"
     )
+
+
+def _served(artifact: str, qps: float, ci: tuple[float, float], held: int = 3) -> dict:
+    return {
+        "artifact": artifact,
+        "runtime": "onnxruntime-cpu",
+        "io": "host",
+        "p99_target_ms": 20.0,
+        "max_qps": qps,
+        "ci95": list(ci),
+        "served": {"held": held, "of": 3},
+    }
+
+
+def test_the_served_objective_sets_aside_a_row_a_simpler_row_serving_more_beats() -> None:
+    """The served-rate objective follows rule 9 as the latency one does: `onnx-fp16` overlaps the best and is
+    simpler than it, but `onnx-fp32`, simpler still, serves more within its noise: `onnx-fp16` cannot win the tie
+    for its simplicity, and the best (nothing simpler and better remains) wins."""
+    policy = _recipe(
+        "selection.objective={metric: max_qps_at_p99, p99_ms: 20}",
+        "benchmark.scenarios=[single_stream, server]",
+    )
+    names = ("onnx-optimized-fp16", "onnx-fp32", "onnx-fp16")
+    accuracy = {"artifacts": {name: _entry(True) for name in names}}
+    load = {
+        "results": [
+            _served("onnx-optimized-fp16", 900.0, (850.0, 1000.0)),
+            _served("onnx-fp32", 800.0, (790.0, 810.0)),
+            _served("onnx-fp16", 780.0, (700.0, 860.0)),
+        ]
+    }
+    winner = choose_served(policy, load, {"results": []}, accuracy)
+    assert winner is not None and winner["artifact"] == "onnx-optimized-fp16"
+    assert winner["within_noise_of"] == []
+    assert "beaten by the simpler onnx-fp32 (onnxruntime-cpu) at 800 requests/s" in winner["reason"]
+    assert winner["reason"].startswith("serves the most within p99 ≤ 20 ms at 900 requests/s")
+    # a simpler row whose rate did not hold in every run sets nothing aside: the simplest of the tie wins
+    load["results"][1] = _served("onnx-fp32", 800.0, (790.0, 810.0), held=2)
+    winner = choose_served(policy, load, {"results": []}, accuracy)
+    assert winner is not None and winner["artifact"] == "onnx-fp16"
+    assert "beaten" not in winner["reason"]

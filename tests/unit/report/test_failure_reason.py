@@ -68,3 +68,14 @@ def test_the_console_and_the_sign_off_name_the_node(inputs) -> None:
     assert f"of node: name: {NODE} OpType: Cast is not output of any previous nodes. |" in verdict
     stage_row = next(line for line in page.splitlines() if line.startswith("| fp16 | failed | 0.1 s |"))
     assert f"of node: name: {NODE} OpType: Cast" in stage_row  # cut at 160 characters: the full error follows
+
+
+def test_a_failures_reason_is_shown_as_written_not_read_as_markup(inputs) -> None:
+    """The console's summary table read failure reasons as Rich markup: "pip install
+    'deploy-pipeline[tensorrt-rtx]'" showed as "pip install 'deploy-pipeline'" on the GPU host."""
+    error = "StageError: no TensorRT builder installed (pip install 'deploy-pipeline[tensorrt-rtx]' or '[tensorrt]')"
+    failed = [{"artifact": "engine-fp16", "stage": "engine-fp16", "error": error}]
+    console = Console(width=400, record=True, color_system=None)
+    console.print(summary_table(inputs["accuracy"], inputs["speed"], inputs["winner"], None, failed))
+    row = next(line for line in console.export_text().splitlines() if "FAILED (engine-fp16)" in line)
+    assert "pip install 'deploy-pipeline[tensorrt-rtx]' or '[tensorrt]')" in row, row

@@ -1,0 +1,58 @@
+"""The held-out split in batches the recipe's batch range allows, on the tiny recipe's real data: a graph
+exported for a fixed batch holds that size, so a batch of another size would fail it for the recipe's sake."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.inputs.data import Dataset
+from pipeline.inputs.specs import DataSpec
+from pipeline.recipe.loader import load
+from pipeline.stages.validate import data_feeds
+
+TINY = Path(__file__).resolve().parents[1] / "recipes" / "tiny.yaml"
+
+
+def _dataset(batch: int | None = None) -> Dataset:
+    """The tiny recipe, its batch fixed where given (with the corners and the benchmark at that size)."""
+    fixed = f"{{min: {batch}, opt: {batch}, max: {batch}}}"
+    overrides = (
+        [
+            f"dims.batch={fixed}",
+            f"validation.corner_batches={fixed}",
+            f"benchmark.batch_sizes=[{batch}]",
+            f"selection.objective.batch={batch}",
+        ]
+        if batch
+        else []
+    )
+    return Dataset(DataSpec.from_recipe(load(TINY, overrides).recipe, TINY.parent))
+
+
+def _sizes(feeds: list[dict[str, np.ndarray]]) -> list[int]:
+    return [len(f["input_ids"]) for f in feeds]
+
+
+def _rows(feeds: list[dict[str, np.ndarray]]) -> set[bytes]:
+    return {row.tobytes() for f in feeds for row in f["input_ids"]}
+
+
+def test_a_remainder_under_a_fixed_batch_is_left_out_where_whole_batches_exist() -> None:
+    """The tiny recipe's 8 held-out samples come in six shapes (random lengths), two of them twice: at a batch
+    fixed at 2 those two batches are validated, and the samples alone in their shape left out."""
+    dataset = _dataset(2)
+    assert _sizes(dataset.validation_feeds(batch=2)) == [1, 1, 2, 2, 1, 1]
+    feeds = data_feeds(dataset, 4)
+    assert _sizes(feeds) == [2, 2]
+
+
+def test_a_split_with_no_batch_as_large_as_a_fixed_batch_is_filled_up_with_its_own_samples() -> None:
+    """At a batch fixed at 3 no shape has three samples: the batches of one and two failed the static graph.
+    Each is filled up to 3 with its own samples again, so every held-out sample is still checked, in the graph's
+    one shape."""
+    dataset = _dataset(3)
+    feeds = data_feeds(dataset, 4)
+    assert _sizes(feeds) == [3] * 6
+    assert _rows(feeds) == _rows(dataset.validation_feeds(batch=3))
