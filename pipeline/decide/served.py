@@ -2,7 +2,8 @@
 most requests/s within the p99 target, chosen by the rule every objective follows (docs/benchmarking.md rule 9):
 only beyond the noise (the 95% intervals over repeated LoadGen runs do not overlap), else the simplest of the
 candidates within noise of the best that no simpler candidate serving more beats. The load stage ran only
-candidates that passed validation on their runtime, and this checks again. A target no candidate meets signs off nothing: the reasons say by how much each missed.
+candidates that passed validation on their runtime, and this checks again. A target no candidate meets signs off
+nothing: the reasons say by how much each missed.
 
 A rate whose search never saw a run fail is a lower bound (≥): it competes with the figure it has, and the reason
 says so, since the candidate may serve more."""
