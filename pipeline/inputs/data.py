@@ -8,7 +8,7 @@ import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -94,8 +94,29 @@ class Dataset:
         """Calibration split at natural lengths (text) or stored shapes; never overlaps validation."""
         return self._natural_batches(self.calibration_index, batch)
 
-    def validation_feeds(self, batch: int = 1, fill_to: int = 0) -> list[Feeds]:
-        return self._natural_batches(self.validation_index, batch, fill_to)
+    def validation_feeds(self, batch: int = 1) -> list[Feeds]:
+        return self._natural_batches(self.validation_index, batch)
+
+    def split_feeds(self, split: Literal["calibration", "validation"], batch: int) -> list[Feeds]:
+        """A split in batches the recipe's batch range allows, for a graph exported for a fixed batch (min =
+        max) holds that size, and a batch of another size fails it for the recipe's sake, not the artifact's:
+        `batch` brought within the range, a remainder smaller than its min left out, and a split with no batch
+        as large as the min filled up to it with its own samples again."""
+        index = self.validation_index if split == "validation" else self.calibration_index
+        rng = self.spec.dims.get(self.spec.batch_dim)
+        if rng is None:
+            return self._natural_batches(index, batch)
+        size = max(rng.min, min(batch, rng.max))
+        whole = [
+            f for f in self._natural_batches(index, size) if (n := self._batch_of(f)) is None or n >= rng.min
+        ]
+        return whole or self._natural_batches(index, size, fill_to=rng.min)
+
+    def _batch_of(self, feeds: Feeds) -> int | None:
+        for s in self.spec.inputs:
+            if self.spec.batch_dim in s.shape and s.name in feeds:
+                return int(np.shape(feeds[s.name])[list(s.shape).index(self.spec.batch_dim)])
+        return None  # no input holds the batch axis
 
     # ------------------------------------------------------------ fixed shapes
 

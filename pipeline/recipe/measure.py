@@ -136,7 +136,9 @@ class ValidationConfig(Strict):
         "those dims are not validated",
     )
     corner_batches: dict[Literal["min", "opt", "max"], Batch] = Field(
-        {"min": 2, "opt": 2, "max": 1}, description="batch size used at each corner (at most 65536)"
+        {"min": 2, "opt": 2, "max": 1},
+        description="batch size used at each corner (at most 65536); the default is brought within the batch "
+        "dim's range",
     )
     data_batch: Batch = Field(8, description="batch size for the held-out validation split (at most 65536)")
     padding_mask: str | None = Field(

@@ -77,6 +77,21 @@ class Recipe(Strict):
 
         return with_family_defaults(data)
 
+    @model_validator(mode="after")
+    def _default_corner_batches_within_the_batch(self) -> Recipe:
+        """The default corner batches (2, 2, 1) brought within the batch dim's range, where the recipe gives
+        none: a fixed batch of 4 was refused for a default the user never wrote. Corner batches the recipe
+        gives are checked as written (recipe.checks)."""
+        rng = self.dims.get(self.benchmark.batch_dim)
+        if rng is None or rng.min > rng.max or "corner_batches" in self.validation.model_fields_set:
+            return self
+        fitted = {k: max(rng.min, min(v, rng.max)) for k, v in self.validation.corner_batches.items()}
+        if fitted != self.validation.corner_batches:
+            object.__setattr__(
+                self, "validation", self.validation.model_copy(update={"corner_batches": fitted})
+            )
+        return self
+
     def p99_target_ms(self) -> float:
         """The server scenario's one latency target: the max_qps_at_p99 objective's where it names one, else
         benchmark.server.p99_ms (the recipe checks refuse two that differ)."""

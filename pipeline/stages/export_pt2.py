@@ -248,7 +248,7 @@ def calibrated_layers(
     calibrated layer, or the mix that passes the gate (pipeline/stages/static_mix.py), with what the details say
     of the choice. Refused where no layer qualifies, since the copy would be the FP16 one under another name."""
     dataset, spec, static = ctx.dataset(config.data), config.model, STATIC[config.precision]
-    feeds = dataset.calibration_feeds(CALIBRATION_BATCH)
+    feeds = dataset.split_feeds("calibration", CALIBRATION_BATCH)
     batches = [positional(f, spec) for f in feeds]
     variant = f"exported-{config.precision}"
     if not batches:
@@ -458,7 +458,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
             out.append(
                 Stage(
                     name=f"export_pt2_{precision}",
-                    version=6,  # CHANGELOG.md, "Stage versions"
+                    version=7,  # CHANGELOG.md, "Stage versions"
                     config=ExportConfig.from_recipe(recipe, recipe_dir, precision),
                     run=_export,
                     environment=lambda: {

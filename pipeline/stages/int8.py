@@ -84,7 +84,7 @@ def calibration_feeds(dataset: Dataset, graph_inputs: list[str]) -> list[Feeds]:
     """The calibration split only (never validation), restricted to the inputs the graph declares."""
     feeds = [
         {k: v for k, v in batch.items() if k in graph_inputs}
-        for batch in dataset.calibration_feeds(CALIBRATION_BATCH)
+        for batch in dataset.split_feeds("calibration", CALIBRATION_BATCH)
     ]
     if not feeds:
         raise StageError("int8: the calibration split is empty (data.calibration and the sample count)")
@@ -265,7 +265,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="int8",
-            version=3,  # CHANGELOG.md, "Stage versions"
+            version=4,  # CHANGELOG.md, "Stage versions"
             config=Int8Config.from_recipe(recipe, recipe_dir),
             run=_run,
             environment=onnx_tools.onnx_environment,

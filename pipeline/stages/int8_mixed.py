@@ -227,7 +227,7 @@ def fastest_within_noise(stats: dict[int, dict[str, Any]], shares: dict[int, flo
 def _run(ctx: RunContext, config: Int8MixedConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
     source = inputs["onnx-fp32"].path
     dataset = ctx.dataset(config.data)
-    feeds = dataset.calibration_feeds(batch=CALIBRATION_BATCH)
+    feeds = dataset.split_feeds("calibration", CALIBRATION_BATCH)
     if not feeds:
         raise StageError(f"{NAME}: the calibration split is empty: data.calibration must be at least 1")
     layers = weight_layers(onnx_tools.load(source))
@@ -351,7 +351,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name=NAME,
-            version=3,  # CHANGELOG.md, "Stage versions"
+            version=4,  # CHANGELOG.md, "Stage versions"
             config=Int8MixedConfig.from_recipe(recipe, recipe_dir),
             run=_run,
             environment=onnx_tools.onnx_environment,

@@ -132,7 +132,8 @@ def optimize_checked(
 def sample_feeds(ctx: RunContext, data: DataSpec) -> Feeds:
     """A small batch at the opt shape (CHECK_BATCH samples, within the batch dim's range) to check graphs on."""
     batch = data.dims.get(data.batch_dim)
-    return ctx.dataset(data).corner_feeds("opt", batch=min(CHECK_BATCH, batch.max) if batch else None)
+    size = max(batch.min, min(CHECK_BATCH, batch.max)) if batch else None
+    return ctx.dataset(data).corner_feeds("opt", batch=size)
 
 
 def _whole(value: Any) -> int:
@@ -291,7 +292,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name=f"optimize_onnx_{variant.precision}",
-            version=6,  # CHANGELOG.md, "Stage versions"
+            version=7,  # CHANGELOG.md, "Stage versions"
             config=OptimizeConfig.from_recipe(recipe, recipe_dir, variant),
             run=_run,
             environment=onnx_tools.onnx_environment,

@@ -85,29 +85,8 @@ def validation_batches(dataset: Dataset, cfg: ValidationConfig) -> list[Batch]:
     between = dataset.off_corner_feeds(cfg.corner_batches.get("opt", 1))
     if between is not None:
         batches.append(Batch(OFF_CORNER, between))
-    batches += [Batch("data", feeds) for feeds in data_feeds(dataset, cfg.data_batch)]
+    batches += [Batch("data", feeds) for feeds in dataset.split_feeds("validation", cfg.data_batch)]
     return batches
-
-
-def data_feeds(dataset: Dataset, data_batch: int) -> list[Feeds]:
-    """The held-out split in batches the recipe's batch range allows: `validation.data_batch` brought within it,
-    and a remainder smaller than its min left out. A graph exported for a fixed batch (min = max) holds that
-    size, and one of another size would fail it for the recipe's sake, not the artifact's. A split with no
-    batch as large as the min is filled up to it by taking its samples again."""
-    rng = dataset.spec.dims.get(dataset.spec.batch_dim)
-    if rng is None:
-        return dataset.validation_feeds(batch=data_batch)
-    size = max(rng.min, min(data_batch, rng.max))
-    feeds = dataset.validation_feeds(batch=size)
-    whole = [f for f in feeds if (n := _batch_of(f, dataset.spec)) is None or n >= rng.min]
-    return whole or dataset.validation_feeds(batch=size, fill_to=rng.min)
-
-
-def _batch_of(feeds: Feeds, spec: DataSpec) -> int | None:
-    for s in spec.inputs:
-        if spec.batch_dim in s.shape and s.name in feeds:
-            return int(np.shape(feeds[s.name])[list(s.shape).index(spec.batch_dim)])
-    return None  # no input holds the batch axis
 
 
 def _shape_text(batch: Batch) -> str:

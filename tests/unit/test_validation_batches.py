@@ -1,16 +1,19 @@
-"""The held-out split in batches the recipe's batch range allows, on the tiny recipe's real data: a graph
-exported for a fixed batch holds that size, so a batch of another size would fail it for the recipe's sake."""
+"""A split in batches the recipe's batch range allows, on the tiny recipe's real data: a graph exported for a
+fixed batch holds that size, so a batch of another size would fail it for the recipe's sake. Validation, INT8
+calibration and the optimizer's check all feed graphs batches within the range; the corner batches' defaults
+fit themselves to it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+from pipeline.core.errors import RecipeError
 from pipeline.inputs.data import Dataset
 from pipeline.inputs.specs import DataSpec
 from pipeline.recipe.loader import load
-from pipeline.stages.validate import data_feeds
 
 TINY = Path(__file__).resolve().parents[1] / "recipes" / "tiny.yaml"
 
@@ -44,7 +47,7 @@ def test_a_remainder_under_a_fixed_batch_is_left_out_where_whole_batches_exist()
     fixed at 2 those two batches are validated, and the samples alone in their shape left out."""
     dataset = _dataset(2)
     assert _sizes(dataset.validation_feeds(batch=2)) == [1, 1, 2, 2, 1, 1]
-    feeds = data_feeds(dataset, 4)
+    feeds = dataset.split_feeds("validation", 4)
     assert _sizes(feeds) == [2, 2]
 
 
@@ -53,6 +56,28 @@ def test_a_split_with_no_batch_as_large_as_a_fixed_batch_is_filled_up_with_its_o
     Each is filled up to 3 with its own samples again, so every held-out sample is still checked, in the graph's
     one shape."""
     dataset = _dataset(3)
-    feeds = data_feeds(dataset, 4)
+    feeds = dataset.split_feeds("validation", 4)
     assert _sizes(feeds) == [3] * 6
     assert _rows(feeds) == _rows(dataset.validation_feeds(batch=3))
+
+
+def test_the_calibration_split_comes_in_batches_of_a_fixed_batch_too() -> None:
+    """INT8 calibration asked for batches of 8 whatever the range: a static graph of batch 3 refused them."""
+    feeds = _dataset(3).split_feeds("calibration", 8)
+    assert feeds and set(_sizes(feeds)) == {3}
+
+
+def test_the_default_corner_batches_fit_a_fixed_batch_and_given_ones_are_checked_as_written(tmp_path) -> None:
+    text = TINY.read_text()
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text("\n".join(line for line in text.splitlines() if "corner_batches" not in line) + "\n")
+    fixed = [
+        "dims.batch={min: 4, opt: 4, max: 4}",
+        "benchmark.batch_sizes=[4]",
+        "selection.objective.batch=4",
+    ]
+    loaded = load(recipe, fixed).recipe
+    assert loaded.validation.corner_batches == {"min": 4, "opt": 4, "max": 4}
+    assert load(recipe).recipe.validation.corner_batches == {"min": 2, "opt": 2, "max": 1}  # within 1..8
+    with pytest.raises(RecipeError, match=r"validation.corner_batches.min: must lie within dims.batch 4..4"):
+        load(TINY, fixed)  # the tiny recipe gives its own (1, 2, 1)
