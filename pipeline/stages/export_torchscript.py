@@ -222,7 +222,7 @@ def _trace(
     def corner_args(corner: str, batch: int | None = None) -> tuple[torch.Tensor, ...]:
         return on_device(positional(dataset.corner_feeds(corner, batch), config.model))
 
-    example = corner_args("opt", batch=2)
+    example = corner_args("opt", batch=_trace_batch(config.data))
     ctx.report(f"torchscript: tracing at the opt shape ({device})")
     with (
         warnings.catch_warnings(record=True) as caught,
@@ -288,7 +288,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="export_torchscript",
-            version=5,  # CHANGELOG.md, "Stage versions"
+            version=6,  # CHANGELOG.md, "Stage versions"
             config=TorchScriptConfig.from_recipe(recipe, recipe_dir),
             run=_run,
             environment=lambda: {
@@ -299,3 +299,10 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
             produces=("torchscript-fp32",),
         )
     ]
+
+
+def _trace_batch(data: DataSpec) -> int:
+    """2 (a batch of one would let the tracer bake the batch in as 1), brought within the batch dim's range: a
+    model whose batch the recipe fixes at 4 may need that size to run at all."""
+    rng = data.dims.get(data.batch_dim)
+    return max(rng.min, min(2, rng.max)) if rng else 2

@@ -126,15 +126,16 @@ def test_a_fixed_batch_of_four_signs_off_with_int8_and_the_optimized_graph(tmp_p
     """A hold-out with its batch fixed at 4 (min = max) and no corner batches of its own: the recipe was
     refused for the default corner batches (2, 2, 1) the user never wrote; INT8 calibration fed its static graph
     batches of 8 ("Got: 8 Expected: 4"), and the optimizer checked its graphs at a batch of 2. Each now takes
-    batches within the range."""
-    recipe = tmp_path / "fixed.yaml"
-    text = TINY.read_text().replace("onnx: {exporter: legacy}", "onnx: {exporter: dynamo}")
+    batches within the range, and the TorchScript trace, taken at a batch of 2, a batch within it (the model
+    runs on batches of 4 only)."""
+    recipe = _recipe(tmp_path, "batch_of_four", "pooled")
+    text = recipe.read_text()
     recipe.write_text("\n".join(line for line in text.splitlines() if "corner_batches" not in line) + "\n")
     done = cli(
         "deploy",
         str(recipe),
         "--set",
-        "variants.build=[onnx-fp32, onnx-int8, onnx-optimized-fp32]",
+        "variants.build=[torchscript-fp32, onnx-fp32, onnx-int8, onnx-optimized-fp32]",
         "--set",
         "dims.batch={min: 4, opt: 4, max: 4}",
         "--set",
@@ -149,5 +150,5 @@ def test_a_fixed_batch_of_four_signs_off_with_int8_and_the_optimized_graph(tmp_p
     assert manifest["failed"] == [], manifest["failed"]
     assert manifest["recipe"]["validation"]["corner_batches"] == {"min": 4, "opt": 4, "max": 4}
     accuracy = json.loads((version / "reports/accuracy.json").read_text())
-    for name in ("onnx-fp32", "onnx-int8", "onnx-optimized-fp32"):
+    for name in ("torchscript-fp32", "onnx-fp32", "onnx-int8", "onnx-optimized-fp32"):
         assert accuracy["artifacts"][name]["passed"], (name, accuracy["artifacts"][name]["reason"])

@@ -312,3 +312,17 @@ class _ValueBranch(nn.Module):
 def value_branch(**kwargs: int) -> nn.Module:
     torch.manual_seed(0)
     return _ValueBranch()
+
+
+class _BatchOfFour(_Wrapping):
+    """A model that runs on batches of 4 only, as one whose recipe fixes the batch (min = max) may."""
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if input_ids.shape[0] != 4:
+            raise ValueError(f"this model takes batches of 4, not {input_ids.shape[0]}")
+        return self.inner(input_ids, attention_mask)[1]
+
+
+def batch_of_four(**kwargs: int) -> nn.Module:
+    torch.manual_seed(0)
+    return _BatchOfFour()
