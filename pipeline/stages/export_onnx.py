@@ -6,6 +6,7 @@ dropped so that the bytes do not depend on where the code lives."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import onnx
@@ -224,10 +225,22 @@ def _strip_location_metadata(model: onnx.ModelProto) -> None:
 
 def _reason(exc: Exception) -> str:
     """An exporter's failure on one line. torch.export's message opens with a generic banner: its cause is under
-    "Exception summary"."""
+    "Exception summary". The FX node it was executing and the traceback after the cause are the exporter's
+    insides (a hold-out's sign-off quoted a stack cut off mid-path): the innermost frame says where, in the
+    model's code, it failed."""
     text = plain(str(exc)).split("## Exception summary", 1)[-1]
+    text, _, trace = text.partition("Original traceback:")
+    text = text.split("While executing %", 1)[0]
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {' '.join(lines)[:500]}"
+    return f"{type(exc).__name__}: {' '.join(lines)[:500]}{_innermost_frame(trace)}"
+
+
+def _innermost_frame(trace: str) -> str:
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', trace)
+    if not frames:
+        return ""
+    path, line, function = frames[-1]
+    return f" (in {function}, {Path(path).name} line {line})"
 
 
 def _run(ctx: RunContext, config: OnnxExportConfig, inputs: dict[str, ArtifactRecord]) -> StageResult:
@@ -316,7 +329,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name="export_onnx",
-            version=6,  # CHANGELOG.md, "Stage versions"
+            version=7,  # CHANGELOG.md, "Stage versions"
             config=OnnxExportConfig.from_recipe(recipe, recipe_dir),
             run=_run,
             environment=lambda: {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto, helper
 
-from pipeline.stages.export_onnx import name_output_axes
+from pipeline.stages.export_onnx import _reason, name_output_axes
 
 
 def _graph(outputs: dict[str, list[str | int]]) -> onnx.ModelProto:
@@ -99,3 +99,22 @@ def test_a_dynamic_dim_the_graph_fixed_is_named_with_its_inputs_and_range() -> N
     assert "side" not in why and "image" not in why and "dropped" not in why
     spec.dims["sequence"] = DimRange(min=16, opt=16, max=16)
     assert _fixed_dynamic_axes(model, spec) is None
+
+
+def test_a_dynamo_failure_is_said_by_its_cause_and_the_models_line_not_the_exporters_insides() -> None:
+    """A hold-out Swin's fallback reason quoted the FX node dynamo was executing and a traceback cut off
+    mid-path; what it kept of the message now ends with the innermost frame: where in the model it failed."""
+    message = (
+        "<class 'ValueError'>: Cannot view a tensor with shape torch.Size([4*s33, 16, 2, 8]) and strides "
+        "(256, 8, 128, 1) as a tensor with shape (4*s33, 16, 16)!\n\nWhile executing %view_10 : [num_users=1] = "
+        "call_function[target=torch.ops.aten.view.default](args = (%transpose_5, [%mul_39, 16, -1]), kwargs = {})"
+        '\nOriginal traceback:\n  File "/work/main/pipeline/inputs/models.py", line 233, in forward\n'
+        "    return pick_outputs(self.raw(*args), self.output_names)\n"
+        '  File "/site-packages/transformers/models/swin/modeling_swin.py", line 412, in window_reverse\n'
+        "    windows = windows.view(-1, height, width, num_channels)\n"
+    )
+    assert _reason(ValueError(message)) == (
+        "ValueError: <class 'ValueError'>: Cannot view a tensor with shape torch.Size([4*s33, 16, 2, 8]) and "
+        "strides (256, 8, 128, 1) as a tensor with shape (4*s33, 16, 16)! (in window_reverse, "
+        "modeling_swin.py line 412)"
+    )
