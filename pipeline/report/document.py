@@ -12,7 +12,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from pipeline.check.accuracy import DIRECTIONLESS, EXACT, SPREAD
-from pipeline.check.speed import figure_text, fmt_qps, fmt_rate
+from pipeline.check.speed import SERVED, THROUGHPUT, figure_text, fmt_qps, fmt_rate
 from pipeline.check.timings import Throughput, is_winner_row
 from pipeline.check.verdicts import AccuracyRecord, Verdict, records
 from pipeline.core.errors import reason_line
@@ -103,8 +103,8 @@ def _verdict(header: Dict, accuracy: Dict | None, speed: Dict | None, winner: Di
     if header.get("provisional"):
         blocks.append(
             Para(
-                "Provisional: winner did not stabilize. Its latency is a spread, not a clean number; "
-                "measure again (--rebench) on a quieter machine before relying on the ranking.",
+                f"Provisional: winner did not stabilize. Its {_objective_figure(winner)} is a spread, not a clean "
+                "number; measure again (--rebench) on a quieter machine before relying on the ranking.",
                 tone="bad",
             )
         )
@@ -120,6 +120,12 @@ def _verdict(header: Dict, accuracy: Dict | None, speed: Dict | None, winner: Di
     if warnings:
         blocks += [Para("Warnings:"), Bullets(warnings, tone="warn")]
     return Section("Verdict", blocks)
+
+
+def _objective_figure(winner: Dict | None) -> str:
+    """What selection ranked, in words: a throughput objective's winner is unsettled in its throughput."""
+    metric = ((winner or {}).get("objective") or {}).get("metric")
+    return {THROUGHPUT: "throughput", SERVED: "served rate"}.get(str(metric), "latency")
 
 
 # ------------------------------------------------------------------ winner
