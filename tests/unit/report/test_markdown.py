@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from pipeline.report.facts import fmt_ms
 from pipeline.report.markdown import escape, render_markdown
 from tests.unit.report import samples
 
@@ -261,3 +262,15 @@ def test_the_winners_cost_quotes_a_metric_that_gates(inputs):
     assert "faster than onnx-fp32 (onnxruntime-cpu) at max_abs 0.33 vs" in winner, winner
     inputs["winner"]["accuracy"]["gating"] = ["cosine"]
     assert "at cosine 0.986200 vs" in _section(render_markdown(**inputs), "Winner")
+
+
+def test_the_speed_table_shows_the_statistic_selection_ranked_by(inputs):
+    """A hold-out Swin ranked by p90: the Winner section quoted p90 figures the Speed table did not show."""
+    text = render_markdown(**inputs)
+    assert "p90 ms" not in _section(text, "Speed")  # p50 and p99 are always there
+    winner = inputs["winner"] | {"objective": {**inputs["winner"]["objective"], "metric": "p90_ms"}}
+    speed = _section(render_markdown(**(inputs | {"winner": winner})), "Speed")
+    assert "| p90 ms | p90 95% CI ms |" in speed
+    row = next(r for r in inputs["speed"]["results"] if r["artifact"] == "onnx-fp32" and r["batch"] == 1)
+    line = next(x for x in speed.splitlines() if x.startswith("| onnx-fp32 ") and "| 1 |" in x)
+    assert f"| {fmt_ms(row['p90_ms'])} |" in line, line
