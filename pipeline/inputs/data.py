@@ -106,7 +106,7 @@ class Dataset:
         rng = self.spec.dims.get(self.spec.batch_dim)
         if rng is None:
             return self._natural_batches(index, batch)
-        size = max(rng.min, min(batch, rng.max))
+        size = rng.clamp(batch)
         whole = [
             f for f in self._natural_batches(index, size) if (n := self._batch_of(f)) is None or n >= rng.min
         ]

@@ -85,7 +85,7 @@ class Recipe(Strict):
         rng = self.dims.get(self.benchmark.batch_dim)
         if rng is None or rng.min > rng.max or "corner_batches" in self.validation.model_fields_set:
             return self
-        fitted = {k: max(rng.min, min(v, rng.max)) for k, v in self.validation.corner_batches.items()}
+        fitted = {k: rng.clamp(v) for k, v in self.validation.corner_batches.items()}
         if fitted != self.validation.corner_batches:
             object.__setattr__(
                 self, "validation", self.validation.model_copy(update={"corner_batches": fitted})

@@ -90,6 +90,11 @@ class DimRange(Strict):
     opt: Dim = Field(description="the typical size (export example, engine optimum, default benchmark)")
     max: Dim = Field(description="largest size the artifacts must accept")
 
+    def clamp(self, size: int) -> int:
+        """`size` brought within the range: a batch a stage picks for itself (2 to trace, 8 to calibrate) must
+        still be one a graph exported for a fixed size accepts."""
+        return max(self.min, min(size, self.max))
+
 
 class InputSpec(Strict):
     name: Annotated[str, Field(min_length=1)] = Field(

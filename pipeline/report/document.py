@@ -124,8 +124,11 @@ def _verdict(header: Dict, accuracy: Dict | None, speed: Dict | None, winner: Di
 
 def _objective_figure(winner: Dict | None) -> str:
     """What selection ranked, in words: a throughput objective's winner is unsettled in its throughput."""
-    metric = ((winner or {}).get("objective") or {}).get("metric")
-    return {THROUGHPUT: "throughput", SERVED: "served rate"}.get(str(metric), "latency")
+    return {THROUGHPUT: "throughput", SERVED: "served rate"}.get(str(_objective_metric(winner)), "latency")
+
+
+def _objective_metric(winner: Dict | None) -> Any:
+    return ((winner or {}).get("objective") or {}).get("metric")
 
 
 # ------------------------------------------------------------------ winner
@@ -436,7 +439,7 @@ def _speed(header: Dict, speed: Dict | None, winner: Dict | None, image: str | N
 def _ranked_latency(winner: Dict | None) -> str | None:
     """The latency statistic selection ranked by where the table has no column of it (p90, mean): the winner's
     reason quotes those figures, and a reader checks them here."""
-    metric = ((winner or {}).get("objective") or {}).get("metric")
+    metric = _objective_metric(winner)
     return metric if metric in ("p90_ms", "mean_ms") else None
 
 

@@ -101,7 +101,7 @@ def corner_batches(spec: ModelSpec, batch_dim: str) -> dict[str, int | None]:
     if batch_dim not in spec.dims:
         return {"min": None, "max": None}
     dim = spec.dims[batch_dim]
-    return {"min": dim.min, "max": max(dim.min, min(dim.max, 2))}
+    return {"min": dim.min, "max": dim.clamp(2)}
 
 
 def _corner_run(

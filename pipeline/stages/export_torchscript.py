@@ -305,4 +305,4 @@ def _trace_batch(data: DataSpec) -> int:
     """2 (a batch of one would let the tracer bake the batch in as 1), brought within the batch dim's range: a
     model whose batch the recipe fixes at 4 may need that size to run at all."""
     rng = data.dims.get(data.batch_dim)
-    return max(rng.min, min(2, rng.max)) if rng else 2
+    return rng.clamp(2) if rng else 2

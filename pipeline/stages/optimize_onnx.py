@@ -132,8 +132,7 @@ def optimize_checked(
 def sample_feeds(ctx: RunContext, data: DataSpec) -> Feeds:
     """A small batch at the opt shape (CHECK_BATCH samples, within the batch dim's range) to check graphs on."""
     batch = data.dims.get(data.batch_dim)
-    size = max(batch.min, min(CHECK_BATCH, batch.max)) if batch else None
-    return ctx.dataset(data).corner_feeds("opt", batch=size)
+    return ctx.dataset(data).corner_feeds("opt", batch=batch.clamp(CHECK_BATCH) if batch else None)
 
 
 def _whole(value: Any) -> int:

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from tests.integration.test_deploy_cli import TINY, cli
+from tests.reliability.conftest import sets
 
 
 def _recipe(tmp_path: Path, factory: str, output: str) -> Path:
@@ -77,16 +78,13 @@ def test_the_advice_works_a_dim_fixed_by_min_equal_to_max_exports_with_dynamo(tm
     done = cli(
         "deploy",
         str(recipe),
-        "--set",
-        "variants.build=[onnx-fp32]",
-        "--set",
-        "dims.sequence={min: 16, opt: 16, max: 16}",
-        "--set",
-        "dims.batch={min: 1, opt: 1, max: 1}",
-        "--set",
-        "validation.corner_batches={min: 1, opt: 1, max: 1}",
-        "--set",
-        "benchmark.batch_sizes=[1]",
+        *sets(
+            "variants.build=[onnx-fp32]",
+            "dims.sequence={min: 16, opt: 16, max: 16}",
+            "dims.batch={min: 1, opt: 1, max: 1}",
+            "validation.corner_batches={min: 1, opt: 1, max: 1}",
+            "benchmark.batch_sizes=[1]",
+        ),
         root=tmp_path / "out",
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -134,14 +132,12 @@ def test_a_fixed_batch_of_four_signs_off_with_int8_and_the_optimized_graph(tmp_p
     done = cli(
         "deploy",
         str(recipe),
-        "--set",
-        "variants.build=[torchscript-fp32, onnx-fp32, onnx-int8, onnx-optimized-fp32]",
-        "--set",
-        "dims.batch={min: 4, opt: 4, max: 4}",
-        "--set",
-        "benchmark.batch_sizes=[4]",
-        "--set",
-        "selection.objective.batch=4",
+        *sets(
+            "variants.build=[torchscript-fp32, onnx-fp32, onnx-int8, onnx-optimized-fp32]",
+            "dims.batch={min: 4, opt: 4, max: 4}",
+            "benchmark.batch_sizes=[4]",
+            "selection.objective.batch=4",
+        ),
         root=tmp_path / "out",
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
