@@ -196,7 +196,9 @@ class ServerLoad(Strict):
 
 class BenchmarkConfig(Strict):
     batch_sizes: Annotated[list[Batch], Field(max_length=MAX_SHAPES)] = Field(
-        [1, 8], description="batch sizes to measure (at most 32 of them, each at most 65536)"
+        [1, 8],
+        description="batch sizes to measure (at most 32 of them, each at most 65536); the default is brought "
+        "within the batch dim's range",
     )
     sequence_lengths: Annotated[list[Dim], Field(max_length=MAX_SHAPES)] | Literal["data"] = Field(
         [],
@@ -279,7 +281,10 @@ class Objective(Strict):
         description="with max_qps_at_p99 only: the p99 target, ms (default: benchmark.server.p99_ms; where both "
         "are given they must agree)",
     )
-    batch: Batch = Field(1, description="batch size the winner is chosen at")
+    batch: Batch = Field(
+        1,
+        description="batch size the winner is chosen at; the default is brought within the batch dim's range",
+    )
     sequence_length: Dim | None = Field(
         None, description="sequence length the winner is chosen at (default: the shortest measured)"
     )

@@ -78,18 +78,28 @@ class Recipe(Strict):
         return with_family_defaults(data)
 
     @model_validator(mode="after")
-    def _default_corner_batches_within_the_batch(self) -> Recipe:
-        """The default corner batches (2, 2, 1) brought within the batch dim's range, where the recipe gives
-        none: a fixed batch of 4 was refused for a default the user never wrote. Corner batches the recipe
-        gives are checked as written (recipe.checks)."""
+    def _default_batches_within_the_batch(self) -> Recipe:
+        """The default batches (corner batches 2, 2, 1; benchmark batches 1 and 8; the objective's batch 1)
+        brought within the batch dim's range, each where the recipe gives none: a fixed batch of 4 was refused
+        for corner batches the user never wrote, and a range of 1..4 for the default benchmark batch of 8.
+        Batches the recipe gives are checked as written (recipe.checks)."""
         rng = self.dims.get(self.benchmark.batch_dim)
-        if rng is None or rng.min > rng.max or "corner_batches" in self.validation.model_fields_set:
+        if rng is None or rng.min > rng.max:
             return self
-        fitted = {k: rng.clamp(v) for k, v in self.validation.corner_batches.items()}
-        if fitted != self.validation.corner_batches:
-            object.__setattr__(
-                self, "validation", self.validation.model_copy(update={"corner_batches": fitted})
-            )
+        validation, benchmark, selection = self.validation, self.benchmark, self.selection
+        if "corner_batches" not in validation.model_fields_set:
+            fitted = {k: rng.clamp(v) for k, v in validation.corner_batches.items()}
+            validation = validation.model_copy(update={"corner_batches": fitted})
+        if "batch_sizes" not in benchmark.model_fields_set:
+            sizes = list(dict.fromkeys(rng.clamp(b) for b in benchmark.batch_sizes))
+            benchmark = benchmark.model_copy(update={"batch_sizes": sizes})
+        objective = selection.objective
+        if "objective" not in selection.model_fields_set or "batch" not in objective.model_fields_set:
+            objective = objective.model_copy(update={"batch": rng.clamp(objective.batch)})
+            selection = selection.model_copy(update={"objective": objective})
+        for name, value in (("validation", validation), ("benchmark", benchmark), ("selection", selection)):
+            if value != getattr(self, name):
+                object.__setattr__(self, name, value)
         return self
 
     def p99_target_ms(self) -> float:

@@ -81,3 +81,22 @@ def test_the_default_corner_batches_fit_a_fixed_batch_and_given_ones_are_checked
     assert load(recipe).recipe.validation.corner_batches == {"min": 2, "opt": 2, "max": 1}  # within 1..8
     with pytest.raises(RecipeError, match=r"validation.corner_batches.min: must lie within dims.batch 4..4"):
         load(TINY, fixed)  # the tiny recipe gives its own (1, 2, 1)
+
+
+def test_the_default_benchmark_and_objective_batches_fit_the_batch_range(tmp_path) -> None:
+    """A hold-out encoder-decoder with batches 1..4 and no benchmark of its own was refused: "benchmark.
+    batch_sizes[1]: must lie within dims.batch 1..4 (got 8)", at line 1 of a recipe that never wrote 8."""
+    text = "\n".join(
+        line
+        for line in TINY.read_text().splitlines()
+        if not line.strip().startswith(("batch_sizes:", "selection:", "objective:", "corner_batches:"))
+    )
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(text + "\n")
+    loaded = load(recipe, ["dims.batch={min: 1, opt: 2, max: 4}"]).recipe
+    assert loaded.benchmark.batch_sizes == [1, 4] and loaded.selection.objective.batch == 1
+    fixed = load(recipe, ["dims.batch={min: 4, opt: 4, max: 4}"]).recipe
+    assert fixed.benchmark.batch_sizes == [4] and fixed.selection.objective.batch == 4
+    assert load(recipe).recipe.benchmark.batch_sizes == [1, 8]  # within 1..8: as they are
+    with pytest.raises(RecipeError, match=r"benchmark.batch_sizes\[0\]: must lie within dims.batch 4..4"):
+        load(recipe, ["dims.batch={min: 4, opt: 4, max: 4}", "benchmark.batch_sizes=[1]"])
