@@ -17,6 +17,7 @@ import pytest
 
 from tests.contract import SPEED_ROW_KEYS
 from tests.user_folder import recipe_with_own_module
+from tests.warm_cli import run_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests/recipes/tiny.yaml"
@@ -34,17 +35,16 @@ CONTRACT_FILES = [
 
 
 def cli(
-    *args: str, root: Path | None = None, timeout: float = 600, env: dict[str, str] | None = None
+    *args: str,
+    root: Path | None = None,
+    timeout: float = 600,
+    env: dict[str, str] | None = None,
+    fresh: bool = False,
 ) -> subprocess.CompletedProcess[str]:
+    """`python -m pipeline ...` from the repository (tests/warm_cli.py; fresh: a new interpreter)."""
     extra = ["--set", f"output.root={root}"] if root is not None else []
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline", *args, *extra],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=None if env is None else {**os.environ, **env},
-    )
+    environ = None if env is None else {**os.environ, **env}
+    return run_pipeline([*args, *extra], cwd=ROOT, env=environ, timeout=timeout, fresh=fresh)
 
 
 def sha(path: Path) -> str:
@@ -55,7 +55,8 @@ def sha(path: Path) -> str:
 def first(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
     root = tmp_path_factory.mktemp("out")
     # the builds in front on any host (a GPU host would put them on a lane): the lane test compares with this
-    return root, cli("deploy", str(TINY), root=root, env={"PIPELINE_ONNX_LANE": "0"})
+    # a new interpreter, as a user starts the first deploy
+    return root, cli("deploy", str(TINY), root=root, env={"PIPELINE_ONNX_LANE": "0"}, fresh=True)
 
 
 def test_first_deploy_signs_off_and_writes_the_contract(first) -> None:

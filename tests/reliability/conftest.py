@@ -8,11 +8,12 @@ import hashlib
 import io
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.warm_cli import run_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests/recipes/tiny.yaml"
@@ -36,16 +37,9 @@ def sets(*overrides: str) -> list[str]:
 def run_cli(
     *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300
 ) -> Result:
-    """`python -m pipeline ...` in a child process, from `cwd` (default: the repository)."""
+    """`python -m pipeline ...` in a child process (tests/warm_cli.py), from `cwd` (default: the repository)."""
     environ = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    done = subprocess.run(
-        [sys.executable, "-m", "pipeline", *args],
-        cwd=cwd or ROOT,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    done = run_pipeline(list(args), cwd=cwd or ROOT, env=environ, timeout=timeout)
     return Result(done.returncode, done.stdout, done.stderr)
 
 

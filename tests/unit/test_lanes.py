@@ -240,7 +240,8 @@ def test_a_lane_stage_records_its_own_time_not_its_wait_for_the_lane(tmp_path: P
 def _children_of_mine() -> list[int]:
     """This process's child processes still running (zombies are reaped ones' leftovers: not counted), except
     Python's multiprocessing resource tracker: any earlier test in this worker that used shared memory (PyTriton
-    does) starts it once, and it lives as long as the process, by design."""
+    does) starts it once, and it lives as long as the process, by design; and the tests' warm CLI server
+    (tests/warm_cli.py), which an earlier test in this worker may have started, for the same reason."""
     me, found = os.getpid(), []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -251,7 +252,12 @@ def _children_of_mine() -> list[int]:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == me and fields[0] != "Z" and b"multiprocessing.resource_tracker" not in command:
+        if (
+            int(fields[1]) == me
+            and fields[0] != "Z"
+            and b"multiprocessing.resource_tracker" not in command
+            and b"tests.warm_cli_server" not in command
+        ):
             found.append(int(entry.name))
     return found
 

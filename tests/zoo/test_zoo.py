@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.claims import problems
+from tests.warm_cli import run_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = sorted((ROOT / "tests" / "zoo" / "recipes").glob("*.yaml"))
@@ -31,14 +31,8 @@ CONCURRENT = 2  # deploys at a time: each pins its benchmark to one thread (intr
 
 def deploy(recipe: Path, root: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline", "deploy", str(recipe), "--set", f"output.root={root}", "--json"],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    args = ["deploy", str(recipe), "--set", f"output.root={root}", "--json"]
+    return run_pipeline(args, cwd=cwd, env=env, timeout=900)
 
 
 @pytest.fixture(scope="module")
