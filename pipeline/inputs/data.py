@@ -319,6 +319,7 @@ class Dataset:
                 "distinct": min(int(distinct), DISTINCT_CAP),
                 "distinct_capped": int(distinct) >= DISTINCT_CAP,
                 "shapes": [list(shapes[0]), list(shapes[-1])],
+                "dim_ranges": _dim_ranges(shapes),
             }
         return coverage
 
@@ -411,3 +412,11 @@ def _wrapped(members: list[int], start: int, batch: int, fill_to: int) -> list[i
     picks = members[start : start + batch]
     short = min(fill_to, batch) - len(picks)
     return picks + [members[k % len(members)] for k in range(short)] if short > 0 else picks
+
+
+def _dim_ranges(shapes: list[tuple[int, ...]]) -> list[list[int]] | None:
+    """Each axis's smallest and largest size over the batches: the two shapes largest and smallest by size can
+    both miss an axis's extreme (2×1000 is larger than 1×1600, the longest sequence). None where ranks differ."""
+    if len({len(s) for s in shapes}) != 1:
+        return None
+    return [[min(sizes), max(sizes)] for sizes in zip(*shapes, strict=True)]

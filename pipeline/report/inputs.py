@@ -27,7 +27,7 @@ def inputs_section(accuracy: Dict | None) -> Section:
             [
                 name,
                 str(found.get("dtype") or "—"),
-                " … ".join("×".join(str(d) for d in s) for s in shapes) or "—",
+                _shape_text(found.get("dim_ranges"), shapes),
                 _value(found.get("min")),
                 _value(found.get("max")),
                 Cell(distinct, "bad") if degenerate else distinct,
@@ -42,10 +42,18 @@ def inputs_section(accuracy: Dict | None) -> Section:
                 "artifacts were judged on these values only. Distinct values are counted up to 1000.",
                 tone="note",
             ),
-            Table(["input", "dtype", "shapes (smallest … largest)", "min", "max", "distinct"], rows, tones),
+            Table(["input", "dtype", "shape (each axis's range)", "min", "max", "distinct"], rows, tones),
         ],
     )
 
 
 def _value(value: Any) -> str:
     return "—" if not isinstance(value, int | float) else f"{value:g}"
+
+
+def _shape_text(ranges: list[list[int]] | None, shapes: list[list[int]]) -> str:
+    """'1–2 × 8–1600': each axis's own range, so the longest sequence shows even where a wider batch of
+    shorter ones is the larger shape. Reports from before the ranges were kept give smallest … largest."""
+    if ranges:
+        return " × ".join(str(lo) if lo == hi else f"{lo}–{hi}" for lo, hi in ranges)
+    return " … ".join("×".join(str(d) for d in s) for s in shapes) or "—"

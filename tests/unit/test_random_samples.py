@@ -12,6 +12,7 @@ from pipeline.core.errors import RecipeError
 from pipeline.inputs.data import Dataset
 from pipeline.inputs.specs import DataSpec
 from pipeline.recipe.loader import load
+from pipeline.report.inputs import inputs_section
 
 RECIPE = """
 name: images
@@ -50,7 +51,11 @@ def test_the_inputs_coverage_names_the_smallest_and_largest_shapes_by_size(tmp_p
     feeds = [
         {"pixels": np.zeros(shape, np.float32)} for shape in [(1, 3, 48, 48), (2, 3, 16, 16), (1, 3, 16, 32)]
     ]
-    assert dataset.value_coverage(feeds)["pixels"]["shapes"] == [[1, 3, 16, 32], [1, 3, 48, 48]]
+    covered = dataset.value_coverage(feeds)["pixels"]
+    assert covered["shapes"] == [[1, 3, 16, 32], [1, 3, 48, 48]]
+    # each axis's own extremes: the widest batch (2) is in neither of those shapes
+    assert covered["dim_ranges"] == [[1, 2], [3, 3], [16, 48], [16, 48]]
+    assert inputs_section({"inputs": {"pixels": covered}}).blocks[1].rows[0][2] == "1–2 × 3 × 16–48 × 16–48"
 
 
 def _with_inputs(tmp_path: Path, *inputs: str) -> Path:
