@@ -6,7 +6,8 @@ A fresh interpreter spends about 4 s of CPU on imports before a command starts; 
 hundred commands on two cores, so those imports were a third of `make test`. What the fork does not give
 is a start-up: so a command whose environment changes what a process reads once at start-up (HOME, the
 thread and library settings, PYTHON*) gets a fresh interpreter, and so does every command with
-TESTS_FRESH_CLI=1. Tests about the start-up itself (a user's own pipeline.py, Ctrl-C on a process group,
+TESTS_FRESH_CLI=1 (TESTS_WARM_CLI_LOG=FILE lists the commands that got one, and the variables why). Tests
+about the start-up itself (a user's own pipeline.py, Ctrl-C on a process group,
 the first deploy) start `python -m pipeline` themselves.
 """
 
@@ -38,8 +39,14 @@ READ_AT_START = (
     "ORT_", "HF_", "TRANSFORMERS", "RAY_", "LANG", "LC_", "PYTHON",
 )  # fmt: skip
 # read when used, not at start-up: the child builds sys.path from the command's PYTHONPATH and forgets the
-# server's temporary folder; Inductor looks its cache folder up at each compile (and a deploy sets it)
-READ_WHEN_USED = {"PYTHONPATH", "TMPDIR", "TORCHINDUCTOR_CACHE_DIR"}
+# server's temporary folder; Inductor looks its cache folder up at each compile. The rest are what the
+# pipeline sets in its own process when a test runs it in-process (a model from transformers, MLflow,
+# TensorRT-RTX, a Triton server), so that the worker's later commands inherit them: a user's new
+# interpreter starts without them, as the server did.
+READ_WHEN_USED = {
+    "PYTHONPATH", "TMPDIR", "TORCHINDUCTOR_CACHE_DIR",
+    "HF_HUB_OFFLINE", "MLFLOW_ALLOW_FILE_STORE", "POLYGRAPHY_USE_TENSORRT_RTX", "LD_LIBRARY_PATH",
+}  # fmt: skip
 # the environment the collection began with: a server started later, inside a test that changed a variable
 # (monkeypatch), still imports as the suite's commands expect
 SUITE_ENV = dict(os.environ)
@@ -93,7 +100,11 @@ class _Server:
         changed = {
             k for k in set(environ) | set(self.env) if environ.get(k) != self.env.get(k)
         } - READ_WHEN_USED
-        return not any(k.startswith(READ_AT_START) for k in changed)
+        at_start = sorted(k for k in changed if k.startswith(READ_AT_START))
+        if at_start and os.environ.get("TESTS_WARM_CLI_LOG"):  # why a command got a new interpreter
+            with open(os.environ["TESTS_WARM_CLI_LOG"], "a") as log:
+                log.write(f"{os.environ.get('PYTEST_CURRENT_TEST', '-')}: {' '.join(at_start)}\n")
+        return not at_start
 
     def run(
         self, command: list[str], cwd: Path, environ: dict[str, str], timeout: float | None
