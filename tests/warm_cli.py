@@ -34,9 +34,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FRESH = os.environ.get("TESTS_FRESH_CLI") == "1"
+# what the server's imports read (torch and its OpenMP, matplotlib, transformers, Python itself); not ONNX
+# Runtime's or Ray's, which the server does not import (Ray sets RAY_CLIENT_MODE as a test module imports it)
 READ_AT_START = (
     "HOME", "MPLCONFIGDIR", "XDG_", "TORCH", "OMP_", "MKL_", "KMP_", "GOMP_", "CUDA", "NVIDIA", "LD_",
-    "ORT_", "HF_", "TRANSFORMERS", "RAY_", "LANG", "LC_", "PYTHON",
+    "HF_", "TRANSFORMERS", "LANG", "LC_", "PYTHON",
 )  # fmt: skip
 # read when used, not at start-up: the child builds sys.path from the command's PYTHONPATH and forgets the
 # server's temporary folder; Inductor looks its cache folder up at each compile. The rest are what the
