@@ -117,8 +117,9 @@ def _fork_allowed_in_preflight() -> None:
 
 def serve(path: str) -> None:
     _preload()
-    if _threads() != 1:
-        sys.exit(f"warm CLI server: {_threads()} threads after the imports; a fork would not be safe")
+    threads = _threads()
+    if threads != 1:
+        sys.exit(f"warm CLI server: {threads} threads after the imports; a fork would not be safe")
     base_path = [p for p in sys.path[1:] if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(path + ".tmp")

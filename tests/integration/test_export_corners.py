@@ -5,7 +5,9 @@ instead of every graph made from it failing again downstream; dynamo's reason na
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
+from typing import Any
 
 from tests.integration.test_deploy_cli import TINY, cli
 from tests.reliability.conftest import sets
@@ -23,14 +25,21 @@ def _recipe(tmp_path: Path, factory: str, output: str) -> Path:
     return recipe
 
 
+def _deploy(
+    tmp_path: Path, recipe: Path, *overrides: str, code: int = 0, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], Path, dict[str, Any]]:
+    """The recipe deployed into tmp_path/out with these overrides, once it exits with `code`: the command, its
+    version folder and the version's manifest."""
+    done = cli("deploy", str(recipe), *sets(*overrides), root=tmp_path / "out", env=env)
+    assert done.returncode == code, done.stdout[-3000:] + done.stderr[-3000:]
+    [version] = (tmp_path / "out" / "tiny").glob("v*")
+    return done, version, json.loads((version / "manifest.json").read_text())
+
+
 def test_a_graph_neither_exporter_can_make_fails_the_export_with_both_reasons(tmp_path: Path) -> None:
     recipe = _recipe(tmp_path, "stepwise", "state")
-    done = cli(
-        "deploy", str(recipe), "--set", "variants.build=[onnx-fp32, onnx-int8-dynamic]", root=tmp_path / "out"
-    )
-    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
-    [version] = (tmp_path / "out" / "tiny").glob("v*")
-    failed = json.loads((version / "manifest.json").read_text())["failed"]
+    _, _, manifest = _deploy(tmp_path, recipe, "variants.build=[onnx-fp32, onnx-int8-dynamic]", code=1)
+    failed = manifest["failed"]
     assert [(f["artifact"], f["stage"]) for f in failed][0] == ("onnx-fp32", "export_onnx"), failed
     error = failed[0]["error"]
     assert "neither exporter gave a graph that runs at the recipe's shapes: dynamo: " in error
@@ -51,17 +60,14 @@ def test_a_graph_neither_exporter_can_make_fails_the_export_with_both_reasons(tm
 def test_a_model_neither_exporter_can_trace_says_both_reasons_and_prints_no_graph(tmp_path: Path) -> None:
     """The fallback exporter raising (not making a graph that fails to run) still gives dynamo's reason, and
     the TorchScript graph torch logs when it fails goes to the stage's log, not the console."""
-    done = cli(
-        "deploy",
-        str(_recipe(tmp_path, "unexportable", "pooled")),
-        "--set",
+    done, _, manifest = _deploy(
+        tmp_path,
+        _recipe(tmp_path, "unexportable", "pooled"),
         "variants.build=[onnx-fp32]",
-        root=tmp_path / "out",
+        code=1,
         env={"PIPELINE_ONNX_LANE": "0"},  # in this process: a lane's worker would keep its output to itself
     )
-    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
-    [version] = (tmp_path / "out" / "tiny").glob("v*")
-    failed = json.loads((version / "manifest.json").read_text())["failed"]
+    failed = manifest["failed"]
     error = next(f["error"] for f in failed if (f["artifact"], f["stage"]) == ("onnx-fp32", "export_onnx"))
     assert error.startswith("StageError: onnx: neither exporter gave a graph: dynamo: "), error
     assert "; legacy: UnsupportedOperatorError: Exporting the operator 'aten::histc'" in error, error
@@ -74,22 +80,15 @@ def test_the_advice_works_a_dim_fixed_by_min_equal_to_max_exports_with_dynamo(tm
     and the deploy fell back to the legacy exporter without a word (a hold-out Mamba's legacy graph then failed
     as well). Such a dim is now static in every export, a fixed batch of 1 included (the example is not widened
     to 2), and the held-out split is validated in batches of that size (the recipe's data_batch is 4)."""
-    recipe = _recipe(tmp_path, "stepwise", "state")
-    done = cli(
-        "deploy",
-        str(recipe),
-        *sets(
-            "variants.build=[onnx-fp32]",
-            "dims.sequence={min: 16, opt: 16, max: 16}",
-            "dims.batch={min: 1, opt: 1, max: 1}",
-            "validation.corner_batches={min: 1, opt: 1, max: 1}",
-            "benchmark.batch_sizes=[1]",
-        ),
-        root=tmp_path / "out",
+    _, _, manifest = _deploy(
+        tmp_path,
+        _recipe(tmp_path, "stepwise", "state"),
+        "variants.build=[onnx-fp32]",
+        "dims.sequence={min: 16, opt: 16, max: 16}",
+        "dims.batch={min: 1, opt: 1, max: 1}",
+        "validation.corner_batches={min: 1, opt: 1, max: 1}",
+        "benchmark.batch_sizes=[1]",
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    [version] = (tmp_path / "out" / "tiny").glob("v*")
-    manifest = json.loads((version / "manifest.json").read_text())
     [onnx] = [a for a in manifest["artifacts"] if a["name"] == "onnx-fp32"]
     assert onnx["details"]["exporter"] == "dynamo", onnx["details"]
     assert "fallback_reason" not in onnx["details"], onnx["details"]
@@ -99,16 +98,9 @@ def test_the_advice_works_a_dim_fixed_by_min_equal_to_max_exports_with_dynamo(tm
 def test_a_fallback_to_the_legacy_exporter_is_a_warning_with_dynamos_reason(tmp_path: Path) -> None:
     """The graph is validated like any other, but the recipe's exporter did not make it: the manifest's details
     said so and the sign-off did not."""
-    done = cli(
-        "deploy",
-        str(_recipe(tmp_path, "value_branch", "pooled")),
-        "--set",
-        "variants.build=[onnx-fp32]",
-        root=tmp_path / "out",
+    _, version, manifest = _deploy(
+        tmp_path, _recipe(tmp_path, "value_branch", "pooled"), "variants.build=[onnx-fp32]"
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    [version] = (tmp_path / "out" / "tiny").glob("v*")
-    manifest = json.loads((version / "manifest.json").read_text())
     [onnx] = [a for a in manifest["artifacts"] if a["name"] == "onnx-fp32"]
     assert onnx["details"]["exporter"] == "legacy", onnx["details"]
     [warning] = [w for w in manifest["warnings"] if "legacy" in w]
@@ -129,20 +121,14 @@ def test_a_fixed_batch_of_four_signs_off_with_int8_and_the_optimized_graph(tmp_p
     recipe = _recipe(tmp_path, "batch_of_four", "pooled")
     text = recipe.read_text()
     recipe.write_text("\n".join(line for line in text.splitlines() if "corner_batches" not in line) + "\n")
-    done = cli(
-        "deploy",
-        str(recipe),
-        *sets(
-            "variants.build=[torchscript-fp32, onnx-fp32, onnx-int8, onnx-optimized-fp32]",
-            "dims.batch={min: 4, opt: 4, max: 4}",
-            "benchmark.batch_sizes=[4]",
-            "selection.objective.batch=4",
-        ),
-        root=tmp_path / "out",
+    _, version, manifest = _deploy(
+        tmp_path,
+        recipe,
+        "variants.build=[torchscript-fp32, onnx-fp32, onnx-int8, onnx-optimized-fp32]",
+        "dims.batch={min: 4, opt: 4, max: 4}",
+        "benchmark.batch_sizes=[4]",
+        "selection.objective.batch=4",
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    [version] = (tmp_path / "out" / "tiny").glob("v*")
-    manifest = json.loads((version / "manifest.json").read_text())
     assert manifest["failed"] == [], manifest["failed"]
     assert manifest["recipe"]["validation"]["corner_batches"] == {"min": 4, "opt": 4, "max": 4}
     accuracy = json.loads((version / "reports/accuracy.json").read_text())
