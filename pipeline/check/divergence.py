@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from pipeline.check.accuracy import LOWER_BOUNDS, METRICS
+from pipeline.check.accuracy import LOWER_BOUNDS, METRICS, output_scale
 from pipeline.toolchain import onnx_tools
 
 MARKS_PER_RUN = 8  # tensors marked per search run: each cuts the open suspects into MARKS_PER_RUN + 1 parts
@@ -83,6 +83,19 @@ def _numbers(value: float, threshold: float) -> tuple[str, str]:
     return repr(value), written
 
 
+OUTPUTS_PASS = "outputs_pass"  # the failing outputs pass when the graphs run as written (optimizations off)
+NO_SHARED_TENSOR = "no_shared_tensor"  # every node of the candidate renamed or fused away
+
+
+@dataclass(frozen=True)
+class NotLocated:
+    """Why no tensor was named (OUTPUTS_PASS or NO_SHARED_TENSOR): the report must tell a graph whose failure
+    the locator cannot see (it appears only with ONNX Runtime's optimizations, or on another provider) from
+    one it could not search."""
+
+    why: str
+
+
 @dataclass(frozen=True)
 class Verdict:
     """One tensor's comparison: past the tolerance or not, the metric's value, or why there is none."""
@@ -99,11 +112,15 @@ def locate_divergence(
     metric: str,
     threshold: float,
     max_runs: int = 32,
-) -> Divergence | None:
+    scaled: bool = False,
+) -> Divergence | NotLocated:
     """The first comparable tensor of `candidate`, among those its failing outputs depend on, whose `metric`
     against `reference` fails `threshold` (max_abs, mean_abs, max_rel: value <= threshold passes; cosine:
-    value >= threshold passes). None when the final outputs pass, or when the graphs share no comparable
-    tensor. At most `max_runs` runs, each of both graphs. Raises what ONNX Runtime raises."""
+    value >= threshold passes). `scaled`: the threshold is a tolerance times each tensor's own scale
+    (output_scale of its reference values), as an absolute gate is applied to an output: a tensor ten times
+    larger than the output is allowed ten times its error. NotLocated when the final outputs pass, or when
+    the graphs share no comparable tensor. At most `max_runs` runs, each of both graphs. Raises what ONNX
+    Runtime raises."""
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; one of {', '.join(METRICS)}")
     if max_runs < 1:
@@ -111,13 +128,14 @@ def locate_divergence(
     ref_graph, cand_graph = _Graph(reference), _Graph(candidate)
     order = comparable_tensors(ref_graph.model, cand_graph.model)
     if not order:
-        return None
+        return NotLocated(NO_SHARED_TENSOR)
     names = [name for name, _ in order]
     graph_outputs = [o.name for o in cand_graph.model.graph.output]
     nodes = _sorted_nodes(cand_graph.model)
     lineage = _lineage(nodes, names)
     finals = _finals(nodes, names, lineage, graph_outputs) or [len(names) - 1]
     verdicts: dict[int, Verdict] = {}
+    thresholds: dict[int, float] = {}
     runs = 0
 
     def compare(indices: Sequence[int]) -> None:
@@ -126,12 +144,14 @@ def locate_divergence(
         marked = [names[i] for i in indices]
         ref_out, cand_out = ref_graph.run(marked, feeds), cand_graph.run(marked, feeds)
         for i in indices:
-            verdicts[i] = judge(ref_out[names[i]], cand_out[names[i]], metric, threshold)
+            ref = ref_out[names[i]]
+            thresholds[i] = threshold * output_scale(ref) if scaled else threshold
+            verdicts[i] = judge(ref, cand_out[names[i]], metric, thresholds[i])
 
     compare(finals)
     failing = [i for i in finals if verdicts[i].exceeds]
     if not failing:
-        return None
+        return NotLocated(OUTPUTS_PASS)
     # The first tensor past the tolerance lies among what the failing outputs depend on (the suspects); the
     # earliest exceeding tensor seen (`first`) narrows them to its own lineage, and a tensor within tolerance
     # clears its lineage (the error is assumed to grow along every path).
@@ -157,7 +177,7 @@ def locate_divergence(
         module=onnx_tools.module_path(node),
         metric=metric,
         value=verdict.value,
-        threshold=threshold,
+        threshold=thresholds[first],
         checked=len(verdicts),
         candidates=len(order),
         runs=runs,

@@ -108,11 +108,12 @@ class Dataset:
             return self._natural_batches(index, batch)
         size = rng.clamp(batch)
         whole = [
-            f for f in self._natural_batches(index, size) if (n := self._batch_of(f)) is None or n >= rng.min
+            f for f in self._natural_batches(index, size) if (n := self.batch_of(f)) is None or n >= rng.min
         ]
         return whole or self._natural_batches(index, size, fill_to=rng.min)
 
-    def _batch_of(self, feeds: Feeds) -> int | None:
+    def batch_of(self, feeds: Feeds) -> int | None:
+        """The batch size these feeds hold (None where no input has the batch axis)."""
         for s in self.spec.inputs:
             if self.spec.batch_dim in s.shape and s.name in feeds:
                 return int(np.shape(feeds[s.name])[list(s.shape).index(self.spec.batch_dim)])

@@ -188,16 +188,18 @@ def _same_ranks(run: list, outputs: list) -> bool:
 
 
 def largest_validated_batch(recipe: Recipe) -> int:
-    """The largest batch validation runs: a corner's, the held-out split's (at most its sample count), or, for
-    stored samples with a shape between the corners, the off-corner run's (at the opt corner's batch, whether
-    or not that corner is checked: pipeline/stages/validate.py validation_batches)."""
+    """The largest batch validation runs: a corner's, the held-out split's (at most its sample count), for
+    stored samples with a shape between the corners the off-corner run's (at the opt corner's batch, whether
+    or not that corner is checked), or the benchmark's largest batch (pipeline/stages/validate.py
+    validation_batches)."""
     from pipeline.inputs.data import off_corner_point
 
     validation = recipe.validation
     corners = [validation.corner_batches[c] for c in validation.corners if c in validation.corner_batches]
     if off_corner_point(recipe.data.samples, recipe.dims, recipe.benchmark.batch_dim) is not None:
         corners.append(validation.corner_batches.get("opt", 1))
-    return max([*corners, min(validation.data_batch, recipe.data.validation)])
+    timed = recipe.benchmark.batch_sizes if recipe.benchmark.batch_dim in recipe.dims else []
+    return max([*corners, min(validation.data_batch, recipe.data.validation), *timed])
 
 
 def merge_kinds(found: dict[str, str], seen: dict[str, str]) -> None:

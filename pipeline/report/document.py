@@ -346,11 +346,18 @@ def _spreads(entries: Mapping[str, AccuracyRecord], outputs: list[str]) -> str:
 
 
 def _divergences(entries: Mapping[str, AccuracyRecord]) -> list[str]:
+    """The node each failing graph first departs at; where none was found or the search failed, that: a
+    failure with no line here would read as never searched."""
     lines = []
     for name, entry in entries.items():
         for runtime, verdict in entry.runtimes.items():
-            if verdict.divergence and verdict.divergence.get("text"):
-                lines.append(f"{name} on {runtime}: {verdict.divergence['text']}")
+            found = verdict.divergence or {}
+            if found.get("text"):
+                lines.append(f"{name} on {runtime}: {found['text']}")
+            elif found.get("note"):
+                lines.append(f"{name} on {runtime}: {found['note']}")
+            elif found.get("error"):
+                lines.append(f"{name} on {runtime}: not located, the search failed: {found['error']}")
     return lines
 
 

@@ -163,14 +163,16 @@ def where(check: CheckRecord) -> str:
 
 def input_sets_text(accuracy: Row | None) -> str:
     """What the validation batches were, in words: the corners, a shape between them where stored samples were
-    run there too (off-corner), and the held-out data."""
+    run there too (off-corner), the benchmark's largest batch where it is larger than these (timed), and the
+    held-out data."""
     found = {
         check.get("inputs")
         for entry in ((accuracy or {}).get("artifacts") or {}).values()
         for check in entry.get("checks") or []
     }
     between = ", a shape between them (off-corner)" if "off-corner" in found else ""
-    return f"shape corners min/opt/max{between} and the held-out data"
+    timed = ", the largest batch the benchmark times (timed)" if "timed" in found else ""
+    return f"shape corners min/opt/max{between}{timed} and the held-out data"
 
 
 def precision_of(name: str, accuracy: Row | None = None) -> str:

@@ -17,7 +17,16 @@ import numpy as np
 
 from pipeline.bench import hosts
 from pipeline.bench.matrix import ArtifactPlan, Matrix
-from pipeline.check.accuracy import EXACT, ArtifactAccuracy, Check, evaluate, real_tokens, reference_nonfinite
+from pipeline.check.accuracy import (
+    EXACT,
+    GATED_NOTES,
+    SCALED,
+    ArtifactAccuracy,
+    Check,
+    evaluate,
+    real_tokens,
+    reference_nonfinite,
+)
 from pipeline.check.results import REPORTS, AccuracyReport, artifact_entry
 from pipeline.core import host
 from pipeline.core.artifacts import ArtifactRecord
@@ -73,11 +82,14 @@ class Batch:
 
 
 OFF_CORNER = "off-corner"  # stored samples at a shape between the corners (Dataset.off_corner_feeds)
+TIMED = "timed"  # the benchmark's largest batch, at the opt corner's shape
 
 
-def validation_batches(dataset: Dataset, cfg: ValidationConfig) -> list[Batch]:
+def validation_batches(dataset: Dataset, cfg: ValidationConfig, timed_batch: int = 1) -> list[Batch]:
     """The corners at the recipe's corner batch sizes (never larger), stored samples at a shape between them,
-    then the held-out split as 'data'."""
+    the held-out split as 'data', and where the benchmark times a larger batch than all of these (`timed_batch`,
+    its largest), that batch at the opt corner's shape: a row is not timed at a batch its artifact was never
+    checked at (a graph or a runtime's batching that breaks past some size, a CUDA graph captured for it)."""
     batches = [
         Batch(corner, dataset.corner_feeds(corner, cfg.corner_batches.get(corner, 1)))
         for corner in cfg.corners
@@ -86,7 +98,14 @@ def validation_batches(dataset: Dataset, cfg: ValidationConfig) -> list[Batch]:
     if between is not None:
         batches.append(Batch(OFF_CORNER, between))
     batches += [Batch("data", feeds) for feeds in dataset.split_feeds("validation", cfg.data_batch)]
+    if timed_batch > largest_batch(dataset, batches):
+        batches.append(Batch(TIMED, dataset.corner_feeds("opt", timed_batch)))
     return batches
+
+
+def largest_batch(dataset: Dataset, batches: list[Batch]) -> int:
+    """The largest batch size among the validation batches (1 for a model without a batch axis)."""
+    return max((dataset.batch_of(b.feeds) or 1 for b in batches), default=1)
 
 
 def _shape_text(batch: Batch) -> str:
@@ -164,15 +183,27 @@ def padding_masks(cfg: ValidationConfig, batches: list[Batch]) -> dict[str, list
     return grouped
 
 
-def coverage_warnings(cfg: ValidationConfig, dims: dict[str, DimRange]) -> list[str]:
+def coverage_warnings(
+    cfg: ValidationConfig, dims: dict[str, DimRange], batch_dim: str | None = None, largest: int | None = None
+) -> list[str]:
     """What the validation does not cover of the shape space the recipe declares (said in the report and on
-    the console, never silently)."""
+    the console, never silently): a corner the recipe leaves out, and the batch range's max where every batch
+    validation ran (`largest`, the largest of them) is smaller; the max corner runs its own batch size, which
+    is small by default, as the longest sequences are the costly ones."""
     skipped = [c for c in ("min", "max") if c not in cfg.corners]
-    return [
+    found = [
         f"dims.{dim}.{corner} is not validated (validation.corners leaves out {corner})"
         for dim in dims
         for corner in skipped
     ]
+    rng = dims.get(batch_dim or "")
+    if rng is not None and largest is not None and largest < rng.max and "max" in cfg.corners:
+        corner = "opt" if "opt" in cfg.corners else "max"
+        found.append(
+            f"dims.{batch_dim}.max ({rng.max}) is not validated: the largest batch validated is {largest} "
+            f"(validation.corner_batches.{corner}: {rng.max} would validate it)"
+        )
+    return found
 
 
 # ---------------------------------------------------------------- one artifact
@@ -235,18 +266,23 @@ def validate_artifact(
 DIVERGENCE_METRICS = ("max_abs", "mean_abs", "max_rel", "cosine")
 
 
-def divergence_gate(worst: Check, tolerance: Tolerance) -> tuple[str, float]:
+def divergence_gate(worst: Check, tolerance: Tolerance) -> tuple[str, float, bool]:
     """The metric and threshold the divergence locator judges float tensors by, from the failing check it
-    explains: that check's own, except for an integer output, whose exact bound (max_abs 0) every quantized or
-    FP16 node would exceed: the float tensors it is computed from are judged by the precision's cosine, the
-    gate float outputs get. NaN/inf or incomparable outputs: any finite difference (the first non-finite
-    value)."""
-    if worst.reason == EXACT:
+    explains, and whether that threshold is a tolerance times each tensor's own scale (locate_divergence's
+    `scaled`). The check's own metric, an absolute one on each tensor's scale: an output's 1e-3 x its largest
+    value says nothing of a hidden tensor ten times larger. Except where the bound is the output kind's own
+    (an integer's exact 0, which every quantized or FP16 node would exceed; a one-value-per-sample score's
+    bound from its spread over the samples or as written): the tensors such an output is computed from are
+    vectors, judged by the precision's cosine, the gate float outputs get. NaN/inf or incomparable outputs:
+    any finite difference (the first non-finite value)."""
+    if worst.reason in GATED_NOTES:
         cosine = tolerance.resolved(worst.output)["cosine"][0] or tolerance.cosine
-        return "cosine", cosine if cosine is not None else DEFAULT_TOLERANCES["fp32"]["cosine"]
+        return "cosine", cosine if cosine is not None else DEFAULT_TOLERANCES["fp32"]["cosine"], False
     if worst.metric not in DIVERGENCE_METRICS or worst.threshold is None:
-        return "max_abs", 1e30
-    return worst.metric, worst.threshold
+        return "max_abs", 1e30, False
+    if worst.metric in SCALED and worst.scale > 0:
+        return worst.metric, worst.threshold / worst.scale, True
+    return worst.metric, worst.threshold, False
 
 
 def locate(
@@ -259,26 +295,41 @@ def locate(
 ) -> dict[str, Any]:
     """Where a failing ONNX artifact first departs from the FP32 ONNX graph, on the inputs of its worst failing
     check (a float output's where one fails), judged by divergence_gate."""
-    from pipeline.check.divergence import locate_divergence
+    from pipeline.check.divergence import NotLocated, locate_divergence
 
     failures = accuracy.failures()
     worst = next((c for c in failures if c.reason != EXACT), failures[0])  # a float output's, where one fails
-    metric, threshold = divergence_gate(worst, tolerance)
+    metric, threshold, scaled = divergence_gate(worst, tolerance)
     feeds = next(b.feeds for b in batches if b.inputs == worst.inputs)
     ctx.report(f"validate {record.name}: locating where it first diverges ({metric} at {worst.inputs})")
     try:
-        found = locate_divergence(onnx_reference.path, record.path, feeds, metric, threshold)
+        found = locate_divergence(onnx_reference.path, record.path, feeds, metric, threshold, scaled=scaled)
     except Exception as err:  # the locator explains a failure; it must never cause one
         return {"text": None, "error": _one_line(err)}
-    if found is None:
-        note = "no ONNX node output exceeds the tolerance on the CPU provider"
-        if worst.reason == EXACT:  # the float tensors are fine: the integer output flips on near ties
-            note = (
-                f"no float tensor {worst.output} is computed from falls below {metric} {threshold:g} on the CPU "
-                "provider: its values change where the reference nearly ties (close logits under an argmax)"
-            )
-        return {"text": None, "note": note}
+    if isinstance(found, NotLocated):
+        return {"text": None, "note": _not_located(found, worst, metric, threshold, accuracy.runtime)}
     return {"text": found.describe(), **found.to_json()}
+
+
+def _not_located(found: Any, worst: Check, metric: str, threshold: float, runtime: str | None) -> str:
+    """Why the locator named no node, in the report's words (found: divergence.NotLocated)."""
+    from pipeline.check.divergence import NO_SHARED_TENSOR
+
+    if found.why == NO_SHARED_TENSOR:
+        return "the graph shares no tensor name with the FP32 graph (its nodes were renamed or fused): not searched"
+    if worst.reason in GATED_NOTES:  # judged by the precision's cosine: the float tensors stay within it
+        note = f"no float tensor {worst.output} is computed from falls below {metric} {threshold:g} on the CPU provider"
+        if worst.reason == EXACT:  # the integer output flips on near ties
+            return note + ": its values change where the reference nearly ties (close logits under an argmax)"
+        return note + (  # a score: the error builds up along the path against the little it varies
+            f": no node departs by that measure; {worst.output}'s bound is set by how little it varies between "
+            "samples, and the error the precision adds along the whole path exceeds it"
+        )
+    return (
+        f"{worst.output} passes when the graph runs as written on ONNX Runtime's CPU provider, its graph "
+        f"optimizations off (the locator marks tensors, which those optimizations would fuse away): the failure "
+        f"comes with ONNX Runtime's optimizations of the graph or with the runtime it failed on ({runtime})"
+    )
 
 
 def validate_on(
@@ -402,7 +453,9 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
     del references
     runners = {record.name: offer(matrix, record, config.runners) for record in ready}
     if present:
-        batches = validation_batches(ctx.dataset(config.data), config.validation)
+        batches = validation_batches(
+            ctx.dataset(config.data), config.validation, max(config.timing.batch_sizes)
+        )
         coverage, data_warnings = input_coverage(ctx.dataset(config.data), batches)
         reference_weights = ctx.model(config.model).weights_digest()
         reference_runtime = reference_runner.runtime
@@ -460,7 +513,9 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
         gc.collect()
     del reference_runner
     results = {name: results[name] for name in order if name in results}  # report order: the recipe's
-    warnings = coverage_warnings(config.validation, config.model.dims) + data_warnings
+    largest = largest_batch(ctx.dataset(config.data), batches) if present else None
+    warnings = coverage_warnings(config.validation, config.model.dims, config.data.batch_dim, largest)
+    warnings += data_warnings
     report = accuracy_report(results, not_run, reference_runtime, warnings, coverage)
     write_report(ctx.path(REPORT), report, allow_nan=False)
     work = matrix.report(order)
@@ -486,7 +541,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     """The validate stage over whichever of `artifacts` were built (consumes_any)."""
     return Stage(
         name="validate",
-        version=15,  # what each version changed: CHANGELOG.md, "Stage versions"
+        version=16,  # what each version changed: CHANGELOG.md, "Stage versions"
         config=ValidateConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=_run,
         environment=lambda: {

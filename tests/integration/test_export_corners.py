@@ -134,3 +134,31 @@ def test_a_fixed_batch_of_four_signs_off_with_int8_and_the_optimized_graph(tmp_p
     accuracy = json.loads((version / "reports/accuracy.json").read_text())
     for name in ("torchscript-fp32", "onnx-fp32", "onnx-int8", "onnx-optimized-fp32"):
         assert accuracy["artifacts"][name]["passed"], (name, accuracy["artifacts"][name]["reason"])
+
+
+def test_an_artifact_is_validated_at_the_largest_batch_it_is_timed_at(tmp_path: Path) -> None:
+    """A model that branches on its batch size (past 4): the exports trace the branch of a small batch, and
+    every corner and held-out batch is of 1 or 2, so all agreed; the benchmark timed them at 6. Validation now
+    runs that batch too (input set 'timed'), where both fail, and says the range's max (8) is not validated."""
+    recipe = _recipe(tmp_path, "large_batch_branch", "pooled")
+    _, version, manifest = _deploy(
+        tmp_path,
+        recipe,
+        "variants.build=[torchscript-fp32, onnx-fp32]",
+        "export.onnx={exporter: legacy}",
+        "benchmark.batch_sizes=[1, 6]",
+        code=1,
+    )
+    accuracy = json.loads((version / "reports/accuracy.json").read_text())
+    for name in ("torchscript-fp32", "onnx-fp32"):
+        entry = accuracy["artifacts"][name]
+        failing = {c["inputs"] for c in entry["checks"] if not c["passed"] and not c["informational"]}
+        assert failing == {"timed"}, (name, entry["reason"])
+    timed = [c for c in accuracy["artifacts"]["onnx-fp32"]["checks"] if c["inputs"] == "timed"]
+    assert timed and accuracy["inputs"]["input_ids"]["dim_ranges"][0] == [1, 6]
+    assert any(
+        w.startswith("dims.batch.max (8) is not validated: the largest batch validated is 6")
+        for w in accuracy["warnings"]
+    )
+    page = (version / "reports/signoff.md").read_text()
+    assert "the largest batch the benchmark times (timed)" in page

@@ -257,10 +257,13 @@ def test_per_runtime_records_and_coverage(validated) -> None:
     pooled = [c for c in entry["checks"] if c["metric"] == "neighbours"]
     assert [c["output"] for c in pooled] == ["pooled"] and pooled[0]["value"] == 1.0
     assert pooled[0]["informational"]
-    # no shape coverage left out; the tiny recipe's mask is all ones (1..1), which the report says
+    # every corner checked, at batches of 1 and 2 (the benchmark's 1 and 2 among them), so the batch range's max
+    # of 8 is not; the tiny recipe's mask is all ones (1..1): the report says both
     assert report["warnings"] == [
+        "dims.batch.max (8) is not validated: the largest batch validated is 2 "
+        "(validation.corner_batches.opt: 8 would validate it)",
         "input attention_mask: the held-out validation split holds 1 distinct value(s) (1); the artifacts were "
-        "not checked on varied values of it"
+        "not checked on varied values of it",
     ]
     covered = report["inputs"]
     assert covered["input_ids"]["distinct"] > 2 and 1 <= covered["input_ids"]["max"] <= 999

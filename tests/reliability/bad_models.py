@@ -326,3 +326,19 @@ class _BatchOfFour(_Wrapping):
 def batch_of_four(**kwargs: int) -> nn.Module:
     torch.manual_seed(0)
     return _BatchOfFour()
+
+
+class _LargeBatchBranch(_Wrapping):
+    """A branch on the batch size: a trace records the branch its example took (a small batch), so the traced
+    graphs answer as a small batch does at every size, while the model takes the other branch past 4."""
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        pooled = self.inner(input_ids, attention_mask)[1]
+        if input_ids.shape[0] > 4:
+            return pooled * 2
+        return pooled
+
+
+def large_batch_branch(**kwargs: int) -> nn.Module:
+    torch.manual_seed(0)
+    return _LargeBatchBranch()

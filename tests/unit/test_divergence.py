@@ -14,7 +14,15 @@ from onnx import numpy_helper
 
 from pipeline.check import divergence
 from pipeline.check.accuracy import LOWER_BOUNDS, METRICS
-from pipeline.check.divergence import Verdict, comparable_tensors, judge, locate_divergence
+from pipeline.check.divergence import (
+    OUTPUTS_PASS,
+    Divergence,
+    NotLocated,
+    Verdict,
+    comparable_tensors,
+    judge,
+    locate_divergence,
+)
 from pipeline.recipe import Fp16Export
 from pipeline.stages import fp16, optimize_onnx
 from pipeline.toolchain import onnx_tools
@@ -90,7 +98,7 @@ def test_sign_flipped_weight_is_found_at_its_consumer(
 ) -> None:
     path, target = flipped
     found = locate_divergence(reference, path, feeds, "cosine", 0.9999)
-    assert found is not None
+    assert isinstance(found, Divergence)
     assert (found.node, found.op_type, found.tensor) == (target.name, "MatMul", target.output[0])
     assert found.module == onnx_tools.module_path(target) and found.module.endswith(FLIPPED_MODULE)
     assert found.value < -0.99  # x @ -W is -(x @ W): every row points the other way
@@ -110,8 +118,9 @@ def test_unchanged_graph_and_passing_outputs_give_none(
     feeds: dict[str, np.ndarray],
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    assert locate_divergence(reference, reference, feeds, "max_abs", 0.0) is None
-    assert locate_divergence(reference, flipped[0], feeds, "max_abs", 1e6) is None  # final outputs pass
+    assert locate_divergence(reference, reference, feeds, "max_abs", 0.0) == NotLocated(OUTPUTS_PASS)
+    passing = locate_divergence(reference, flipped[0], feeds, "max_abs", 1e6)  # final outputs pass
+    assert passing == NotLocated(OUTPUTS_PASS)
     out, err = capfd.readouterr()
     assert (out, err) == ("", "")  # Polygraphy and ONNX Runtime kept quiet
 
@@ -124,7 +133,7 @@ def test_fp16_graph_with_a_flipped_weight_is_found_despite_cast_nodes(
     casts = [n for n in onnx_tools.load(half_flipped).graph.node if n.op_type == "Cast"]
     assert len(casts) > sum(n.op_type == "Cast" for n in onnx_tools.load(reference).graph.node)
     found = locate_divergence(reference, half_flipped, feeds, "cosine", 0.999)
-    assert found is not None
+    assert isinstance(found, Divergence)
     assert (found.node, found.tensor) == (target.name, target.output[0])
     assert found.module == onnx_tools.module_path(target)  # the converter keeps the exporter's metadata
     assert found.exact
@@ -144,7 +153,7 @@ def test_fused_contrib_ops_of_the_optimized_graph(
     order = comparable_tensors(onnx_tools.load(reference), model)
     assert any(node.domain == "com.microsoft" for _, node in order)
     found = locate_divergence(reference, path, feeds, "cosine", 0.9999)
-    assert found is not None and found.exact
+    assert isinstance(found, Divergence) and found.exact
     assert (found.node, found.tensor) == (flipped[1].name, flipped[1].output[0])
 
 
@@ -152,18 +161,61 @@ def test_tight_threshold_on_fp16_reports_an_early_node(
     reference: Path, half: Path, feeds: dict[str, np.ndarray]
 ) -> None:
     found = locate_divergence(reference, half, feeds, "max_abs", 1e-9)
-    assert found is not None and found.exact and found.problem is None
+    assert isinstance(found, Divergence) and found.exact and found.problem is None
     assert 1e-9 < found.value < 0.1  # half-precision rounding, not a broken graph
     names = [n for n, _ in comparable_tensors(onnx_tools.load(reference), onnx_tools.load(half))]
     assert names.index(found.tensor) < len(names) // 4
     assert found.tensor == exhaustive_first(reference, half, feeds, "max_abs", 1e-9)
 
 
+def _scaled_chain(folder: Path, first: float, second: float) -> Path:
+    """x -> big = x * first -> out = big * second: the reference with 1000 and 0.001."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mul", ["x", "up"], ["big"], name="up_mul"),
+            helper.make_node("Mul", ["big", "down"], ["out"], name="down_mul"),
+        ],
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 8])],
+        [
+            numpy_helper.from_array(np.array(first, np.float32), "up"),
+            numpy_helper.from_array(np.array(second, np.float32), "down"),
+        ],
+    )
+    path = folder / f"chain-{first}-{second}.onnx"
+    onnx_tools.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_an_absolute_gate_judges_each_tensor_on_its_own_scale(tmp_path: Path) -> None:
+    """A hold-out's INT8 classifier was said to 'first diverge' at its first Gemm by its score's bound of
+    0.0013, a number on the score's scale, not on a hidden tensor's. Here the first node's product is 1000 times
+    the output and off by a relative 5e-7 (within any gate on its scale); the second node is off by 1e-4, which
+    fails the output's tolerance 1e-5. Judged on their own scales, the second node is where it diverges."""
+    reference = _scaled_chain(tmp_path, 1000.0, 0.001)
+    candidate = _scaled_chain(tmp_path, 1000.0005, 0.0010001)
+    feeds = {"x": np.linspace(0.5, 1.0, 16, dtype=np.float32).reshape(2, 8)}
+    unscaled = locate_divergence(reference, candidate, feeds, "max_abs", 1e-5)
+    assert (
+        isinstance(unscaled, Divergence) and unscaled.node == "up_mul"
+    )  # 1000 x 5e-7 is past 1e-5 in absolute terms
+    found = locate_divergence(reference, candidate, feeds, "max_abs", 1e-5, scaled=True)
+    assert isinstance(found, Divergence) and found.node == "down_mul" and found.exact, found
+    assert found.threshold == pytest.approx(1e-5)  # out's scale: max(1, largest |value|) is 1
+    assert found.value > found.threshold
+    assert locate_divergence(reference, candidate, feeds, "max_abs", 1e-3, scaled=True) == NotLocated(
+        OUTPUTS_PASS
+    )
+
+
 def test_run_budget_spent_says_at_or_before(
     reference: Path, flipped: tuple[Path, onnx.NodeProto], feeds: dict[str, np.ndarray]
 ) -> None:
     found = locate_divergence(reference, flipped[0], feeds, "cosine", 0.9999, max_runs=1)
-    assert found is not None and not found.exact and found.runs == 1
+    assert isinstance(found, Divergence) and not found.exact and found.runs == 1
     assert found.tensor in {o.name for o in onnx_tools.load(flipped[0]).graph.output}
     assert "first diverges at or before" in found.describe()
     record = found.to_json()
@@ -190,7 +242,7 @@ def test_weights_in_external_files_are_read_in_place(
     workdir.mkdir()
     monkeypatch.chdir(workdir)
     found = locate_divergence(reference, external, feeds, "cosine", 0.9999)
-    assert found is not None and found.node == flipped[1].name
+    assert isinstance(found, Divergence) and found.node == flipped[1].name
     assert sorted(p.name for p in folder.iterdir()) == ["flipped.onnx", "weights.bin"]
     assert list(workdir.iterdir()) == []
 

@@ -94,8 +94,15 @@ def test_an_output_of_batch_by_batch_is_not_one_value_per_sample(tmp_path: Path)
     recipe = _pairs(tmp_path)
     assert preflight.check(load(recipe)) == {"logits": "values", "score": "one value per sample"}
     # a validation that never runs a batch of 2 sees one value, as the deploy's gates then do
-    single = ["validation.corner_batches={min: 1, opt: 1, max: 1}", "validation.data_batch=1"]
+    single = [
+        "validation.corner_batches={min: 1, opt: 1, max: 1}",
+        "validation.data_batch=1",
+        "benchmark.batch_sizes=[1]",
+    ]
     assert preflight.check(load(recipe, single))["logits"] == "one value per sample"
+    # the benchmark's largest batch is validated too (input set 'timed'): at 2 it is what it is at 2
+    timed = [*single[:2], "benchmark.batch_sizes=[1, 2]"]
+    assert preflight.check(load(recipe, timed))["logits"] == "values"
     fixed = ["dims.batch.max=1", "dims.batch.opt=1", "benchmark.batch_sizes=[1]", single[0]]
     assert preflight.check(load(recipe, fixed))["logits"] == "one value per sample"
 
@@ -113,6 +120,7 @@ def test_the_off_corner_run_of_stored_samples_counts_as_a_validated_batch(tmp_pa
         "validation.corners=[min, max]",
         "validation.corner_batches={min: 1, opt: 2, max: 1}",
         "validation.data_batch=1",
+        "benchmark.batch_sizes=[1]",
     ]
     assert preflight.check(load(recipe, stored))["logits"] == "values"
     # the same recipe on random samples has no off-corner run: every batch validated is 1

@@ -274,3 +274,21 @@ def test_the_speed_table_shows_the_statistic_selection_ranked_by(inputs):
     row = next(r for r in inputs["speed"]["results"] if r["artifact"] == "onnx-fp32" and r["batch"] == 1)
     line = next(x for x in speed.splitlines() if x.startswith("| onnx-fp32 ") and "| 1 |" in x)
     assert f"| {fmt_ms(row['p90_ms'])} |" in line, line
+
+
+def test_the_accuracy_section_says_where_each_failing_graph_diverges_or_that_no_node_was_found(inputs):
+    """A search that found no single node said nothing on the page: a failure with no line there read as
+    never searched."""
+    verdict = {"passed": False, "reason": "cosine 0.971200 < 0.98 on sentence_embedding @ data"}
+    int8 = inputs["accuracy"]["artifacts"]["onnx-int8"]
+    note = "no ONNX node output exceeds the tolerance on the CPU provider"
+    int8["runtimes"] = {"onnxruntime-cpu": {**verdict, "divergence": {"text": None, "note": note}}}
+    acc = _section(render_markdown(**inputs), "Accuracy")
+    assert "Where failing artifacts first diverge from the FP32 ONNX graph:" in acc
+    assert f"- onnx-int8 on onnxruntime-cpu: {note}" in acc
+    located = "first diverges at node_MatMul_7 (MatMul, encoder.layer.1) output t: cosine 0.5 \\< 0.98"
+    int8["runtimes"]["onnxruntime-cpu"]["divergence"] = {"text": located.replace("\\<", "<")}
+    assert f"- onnx-int8 on onnxruntime-cpu: {located}" in _section(render_markdown(**inputs), "Accuracy")
+    int8["runtimes"]["onnxruntime-cpu"]["divergence"] = {"text": None, "error": "InvalidGraph: bad"}
+    acc = _section(render_markdown(**inputs), "Accuracy")
+    assert "- onnx-int8 on onnxruntime-cpu: not located, the search failed: InvalidGraph: bad" in acc
