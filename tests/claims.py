@@ -96,6 +96,8 @@ def _share(check: dict[str, Any]) -> float | None:
         return None
     if check["metric"] in LOWER_BOUNDS:
         return (1 - value) / (1 - threshold) if threshold < 1 else None
+    if threshold == 0 and check["metric"] == "max_abs":  # an integer output's exact bound: met or broken
+        return 0.0 if value == 0 else math.inf
     return value / threshold if threshold > 0 else None
 
 
