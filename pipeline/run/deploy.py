@@ -410,7 +410,7 @@ def _print_summary(
     for reason in verdict.reasons:
         console.print(f"  - {escape(reason)}", highlight=False, markup=True)
     for failure in verdict.failures:
-        console.print(f"  [red]failed[/red] {escape(failure.describe())}", highlight=False, markup=True)
+        console.print(f"  [red]✗[/red] {escape(failure.describe())}", highlight=False, markup=True)
     for warning in verdict.warnings:
         console.print(f"  [yellow]warning[/yellow] {escape(warning)}", highlight=False, markup=True)
     if winner:

@@ -46,7 +46,7 @@ def test_the_run_signs_off_and_says_which_variant_failed(deployed) -> None:
     table = result.stdout[result.stdout.index("Deploy summary") :]
     assert "onnx-int8" in table and "FAILED (int8)" in table  # the closing table
     assert (
-        "failed onnx-int8 failed at int8: StageError: int8: nothing to quantize: export.int8.op_types is ['Conv']"
+        "✗ onnx-int8 failed at int8: StageError: int8: nothing to quantize: export.int8.op_types is ['Conv']"
         in result.stdout
     )
 
