@@ -20,7 +20,7 @@ def artifacts_section(header: Dict) -> Section:
         [
             str(a.get("name")),
             str(a.get("kind") or "—"),
-            str(a.get("precision") or "—"),
+            _precision(a),
             str(a.get("path") or "—"),
             _size(a.get("bytes")),
             str(a.get("sha256") or "—")[:12],
@@ -35,6 +35,17 @@ def artifacts_section(header: Dict) -> Section:
         if details:
             blocks += [Para(f"{a.get('name')} details:", tone="note"), Bullets(details)]
     return Section("Artifacts", blocks, folded=True)
+
+
+def _precision(artifact: Dict) -> str:
+    """'int8 (1 of 32 weight layers)' where a quantized graph keeps some of its weight layers in float: a
+    CNN's dynamic INT8 quantizes only its classifier, and 'int8' alone would say the whole model."""
+    precision = str(artifact.get("precision") or "—")
+    details = artifact.get("details") or {}
+    quantized, layers = details.get("quantized_count"), details.get("weight_layers")
+    if isinstance(quantized, int) and isinstance(layers, int) and 0 < quantized < layers:
+        return f"{precision} ({quantized} of {layers} weight layers)"
+    return precision
 
 
 def _cut(text: str) -> str:

@@ -256,8 +256,50 @@ def test_dynamic_quantization(source: ArtifactRecord, tmp_path: Path) -> None:
     model = onnx.load(str(tmp_path / out.path))
     counts = onnx_tools.op_counts(model)
     assert counts["MatMulInteger"] == out.details["quantized_count"] == 12  # every weight MatMul
+    assert out.details["weight_layers"] == 12  # ... which is every weight layer there is
     assert counts["MatMul"] == 4  # activation MatMuls stay float
     assert out.details["target"] == "onnxruntime"
     feeds = ctx.dataset().feeds_at({"batch": 4, "sequence": 16})
     got, want = run_onnx(tmp_path / out.path, feeds), reference(ctx, feeds)
     assert lowest_cosine(got["pooled"], want["pooled"]) >= 0.98
+
+
+def test_a_cnns_dynamic_int8_says_how_few_of_its_weight_layers_it_quantized(tmp_path: Path) -> None:
+    """A hold-out CNN's onnx-int8-dynamic quantized its classifier's Gemm and none of its 31 convolutions, and
+    the report said 'int8' as for the whole model: the Artifacts table now says 1 of 3 here."""
+    import torch
+
+    from pipeline.report.record import artifacts_section
+    from tests.models.tiny import cnn
+
+    recipe = Recipe.model_validate(
+        {
+            "name": "cnn",
+            "model": {"source": "entrypoint", "entrypoint": "tests.models.tiny:cnn"},
+            "inputs": [{"name": "images", "shape": ["batch", 3, 16, 16]}],
+            "dims": {"batch": {"min": 1, "opt": 2, "max": 4}},
+            "outputs": ["logits"],
+            "data": {"samples": {"source": "random", "samples": 8}},
+            "benchmark": {"batch_sizes": [1]},
+        }
+    )
+    ctx = StageEnv(recipe, tmp_path, tmp_path / "work")
+    path = tmp_path / "model.onnx"
+    torch.manual_seed(0)
+    torch.onnx.export(
+        cnn().eval(),
+        (torch.randn(2, 3, 16, 16),),
+        str(path),
+        dynamo=False,
+        input_names=["images"],
+        output_names=["logits"],
+        dynamic_axes={"images": {0: "batch"}, "logits": {0: "batch"}},
+        opset_version=18,
+    )
+    out = ctx.run_named("int8_dynamic", {"onnx-fp32": record(path)}, variants=["onnx-int8-dynamic"]).outputs[
+        0
+    ]
+    assert (out.details["quantized_count"], out.details["weight_layers"]) == (1, 3)  # the Gemm; two Convs
+    header = {"artifacts": [{"name": out.artifact, "precision": "int8", "details": out.details}]}
+    (table, *_) = artifacts_section(header).blocks
+    assert table.rows[0][2] == "int8 (1 of 3 weight layers)"
