@@ -38,13 +38,35 @@ class Freshness:
     source: Path | None = None  # the folder its outputs can be fetched from besides the cache
 
 
+MAX_PATHS = 4
+# what a digest stands for: the setting the user changed is in what it hashes
+DIGESTS = {
+    "model.digest": "model.digest (the model's source module, its files or its settings)",
+    "data.digest": "data.digest (the samples' file or their settings)",
+}
+
+
+def changed_paths(before: Any, after: Any, prefix: str = "") -> list[str]:
+    """The dotted paths of the leaves that differ ('validation.tolerances.fp32.max_abs', 'model.digest'): a
+    re-run says what changed, not only which part of the recipe."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        found = []
+        for key in sorted(set(before) | set(after), key=str):
+            if before.get(key) != after.get(key):
+                found += changed_paths(
+                    before.get(key), after.get(key), f"{prefix}.{key}" if prefix else str(key)
+                )
+        return found
+    return [prefix] if before != after else []
+
+
 def _diff_reason(stage: Stage, prev: StageRecord, inputs: dict[str, str], env: dict[str, Any]) -> str:
     if prev.version != stage.version:
         return f"stage version {prev.version} -> {stage.version}"
-    config = stage.config.fingerprinted()
-    changed = [k for k in sorted(set(prev.config) | set(config)) if prev.config.get(k) != config.get(k)]
+    changed = changed_paths(prev.config, stage.config.fingerprinted())
     if changed:
-        return "config changed: " + ", ".join(changed)
+        shown = [DIGESTS.get(path, path) for path in changed[:MAX_PATHS]]
+        return "config changed: " + ", ".join(shown) + (", …" if len(changed) > MAX_PATHS else "")
     moved = [k for k in sorted(set(prev.inputs) | set(inputs)) if prev.inputs.get(k) != inputs.get(k)]
     if moved:
         return "input changed: " + ", ".join(moved)

@@ -296,3 +296,22 @@ def test_a_critical_failure_in_a_background_stage_stops_the_run(tmp_path: Path) 
     spans: list = []
     with pytest.raises(RuntimeError, match="a bug in the stage"):
         deploy(tmp_path, [_sleeper("P", "p", spans, critical=True), _writer("A", "a", "1")], "v0001")
+
+
+def test_a_rerun_names_the_setting_that_changed() -> None:
+    """A hold-out's edit to its model's module re-ran every stage with 'config changed: model', naming neither
+    the file nor the setting."""
+    from pipeline.run.freshness import changed_paths
+
+    before = {
+        "validation": {"tolerances": {"fp32": {"max_abs": 1e-3, "cosine": 0.9999}}},
+        "model": {"digest": "a"},
+    }
+    after = {
+        "validation": {"tolerances": {"fp32": {"max_abs": 1e-12, "cosine": 0.9999}}},
+        "model": {"digest": "b"},
+    }
+    assert changed_paths(before, after) == ["model.digest", "validation.tolerances.fp32.max_abs"]
+    assert changed_paths(before, before) == []
+    assert changed_paths({"a": [1, 2]}, {"a": [1, 3], "b": None}) == ["a"]  # lists and a key set to None
+    assert changed_paths({"a": 1}, {"a": 1, "b": 2}) == ["b"]
