@@ -11,7 +11,7 @@ import gc
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,6 +44,9 @@ from pipeline.runners.base import Feeds, NotRunnable, Runner
 from pipeline.runners.polygraphy_adapter import PolygraphyRunner, polygraphy_verdict
 from pipeline.runners.registry import runtime_environment
 from pipeline.stages.base import Late, Output, RunContext, Stage, StageConfig, StageResult
+
+if TYPE_CHECKING:  # the locator imports ONNX's graph tools: loaded when a failure is explained
+    from pipeline.check.divergence import NotLocated
 
 REPORT = REPORTS["report:accuracy"]
 MATRIX = REPORTS["report:matrix"]
@@ -311,8 +314,8 @@ def locate(
     return {"text": found.describe(), **found.to_json()}
 
 
-def _not_located(found: Any, worst: Check, metric: str, threshold: float, runtime: str | None) -> str:
-    """Why the locator named no node, in the report's words (found: divergence.NotLocated)."""
+def _not_located(found: NotLocated, worst: Check, metric: str, threshold: float, runtime: str | None) -> str:
+    """Why the locator named no node, in the report's words."""
     from pipeline.check.divergence import NO_SHARED_TENSOR
 
     if found.why == NO_SHARED_TENSOR:
