@@ -15,7 +15,7 @@ what "passed" means lives in one small, unit-testable place.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -245,8 +245,41 @@ def per_token_mask(output: np.ndarray, mask: np.ndarray | None) -> np.ndarray | 
     return keep.reshape(keep.shape + (1,) * (output.ndim - 2))
 
 
+def off_the_mask_axis(
+    reference: Mapping[str, Sequence[Outputs]],
+    sizes: Mapping[str, Sequence[Mapping[str, int]]],
+    mask_dim: str | None,
+    batch_dim: str,
+) -> frozenset[str]:
+    """The outputs whose second axis is not shown to follow the padding mask's dim (`mask_dim`, the mask
+    input's second axis): never compared on real tokens only. per_token_mask goes by shape, and a decoder's
+    logits [batch, tgt, vocab] have the shape of an encoder's mask [batch, src] wherever tgt and src have one
+    size: their real positions past the mask's were left out of every gate. An output follows the mask's dim
+    where, over every batch (`sizes`: each batch's dim sizes, grouped as `reference`), its axis 1 had that
+    dim's size and no other dim's in all of them. A mask whose axis is fixed (no dim name): shape alone."""
+    if mask_dim is None:
+        return frozenset()
+    candidates: dict[str, set[str]] = {}
+    for inputs, batches in reference.items():
+        for batch, dims in zip(batches, sizes.get(inputs, []), strict=False):
+            for output, value in batch.items():
+                if np.ndim(value) < 3:
+                    continue  # never per token
+                here = {d for d, n in dims.items() if n == np.shape(value)[1] and d != batch_dim}
+                candidates[output] = candidates[output] & here if output in candidates else here
+    return frozenset(output for output, dims in candidates.items() if dims != {mask_dim})
+
+
+def token_mask(output: str, mask: np.ndarray | None, unmasked: frozenset[str]) -> np.ndarray | None:
+    """The batch's padding mask for this output: none for an output off_the_mask_axis left out."""
+    return None if output in unmasked else mask
+
+
 def reference_nonfinite(
-    reference: Mapping[str, list[Outputs]], outputs: Iterable[str], masks: Masks
+    reference: Mapping[str, list[Outputs]],
+    outputs: Iterable[str],
+    masks: Masks,
+    unmasked: frozenset[str] = frozenset(),
 ) -> list[str]:
     """'y at min: 6 NaN/inf values', per output and input set where the reference's own output is not finite
     on real positions (padding aside, as measure() sees it): no artifact can be judged against those."""
@@ -258,7 +291,8 @@ def reference_nonfinite(
             for batch, mask in zip(batches, batch_masks, strict=False):
                 if output in batch:
                     value = np.asarray(batch[output])
-                    count += nonfinite_count(on_real_tokens(value, per_token_mask(value, mask)))
+                    keep = per_token_mask(value, token_mask(output, mask, unmasked))
+                    count += nonfinite_count(on_real_tokens(value, keep))
             if count:
                 found.append(f"{output} at {inputs}: {count} NaN/inf values")
     return found
@@ -593,10 +627,12 @@ def evaluate(
     tolerance: Tolerance,
     masks: Masks | None = None,
     neighbours_k: int = 5,
+    unmasked: frozenset[str] = frozenset(),
 ) -> ArtifactAccuracy:
     """Fill `accuracy` with checks: per input set (min/opt/max/data, each a list of batches) and output,
-    the batches are measured (per-token outputs on real tokens only, by `masks`), combined, and checked
-    against the tolerance; embedding outputs also get the neighbour agreement over the held-out data."""
+    the batches are measured (per-token outputs on real tokens only, by `masks`, but for the `unmasked`
+    outputs), combined, and checked against the tolerance; embedding outputs also get the neighbour agreement
+    over the held-out data."""
     masks = masks or {}
     flat = {output: per_sample_everywhere(reference, output) for output in outputs}
     spreads = {output: held_out_spread(reference, output) for output in outputs}
@@ -605,7 +641,11 @@ def evaluate(
         batch_masks = masks.get(inputs) or [None] * len(ref_batches)
         for output in outputs:
             per_batch = [
-                measure(ref[output], got[i].get(output) if i < len(got) else None, batch_masks[i])
+                measure(
+                    ref[output],
+                    got[i].get(output) if i < len(got) else None,
+                    token_mask(output, batch_masks[i], unmasked),
+                )
                 for i, ref in enumerate(ref_batches)
             ]
             combined = combine(per_batch)

@@ -85,16 +85,18 @@ def polygraphy_verdict(
     outputs: list[str],
     tolerance: Tolerance,
     masks: list[np.ndarray | None] | None = None,
+    unmasked: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """Polygraphy's own elementwise verdict per output (CompareFunc.simple with the recipe's max_abs as atol and
     max_rel as rtol): recorded beside our checks for cross-reference; it never gates. `masks`, per iteration,
-    is the padding mask (validation.padding_mask): per-token outputs are compared on real tokens only, as our
-    checks compare them, since padding-aware and packed runs leave padded positions undefined."""
+    is the padding mask (validation.padding_mask): per-token outputs (but the `unmasked`,
+    accuracy.off_the_mask_axis) are compared on real tokens only, as our checks compare them, since
+    padding-aware and packed runs leave padded positions undefined."""
     from polygraphy.comparator import Comparator, CompareFunc, RunResults
     from polygraphy.comparator.struct import IterationResult
     from polygraphy.logger import G_LOGGER
 
-    from pipeline.check.accuracy import per_token_mask, thresholds_for
+    from pipeline.check.accuracy import per_token_mask, thresholds_for, token_mask
 
     atol = {o: thresholds_for(tolerance, o)["max_abs"][0] or 1e-5 for o in outputs}
     rtol = {o: thresholds_for(tolerance, o)["max_rel"][0] or 1e-5 for o in outputs}
@@ -110,7 +112,7 @@ def polygraphy_verdict(
             outputs = {}
             for name, value in iteration.items():
                 if isinstance(value, np.ndarray):
-                    keep = per_token_mask(value, mask)
+                    keep = per_token_mask(value, token_mask(name, mask, unmasked))
                     value = np.ascontiguousarray(value if keep is None else np.where(keep, value, 0))
                 outputs[name] = value
             copies.append(IterationResult(outputs, iteration.runtime, iteration.runner_name))

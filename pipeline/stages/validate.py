@@ -24,6 +24,7 @@ from pipeline.check.accuracy import (
     ArtifactAccuracy,
     Check,
     evaluate,
+    off_the_mask_axis,
     real_tokens,
     reference_nonfinite,
 )
@@ -37,7 +38,7 @@ from pipeline.core.packages import package_version
 from pipeline.core.variants import REFERENCE
 from pipeline.decide.verdict import WEIGHTS
 from pipeline.inputs.data import Dataset
-from pipeline.inputs.specs import DataSpec, ModelSpec, RunnerSettings
+from pipeline.inputs.specs import DataSpec, ModelSpec, RunnerSettings, dim_sizes
 from pipeline.recipe import DimRange, Recipe, Tolerance, ValidationConfig
 from pipeline.recipe.measure import DEFAULT_TOLERANCES
 from pipeline.runners.base import Feeds, NotRunnable, Runner
@@ -166,6 +167,22 @@ def _progress(ctx: RunContext, label: str, batches: list[Batch], i: int) -> None
     ctx.report(f"validate {label} at {batch.inputs}{part}: {_shape_text(batch)}")
 
 
+def unmasked_outputs(config: ValidateConfig, batches: list[Batch], reference: Any) -> frozenset[str]:
+    """The outputs never compared on real tokens only (check.accuracy.off_the_mask_axis): those whose second
+    axis the validation batches do not show to follow the padding mask's dim."""
+    mask = next((s for s in config.model.inputs if s.name == config.validation.padding_mask), None)
+    mask_dim = mask.shape[1] if mask is not None and len(mask.shape) > 1 else None
+    sizes: dict[str, list[dict[str, int]]] = {}
+    for batch in batches:
+        sizes.setdefault(batch.inputs, []).append(dim_sizes(config.model.inputs, batch.feeds))
+    return off_the_mask_axis(
+        _by_inputs(reference, batches),
+        sizes,
+        mask_dim if isinstance(mask_dim, str) else None,
+        config.data.batch_dim,
+    )
+
+
 def _by_inputs(run_results: Any, batches: list[Batch]) -> dict[str, list[dict[str, np.ndarray]]]:
     """The single runner's iterations regrouped by input set, in batch order."""
     ((_, iterations),) = run_results.items()
@@ -251,11 +268,12 @@ def validate_artifact(
     runners: list[Runner],
     plan: ArtifactPlan,
     onnx_reference: ArtifactRecord | None = None,
+    unmasked: frozenset[str] = frozenset(),
 ) -> list[ArtifactAccuracy]:
     """Run one artifact over the batches on every runtime its plan validates it on (pipeline/bench/matrix.py),
     and check each; a runtime error is that runtime's failure, not a crash."""
     chosen = runtime_runners([r for r in runners if r.runtime in plan.validated])
-    results = [validate_on(ctx, config, record, runner, batches, reference) for runner in chosen]
+    results = [validate_on(ctx, config, record, runner, batches, reference, unmasked) for runner in chosen]
     if onnx_reference is not None and record.kind == "onnx" and record.name != onnx_reference.name:
         for accuracy in results:
             if not accuracy and accuracy.error is None:
@@ -342,6 +360,7 @@ def validate_on(
     runner: Runner,
     batches: list[Batch],
     reference: Any,
+    unmasked: frozenset[str] = frozenset(),
 ) -> ArtifactAccuracy:
     cfg = config.validation
     tolerance = tolerance_for(cfg, record.precision)
@@ -362,11 +381,12 @@ def validate_on(
         tolerance,
         padding_masks(cfg, batches),
         cfg.neighbours_k,
+        unmasked,
     )
     try:
         masks = [real_tokens(b.feeds, cfg.padding_mask, cfg.padding_value) for b in batches]
         accuracy.details["polygraphy"] = polygraphy_verdict(
-            reference, actual, config.runners.outputs, tolerance, masks
+            reference, actual, config.runners.outputs, tolerance, masks, unmasked
         )
     except Exception as err:  # Polygraphy's cross-check is informational; never let it fail the artifact
         accuracy.details["polygraphy"] = {"error": _one_line(err)}
@@ -463,10 +483,12 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
         reference_weights = ctx.model(config.model).weights_digest()
         reference_runtime = reference_runner.runtime
         reference = run_batches(ctx, config.runners, reference_runner, batches, REFERENCE)
+        unmasked = unmasked_outputs(config, batches, reference)
         broken = reference_nonfinite(
             _by_inputs(reference, batches),
             config.runners.outputs,
             padding_masks(config.validation, batches),
+            unmasked,
         )
         if broken:  # every artifact would fail against it: the model, not the artifacts, is what to fix
             raise PipelineError(
@@ -507,7 +529,15 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
                 # the FP32 graph, once built (in the background: once it has arrived)
                 onnx_reference = built.get("onnx-fp32") if "onnx-fp32" in pending else inputs.get("onnx-fp32")
                 results[record.name] = validate_artifact(
-                    ctx, config, record, batches, reference, runners[record.name], plan, onnx_reference
+                    ctx,
+                    config,
+                    record,
+                    batches,
+                    reference,
+                    runners[record.name],
+                    plan,
+                    onnx_reference,
+                    unmasked,
                 )
                 for accuracy in results[record.name]:  # a runtime that raised is not timed: it would again
                     if accuracy.error is not None and accuracy.runtime is not None:
@@ -544,7 +574,7 @@ def stage(recipe: Recipe, recipe_dir: Path, artifacts: list[str]) -> Stage:
     """The validate stage over whichever of `artifacts` were built (consumes_any)."""
     return Stage(
         name="validate",
-        version=16,  # what each version changed: CHANGELOG.md, "Stage versions"
+        version=17,  # what each version changed: CHANGELOG.md, "Stage versions"
         config=ValidateConfig.from_recipe(recipe, recipe_dir, artifacts),
         run=_run,
         environment=lambda: {

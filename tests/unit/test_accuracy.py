@@ -499,3 +499,42 @@ def test_a_batch_of_one_among_larger_ones_is_still_bounded() -> None:
     assert len(bounds) == 1 and bounds[0].threshold == pytest.approx(0.203 * spread, rel=1e-2)
     moved = judged(0.027 + 3 * float(np.std(many)))
     assert not moved.passed and "logits max_abs" in moved.reason
+
+
+def test_an_output_on_another_dim_than_the_mask_is_compared_at_every_position() -> None:
+    """A hold-out Marian's decoder logits [batch, tgt, vocab] had the shape of its encoder's mask [batch, src]
+    wherever tgt and src had one size, and were compared on the encoder's real tokens only: a decoder wrong past
+    position 4 passed. An output follows the mask where its axis 1 had the mask dim's size, and no other dim's,
+    in every batch; the encoder's states, which do, stay masked."""
+    from pipeline.check.accuracy import off_the_mask_axis
+
+    rng = np.random.default_rng(0)
+    mask = np.array([[1] * 4 + [0] * 4] * 2)  # src 8, four real tokens each
+    logits, states = rng.standard_normal((2, 8, 5)), rng.standard_normal((2, 8, 3))
+    wrong = logits.copy()
+    wrong[:, 4:] *= -1  # the decoder's positions past the encoder's real tokens
+    reference = {"opt": [{"logits": logits, "states": states}]}
+    tied = {"opt": [{"batch": 2, "src": 8, "tgt": 8}]}  # every batch has src = tgt
+    unmasked = off_the_mask_axis(reference, tied, "src", "batch")
+    assert unmasked == {"logits", "states"}  # axis 1 could follow either dim in both: each compared whole
+    apart = {"opt": [{"batch": 2, "src": 8, "tgt": 8}], "data": [{"batch": 2, "src": 6, "tgt": 3}]}
+    reference["data"] = [{"logits": logits[:, :3], "states": states[:, :6]}]
+    assert off_the_mask_axis(reference, apart, "src", "batch") == {"logits"}  # states follow src alone
+    assert off_the_mask_axis(reference, apart, None, "batch") == frozenset()  # a fixed mask axis: shape alone
+    one = {"opt": [{"logits": logits}]}
+    masks = {"opt": [mask]}
+    tol = Tolerance(cosine=0.99, max_abs=None)
+    caught = evaluate(
+        ArtifactAccuracy("a", "fp32", "x"),
+        one,
+        {"opt": [{"logits": wrong}]},
+        ["logits"],
+        tol,
+        masks,
+        unmasked=unmasked,
+    )
+    assert not caught and "logits cosine" in caught.reason
+    missed = evaluate(
+        ArtifactAccuracy("a", "fp32", "x"), one, {"opt": [{"logits": wrong}]}, ["logits"], tol, masks
+    )
+    assert missed  # what the shape alone let through
