@@ -77,8 +77,9 @@ class Int8Export(Strict):
 class OptimizeExport(Strict):
     model_type: str | None = Field(
         None,
-        description="ONNX Runtime transformer optimizer model type (bert, gpt2, vit, ...); null: ONNX "
-        "Runtime's graph optimizations only; default by model family: transformer bert, generic null",
+        description="ONNX Runtime transformer optimizer model type (bert, gpt2, vit, ...); null: none of that "
+        "optimizer's fusions (onnxscript's, in fusions, still apply); default by model family: transformer bert, "
+        "generic null",
     )
     opt_level: Annotated[int, Field(ge=0, le=2)] = Field(2, description="ONNX Runtime optimization level")
     fusions: list[Literal["onnxscript", "transformers"]] = Field(
