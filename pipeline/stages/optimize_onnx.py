@@ -116,6 +116,9 @@ def optimize_checked(
             rejected.append({"attempt": attempt.label, "reason": f"{type(exc).__name__}: {first_line(exc)}"})
             continue
         stats["applied"] = attempt.label
+        # what that attempt applied, which a fallback lowers from what the recipe asked for
+        stats["opt_level"] = cfg.opt_level if attempt.opt_level is None else attempt.opt_level
+        stats["model_type"] = attempt.model_type
         if rejected:
             stats["fallback"] = rejected
             stats[STAGE_WARNINGS] = [
@@ -267,8 +270,8 @@ def _run(ctx: RunContext, config: OptimizeConfig, inputs: dict[str, ArtifactReco
         "contrib_ops": {
             k: v for k, v in onnx_tools.op_counts(model).items() if k.startswith("com.microsoft.")
         },
-        "opt_level": config.optimize.opt_level,
-        "model_type": config.optimize.model_type,
+        "opt_level": fusions.pop("opt_level"),
+        "model_type": fusions.pop("model_type"),
     }
     if config.fp16 is not None:
         details["fp16_node_share"] = onnx_tools.fp16_node_share(model)
@@ -291,7 +294,7 @@ def stages(recipe: Recipe, recipe_dir: Path, variants: list[Variant]) -> list[St
     return [
         Stage(
             name=f"optimize_onnx_{variant.precision}",
-            version=7,  # CHANGELOG.md, "Stage versions"
+            version=8,  # CHANGELOG.md, "Stage versions"
             config=OptimizeConfig.from_recipe(recipe, recipe_dir, variant),
             run=_run,
             environment=onnx_tools.onnx_environment,

@@ -136,6 +136,8 @@ def test_a_fused_graph_that_fails_its_checks_falls_back_and_says_why(
     ]
     assert "rank 2 but has rank 3" in details["fallback"][0]["reason"]
     assert details["warnings"] and "was rejected" in details["warnings"][0]
+    # the details say what the kept attempt applied, not what the recipe asked for (model_type gpt2)
+    assert (details["model_type"], details["opt_level"]) == (None, 2)
     feeds = env.dataset().feeds_at({"batch": 2, "sequence": 12})
     got, want = run_onnx(tmp_path / "out" / out.path, feeds), reference(env, feeds)
     assert lowest_cosine(got["logits"], want["logits"]) >= 0.999
