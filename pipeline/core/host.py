@@ -69,3 +69,16 @@ def ort_providers() -> tuple[str, ...]:
     except ImportError:
         return ()
     return tuple(onnxruntime.get_available_providers())
+
+
+@functools.cache
+def x86_without_vnni() -> bool:
+    """An x86 CPU with AVX2 but no VNNI (neither AVX512-VNNI nor AVX-VNNI): there ONNX Runtime's 8-bit
+    GEMMs multiply through an instruction whose 16-bit sums saturate, so an INT8 graph can lose accuracy
+    only on such a CPU and only with the runtime's fused 8-bit kernels. False where it cannot be told."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            flags = next((line.split(":", 1)[1].split() for line in handle if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx2" in flags and not {"avx512_vnni", "avx_vnni"} & set(flags)

@@ -328,11 +328,19 @@ def locate(
     except Exception as err:  # the locator explains a failure; it must never cause one
         return {"text": None, "error": _one_line(err)}
     if isinstance(found, NotLocated):
-        return {"text": None, "note": _not_located(found, worst, metric, threshold, accuracy.runtime)}
+        note = _not_located(found, worst, metric, threshold, accuracy.runtime, record.precision)
+        return {"text": None, "note": note}
     return {"text": found.describe(), **found.to_json()}
 
 
-def _not_located(found: NotLocated, worst: Check, metric: str, threshold: float, runtime: str | None) -> str:
+def _not_located(
+    found: NotLocated,
+    worst: Check,
+    metric: str,
+    threshold: float,
+    runtime: str | None,
+    precision: str | None = None,
+) -> str:
     """Why the locator named no node, in the report's words."""
     from pipeline.check.divergence import NO_SHARED_TENSOR
 
@@ -346,11 +354,17 @@ def _not_located(found: NotLocated, worst: Check, metric: str, threshold: float,
             f": no node departs by that measure; {worst.output}'s bound is set by how little it varies between "
             "samples, and the error the precision adds along the whole path exceeds it"
         )
-    return (
+    note = (
         f"{worst.output} passes when the graph runs as written on ONNX Runtime's CPU provider, its graph "
         f"optimizations off (the locator marks tensors, which those optimizations would fuse away): the failure "
         f"comes with ONNX Runtime's optimizations of the graph or with the runtime it failed on ({runtime})"
     )
+    if precision == "int8" and (runtime or "").startswith("onnxruntime-cpu") and host.x86_without_vnni():
+        note += (
+            "; this CPU has AVX2 but no VNNI, where the fused 8-bit kernels' 16-bit sums can saturate: the "
+            "same graph may pass on a CPU with VNNI"
+        )
+    return note
 
 
 def validate_on(
