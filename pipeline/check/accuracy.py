@@ -254,7 +254,7 @@ def off_the_mask_axis(
     """The outputs whose second axis is not shown to follow the padding mask's dim (`mask_dim`, the mask
     input's second axis): never compared on real tokens only. per_token_mask goes by shape, and a decoder's
     logits [batch, tgt, vocab] have the shape of an encoder's mask [batch, src] wherever tgt and src have one
-    size: their real positions past the mask's were left out of every gate. An output follows the mask's dim
+    size: masked by shape alone, their real positions past the mask's would be in no gate. An output follows the mask's dim
     where, over every batch (`sizes`: each batch's dim sizes, grouped as `reference`), its axis 1 had that
     dim's size and no other dim's in all of them. A mask whose axis is fixed (no dim name): shape alone."""
     if mask_dim is None:

@@ -43,6 +43,7 @@ MAX_PATHS = 4
 DIGESTS = {
     "model.digest": "model.digest (the model's source module, its files or its settings)",
     "data.digest": "data.digest (the samples' file or their settings)",
+    "data.model.digest": "data.model.digest (the model's source module, its files or its settings)",
 }
 
 

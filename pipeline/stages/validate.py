@@ -21,6 +21,7 @@ from pipeline.check.accuracy import (
     EXACT,
     GATED_NOTES,
     SCALED,
+    SPREAD,
     ArtifactAccuracy,
     Check,
     evaluate,
@@ -92,8 +93,8 @@ TIMED = "timed"  # the benchmark's largest batch, at the opt corner's shape
 def validation_batches(dataset: Dataset, cfg: ValidationConfig, timed_batch: int = 1) -> list[Batch]:
     """The corners at the recipe's corner batch sizes (never larger), stored samples at a shape between them,
     the held-out split as 'data', and where the benchmark times a larger batch than all of these (`timed_batch`,
-    its largest), that batch at the opt corner's shape: a row is not timed at a batch its artifact was never
-    checked at (a graph or a runtime's batching that breaks past some size, a CUDA graph captured for it)."""
+    its largest), that batch at the opt corner's shape: no row is timed at a batch larger than every batch its
+    artifact was checked at (a graph or a runtime's batching that breaks past some size)."""
     batches = [
         Batch(corner, dataset.corner_feeds(corner, cfg.corner_batches.get(corner, 1)))
         for corner in cfg.corners
@@ -328,7 +329,7 @@ def locate(
     except Exception as err:  # the locator explains a failure; it must never cause one
         return {"text": None, "error": _one_line(err)}
     if isinstance(found, NotLocated):
-        note = _not_located(found, worst, metric, threshold, accuracy.runtime, record.precision)
+        note = _not_located(found, worst, metric, threshold, accuracy.runtime, record.name)
         return {"text": None, "note": note}
     return {"text": found.describe(), **found.to_json()}
 
@@ -339,30 +340,39 @@ def _not_located(
     metric: str,
     threshold: float,
     runtime: str | None,
-    precision: str | None = None,
+    artifact: str | None = None,
 ) -> str:
-    """Why the locator named no node, in the report's words."""
+    """Why the locator named no node, in the report's words. It searched the first batch of the worst failing
+    check's input set, which the note names."""
     from pipeline.check.divergence import NO_SHARED_TENSOR
 
+    where = f"on the first batch at {worst.inputs}"
     if found.why == NO_SHARED_TENSOR:
         return "the graph shares no tensor name with the FP32 graph (its nodes were renamed or fused): not searched"
     if worst.reason in GATED_NOTES:  # judged by the precision's cosine: the float tensors stay within it
-        note = f"no float tensor {worst.output} is computed from falls below {metric} {threshold:g} on the CPU provider"
+        note = (
+            f"no float tensor {worst.output} is computed from falls below {metric} {threshold:g} {where} on the "
+            "CPU provider"
+        )
         if worst.reason == EXACT:  # the integer output flips on near ties
             return note + ": its values change where the reference nearly ties (close logits under an argmax)"
-        return note + (  # a score: the error builds up along the path against the little it varies
-            f": no node departs by that measure; {worst.output}'s bound is set by how little it varies between "
-            "samples, and the error the precision adds along the whole path exceeds it"
-        )
+        if worst.reason == SPREAD:  # the error builds up along the path against the little the score varies
+            return note + (
+                f": no node departs by that measure; {worst.output}'s bound is set by how little it varies "
+                "between samples, and the error the precision adds along the whole path exceeds it"
+            )
+        return note + f": no node departs by that measure; {worst.output}'s own bound is tighter"
     note = (
-        f"{worst.output} passes when the graph runs as written on ONNX Runtime's CPU provider, its graph "
+        f"{worst.output} passes when the graph runs as written {where} on ONNX Runtime's CPU provider, its graph "
         f"optimizations off (the locator marks tensors, which those optimizations would fuse away): the failure "
-        f"comes with ONNX Runtime's optimizations of the graph or with the runtime it failed on ({runtime})"
+        f"comes with ONNX Runtime's optimizations of the graph, another batch, or the runtime it failed on "
+        f"({runtime})"
     )
-    if precision == "int8" and (runtime or "").startswith("onnxruntime-cpu") and host.x86_without_vnni():
+    # signed INT8 weights (the static graph's; the dynamic ones are unsigned): ONNX Runtime's u8s8 GEMM
+    if artifact == "onnx-int8" and (runtime or "").startswith("onnxruntime-cpu") and host.x86_without_vnni():
         note += (
-            "; this CPU has AVX2 but no VNNI, where the fused 8-bit kernels' 16-bit sums can saturate: the "
-            "same graph may pass on a CPU with VNNI"
+            "; this CPU has AVX2 but no VNNI, where the fused 8-bit kernels' 16-bit sums can saturate with signed "
+            "weights: the same graph may pass on a CPU with VNNI"
         )
     return note
 
