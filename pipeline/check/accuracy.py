@@ -254,11 +254,22 @@ def off_the_mask_axis(
     """The outputs whose second axis is not shown to follow the padding mask's dim (`mask_dim`, the mask
     input's second axis): never compared on real tokens only. per_token_mask goes by shape, and a decoder's
     logits [batch, tgt, vocab] have the shape of an encoder's mask [batch, src] wherever tgt and src have one
-    size: masked by shape alone, their real positions past the mask's would be in no gate. An output follows the mask's dim
-    where, over every batch (`sizes`: each batch's dim sizes, grouped as `reference`), its axis 1 had that
-    dim's size and no other dim's in all of them. A mask whose axis is fixed (no dim name): shape alone."""
+    size: masked by shape alone, their real positions past the mask's would be in no gate. An output follows
+    the mask's dim where, over every batch (`sizes`: each batch's dim sizes, grouped as `reference`), its axis
+    1 had that dim's size and no other dim's in all of them. A mask whose axis is fixed (no dim name): shape
+    alone."""
     if mask_dim is None:
         return frozenset()
+    found = second_axis_dims(reference, sizes, batch_dim)
+    return frozenset(output for output, dims in found.items() if dims != {mask_dim})
+
+
+def second_axis_dims(
+    reference: Mapping[str, Sequence[Outputs]],
+    sizes: Mapping[str, Sequence[Mapping[str, int]]],
+    batch_dim: str,
+) -> dict[str, set[str]]:
+    """Per output of 3 or more dims, the dims (but the batch's) whose size its second axis had in every batch."""
     candidates: dict[str, set[str]] = {}
     for inputs, batches in reference.items():
         for batch, dims in zip(batches, sizes.get(inputs, []), strict=False):
@@ -267,7 +278,7 @@ def off_the_mask_axis(
                     continue  # never per token
                 here = {d for d, n in dims.items() if n == np.shape(value)[1] and d != batch_dim}
                 candidates[output] = candidates[output] & here if output in candidates else here
-    return frozenset(output for output, dims in candidates.items() if dims != {mask_dim})
+    return candidates
 
 
 def token_mask(output: str, mask: np.ndarray | None, unmasked: frozenset[str]) -> np.ndarray | None:

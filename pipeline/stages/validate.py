@@ -28,6 +28,7 @@ from pipeline.check.accuracy import (
     off_the_mask_axis,
     real_tokens,
     reference_nonfinite,
+    second_axis_dims,
 )
 from pipeline.check.results import REPORTS, AccuracyReport, artifact_entry
 from pipeline.core import host
@@ -168,20 +169,30 @@ def _progress(ctx: RunContext, label: str, batches: list[Batch], i: int) -> None
     ctx.report(f"validate {label} at {batch.inputs}{part}: {_shape_text(batch)}")
 
 
-def unmasked_outputs(config: ValidateConfig, batches: list[Batch], reference: Any) -> frozenset[str]:
+def unmasked_outputs(
+    config: ValidateConfig, batches: list[Batch], reference: Any
+) -> tuple[frozenset[str], list[str]]:
     """The outputs never compared on real tokens only (check.accuracy.off_the_mask_axis): those whose second
-    axis the validation batches do not show to follow the padding mask's dim."""
+    axis the validation batches do not show to follow the padding mask's dim; and a warning for each such output
+    whose axis had the mask dim's size throughout, beside another dim's (validation could not tell them apart,
+    so padded positions are compared too)."""
     mask = next((s for s in config.model.inputs if s.name == config.validation.padding_mask), None)
-    mask_dim = mask.shape[1] if mask is not None and len(mask.shape) > 1 else None
+    named = mask.shape[1] if mask is not None and len(mask.shape) > 1 else None
+    mask_dim = named if isinstance(named, str) else None
     sizes: dict[str, list[dict[str, int]]] = {}
     for batch in batches:
         sizes.setdefault(batch.inputs, []).append(dim_sizes(config.model.inputs, batch.feeds))
-    return off_the_mask_axis(
-        _by_inputs(reference, batches),
-        sizes,
-        mask_dim if isinstance(mask_dim, str) else None,
-        config.data.batch_dim,
-    )
+    outputs = _by_inputs(reference, batches)
+    unmasked = off_the_mask_axis(outputs, sizes, mask_dim, config.data.batch_dim)
+    ties = {o: d for o, d in second_axis_dims(outputs, sizes, config.data.batch_dim).items() if o in unmasked}
+    warnings = [
+        f"output {output}: its second axis had the size of {' and of '.join(sorted(dims))} in every validation "
+        f"batch, so it is compared at every position, padding included (give dims.{mask_dim} sizes the other "
+        "dims do not have, to compare it on real tokens only)"
+        for output, dims in ties.items()
+        if mask_dim in dims
+    ]
+    return unmasked, warnings
 
 
 def _by_inputs(run_results: Any, batches: list[Batch]) -> dict[str, list[dict[str, np.ndarray]]]:
@@ -507,7 +518,8 @@ def _run(ctx: RunContext, config: ValidateConfig, inputs: dict[str, ArtifactReco
         reference_weights = ctx.model(config.model).weights_digest()
         reference_runtime = reference_runner.runtime
         reference = run_batches(ctx, config.runners, reference_runner, batches, REFERENCE)
-        unmasked = unmasked_outputs(config, batches, reference)
+        unmasked, mask_warnings = unmasked_outputs(config, batches, reference)
+        data_warnings += mask_warnings
         broken = reference_nonfinite(
             _by_inputs(reference, batches),
             config.runners.outputs,

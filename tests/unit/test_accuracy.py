@@ -506,7 +506,7 @@ def test_an_output_on_another_dim_than_the_mask_is_compared_at_every_position() 
     wherever tgt and src had one size, and were compared on the encoder's real tokens only: a decoder wrong past
     position 4 passed. An output follows the mask where its axis 1 had the mask dim's size, and no other dim's,
     in every batch; the encoder's states, which do, stay masked."""
-    from pipeline.check.accuracy import off_the_mask_axis
+    from pipeline.check.accuracy import off_the_mask_axis, second_axis_dims
 
     rng = np.random.default_rng(0)
     mask = np.array([[1] * 4 + [0] * 4] * 2)  # src 8, four real tokens each
@@ -517,6 +517,8 @@ def test_an_output_on_another_dim_than_the_mask_is_compared_at_every_position() 
     tied = {"opt": [{"batch": 2, "src": 8, "tgt": 8}]}  # every batch has src = tgt
     unmasked = off_the_mask_axis(reference, tied, "src", "batch")
     assert unmasked == {"logits", "states"}  # axis 1 could follow either dim in both: each compared whole
+    # what the validation warns of: the dims each output's second axis could follow
+    assert second_axis_dims(reference, tied, "batch") == {"logits": {"src", "tgt"}, "states": {"src", "tgt"}}
     apart = {"opt": [{"batch": 2, "src": 8, "tgt": 8}], "data": [{"batch": 2, "src": 6, "tgt": 3}]}
     reference["data"] = [{"logits": logits[:, :3], "states": states[:, :6]}]
     assert off_the_mask_axis(reference, apart, "src", "batch") == {"logits"}  # states follow src alone
