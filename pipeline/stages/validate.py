@@ -380,12 +380,23 @@ def _not_located(
         f"({runtime})"
     )
     # signed INT8 weights (the static graph's; the dynamic ones are unsigned): ONNX Runtime's u8s8 GEMM
-    if artifact == "onnx-int8" and (runtime or "").startswith("onnxruntime-cpu") and host.x86_without_vnni():
+    if artifact == "onnx-int8" and _onnxruntime_on_cpu(runtime) and host.x86_without_vnni():
         note += (
             "; this CPU has AVX2 but no VNNI, where the fused 8-bit kernels' 16-bit sums can saturate with signed "
             "weights: the same graph may pass on a CPU with VNNI"
         )
     return note
+
+
+def _onnxruntime_on_cpu(runtime: str | None) -> bool:
+    """ONNX Runtime computing on the CPU, by its descriptor (the runners own their names)."""
+    from pipeline.runners.registry import runtime as descriptor
+
+    try:
+        found = descriptor(runtime or "")
+    except KeyError:  # a name no runner declares: not one
+        return False
+    return found.package == "onnxruntime" and not found.on_gpu
 
 
 def validate_on(
