@@ -12,8 +12,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import onnx
-
 from pipeline.check.graph_check import GraphRejected, check_graph
 from pipeline.core.artifacts import ArtifactRecord
 from pipeline.core.errors import StageError
@@ -58,22 +56,7 @@ def quantize(source: Path, target: Path, nodes: list[str] | None = None) -> None
     )
 
 
-WEIGHT_OPS = (
-    "MatMul",
-    "Gemm",
-    "Conv",
-    "ConvTranspose",
-)  # ops that hold a layer's weight as their second input
-
-
-def float_weight_layers(model: onnx.ModelProto) -> int:
-    """Nodes still computing in float with a stored weight (a Conv, a MatMul or Gemm by a constant): beside
-    quantized_count, how much of the model the 8 bits cover (a CNN's dynamic INT8 quantizes its classifier's
-    Gemm and none of its convolutions)."""
-    stored = {i.name for i in model.graph.initializer}
-    return sum(
-        1 for n in model.graph.node if n.op_type in WEIGHT_OPS and len(n.input) > 1 and n.input[1] in stored
-    )
+WEIGHT_OPS = ("MatMul", "Gemm", "Conv", "ConvTranspose")  # a weight layer's op, its weight the second input
 
 
 def quantized_count(counts: dict[str, int]) -> int:
@@ -117,7 +100,9 @@ def _run(ctx: RunContext, config: Int8DynamicConfig, inputs: dict[str, ArtifactR
     details = {
         "target": "onnxruntime",
         "quantized_count": quantized,
-        "weight_layers": quantized + float_weight_layers(model),
+        # beside quantized_count, how much of the model the 8 bits cover: the weight layers left in float
+        # (a CNN's dynamic INT8 quantizes its classifier's Gemm and none of its convolutions)
+        "weight_layers": quantized + len(onnx_tools.weight_ops(model, WEIGHT_OPS)),
         "dynamic_quantize_linear": counts.get("DynamicQuantizeLinear", 0),
         "float_matmuls": counts.get("MatMul", 0) + counts.get("Gemm", 0),
         "op_counts": counts,

@@ -200,12 +200,17 @@ FEED_FORWARD = "feed-forward layer (exclude_feed_forward)"
 _WALK_LIMIT = 64  # nodes visited from one linear: a block's activation is a handful of ops away
 
 
-def weight_ops(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    """MatMul and Gemm nodes whose second input is a constant: the model's linear layers."""
+def weight_ops(
+    model: onnx.ModelProto, op_types: tuple[str, ...] = ("MatMul", "Gemm")
+) -> list[onnx.NodeProto]:
+    """Nodes of these types whose second input is a constant: the model's linear layers by default, its weight
+    layers of every kind with Conv and ConvTranspose added."""
     constants = {i.name for i in model.graph.initializer} | {
         o for n in model.graph.node if n.op_type == "Constant" for o in n.output
     }
-    return [n for n in model.graph.node if n.op_type in ("MatMul", "Gemm") and n.input[1] in constants]
+    return [
+        n for n in model.graph.node if n.op_type in op_types and len(n.input) > 1 and n.input[1] in constants
+    ]
 
 
 def feed_forward_nodes(model: onnx.ModelProto) -> list[str]:
